@@ -1,0 +1,278 @@
+//! The trace pipeline, written out once: check the target, resolve the probe site, attach, arm, run the
+//! event loop, detach; captured events flow to an analysis thread that renders them while the tracer traces.
+
+use crate::cli::TraceArgs;
+use crate::event::{End, Event, Sink, Summary};
+use crate::os::{Tid, procfs, ptrace, signals};
+use crate::report::Renderer;
+use crate::report::json::Json;
+use crate::report::text::Text;
+use crate::stack::Stack;
+use crate::tracer::{Config, Site, Tracer};
+use crate::{procinfo, resolve, syscalls};
+use anyhow::{Context, Result, anyhow, bail};
+use nix::errno::Errno;
+use std::collections::HashSet;
+use std::io::{IsTerminal, Write};
+use std::sync::mpsc;
+use std::time::Instant;
+
+/// A usage error: exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    UsageError(msg.into()).into()
+}
+
+/// Refuses, before touching it, a pid that cannot be traced, with one line saying why and what to do.
+pub fn check_target(pid: Tid) -> Result<procinfo::Status> {
+    let text = procfs::read_status(pid).map_err(|_| anyhow!("no process with pid {pid}"))?;
+    let st = procinfo::parse_status(&text);
+    if st.tgid != pid {
+        bail!(
+            "{pid} is a thread of process {} ({}); use --pid {}",
+            st.tgid,
+            st.name,
+            st.tgid
+        );
+    }
+    if st.state == 'Z' || st.state == 'X' {
+        bail!(
+            "process {pid} ({}) is a zombie: it has exited and waits for its parent to reap it",
+            st.name
+        );
+    }
+    if !st.has_vm {
+        bail!(
+            "process {pid} ({}) is a kernel thread: it has no user memory to trace",
+            st.name
+        );
+    }
+    if st.tracer_pid != 0 {
+        let tracer = procfs::read_status(st.tracer_pid)
+            .map(|t| procinfo::parse_status(&t).name)
+            .unwrap_or_else(|_| "?".into());
+        bail!(
+            "process {pid} ({}) is already traced by process {} ({tracer}); only one tracer at a time: detach it first",
+            st.name,
+            st.tracer_pid
+        );
+    }
+    Ok(st)
+}
+
+fn attach_error(pid: Tid, e: Errno) -> anyhow::Error {
+    match e {
+        Errno::EPERM => anyhow!(
+            "permission denied tracing process {pid}: run as root or with CAP_SYS_PTRACE, or relax \
+             /proc/sys/kernel/yama/ptrace_scope (0 allows tracing your own processes)"
+        ),
+        Errno::ESRCH => anyhow!("process {pid} exited while attaching"),
+        e => anyhow!("cannot attach to process {pid}: {}", e.desc()),
+    }
+}
+
+/// Parses `--syscall` names and numbers.
+pub fn syscall_numbers(list: &[String]) -> Result<HashSet<u64>> {
+    let mut set = HashSet::new();
+    for s in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let nr = syscalls::parse(s)
+            .ok_or_else(|| usage(format!("unknown syscall `{s}` (x86_64 names or numbers)")))?;
+        set.insert(nr);
+    }
+    if set.is_empty() {
+        return Err(usage("--syscall needs at least one syscall"));
+    }
+    Ok(set)
+}
+
+/// The `syscall()` site of the libc mapped by `pid`.
+pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Site> {
+    let maps = resolve::read_maps(pid)?;
+    let Some(libc) = resolve::find_libc(&maps) else {
+        let name = procfs::read_status(pid)
+            .map(|s| procinfo::parse_status(&s).name)
+            .unwrap_or_default();
+        let mods: Vec<String> = crate::modules::group_modules(&maps)
+            .iter()
+            .map(|m| crate::modules::file_name(&m.path).to_string())
+            .collect();
+        bail!(
+            "process {pid} ({name}) has no libc mapped (a static binary?); searched: {}",
+            if mods.is_empty() {
+                "no file-backed modules".into()
+            } else {
+                mods.join(", ")
+            }
+        );
+    };
+    let module = resolve::read_module(pid, &libc, Some(mem))?;
+    resolve::wrapper_site(&module, "syscall")
+}
+
+/// Where events are rendered: stdout, or stderr when a spawned command owns stdout, or a file.
+fn event_writer(args: &TraceArgs, spawned: bool) -> Result<Box<dyn Write + Send>> {
+    Ok(match &args.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None if spawned => Box::new(std::io::stderr()),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+    })
+}
+
+/// Sends events to the analysis thread; the tracer never waits on rendering.
+struct ChannelSink(mpsc::Sender<Event>);
+
+impl Sink for ChannelSink {
+    fn event(&mut self, ev: Event) {
+        let _ = self.0.send(ev);
+    }
+}
+
+/// Renders events as they arrive; returns the renderer for the summary.
+fn analysis(
+    rx: mpsc::Receiver<Event>,
+    mut r: Box<dyn Renderer + Send>,
+) -> Box<dyn Renderer + Send> {
+    for ev in rx {
+        let stack: Option<Stack> = None;
+        if r.event(&ev, stack.as_ref()).is_err() {
+            break;
+        }
+    }
+    r
+}
+
+/// Runs a trace as the command line asks. Returns the exit status.
+pub fn trace(args: &TraceArgs) -> Result<i32> {
+    let numbers = syscall_numbers(&args.syscall)?;
+    if args.fast {
+        return Err(usage("--fast is not available yet; run without it"));
+    }
+    match (args.pid, args.cmd.is_empty()) {
+        (Some(_), false) => Err(usage("give either --pid or a command after --, not both")),
+        (None, true) => Err(usage(
+            "nothing to trace: give --pid N, or a command after --",
+        )),
+        (Some(pid), true) => {
+            check_target(pid)?;
+            let mem = crate::os::mem::ProcMem::open(pid)
+                .map_err(|e| anyhow!("cannot open process {pid}'s memory: {e}"))?;
+            let site = syscall_site(pid, &mem)?;
+            drop(mem);
+            let end = run_trace(args, numbers, site, Start::Attach(pid))?;
+            let _ = end;
+            Ok(0)
+        }
+        (None, false) => {
+            let pid = spawn_stopped(&args.cmd)?;
+            let site = match prepare_spawned(pid) {
+                Ok(site) => site,
+                Err(e) => {
+                    let _ = ptrace::detach(pid, 0);
+                    return Err(e);
+                }
+            };
+            let end = run_trace(args, numbers, site, Start::Adopt(pid))?;
+            Ok(match end {
+                End::Exited(code) => code,
+                End::Killed(sig) => 128 + sig,
+                _ => 0,
+            })
+        }
+    }
+}
+
+enum Start {
+    Attach(Tid),
+    Adopt(Tid),
+}
+
+fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Site, start: Start) -> Result<End> {
+    let (pid, spawned) = match start {
+        Start::Attach(p) => (p, false),
+        Start::Adopt(p) => (p, true),
+    };
+    let out = event_writer(args, spawned)?;
+    let renderer: Box<dyn Renderer + Send> = if args.json {
+        Box::new(Json { out })
+    } else {
+        Box::new(Text {
+            out,
+            err: std::io::stderr(),
+        })
+    };
+    let site_addr = site.addr;
+    let (tx, rx) = mpsc::channel();
+    let worker = std::thread::spawn(move || analysis(rx, renderer));
+    let cfg = Config {
+        pid,
+        numbers,
+        stack_bytes: args.stack_bytes,
+        deadline: args.duration.map(|d| Instant::now() + d),
+        live_status: std::io::stderr().is_terminal() && !spawned,
+    };
+    signals::install_handlers(50);
+    let mut sink = ChannelSink(tx);
+    let summary: Summary;
+    let end;
+    {
+        let mut tracer = match start {
+            Start::Attach(_) => {
+                Tracer::attach(cfg, site, &mut sink).map_err(|e| attach_error(pid, e))?
+            }
+            Start::Adopt(_) => {
+                Tracer::adopt(cfg, site, &mut sink).map_err(|e| attach_error(pid, e))?
+            }
+        };
+        tracer.arm().map_err(|e| anyhow!("process {pid}: {e}"))?;
+        eprintln!(
+            "syscatch: attached to {} thread(s) of process {pid}; breakpoint on syscall() at {:#x}",
+            tracer.summary.threads_seen, site_addr
+        );
+        if spawned {
+            // The spawned program is held at its entry point; let it go.
+            let _ = ptrace::cont(pid, 0);
+        }
+        end = tracer.run();
+        summary = tracer.summary.clone();
+    }
+    drop(sink);
+    let mut renderer = worker
+        .join()
+        .map_err(|_| anyhow!("the analysis thread panicked"))?;
+    renderer.summary(&summary)?;
+    if args.json {
+        // People still want the one-line summary on stderr.
+        Text {
+            out: std::io::sink(),
+            err: std::io::stderr(),
+        }
+        .summary(&summary)?;
+    }
+    Ok(end)
+}
+
+/// Forks and execs `cmd` stopped at its entry point, seized, with libc mapped. Returns its pid.
+fn spawn_stopped(cmd: &[String]) -> Result<Tid> {
+    use std::ffi::CString;
+    let argv: Vec<CString> = cmd
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| usage("the command contains a NUL byte"))?;
+    let pid = crate::os::spawn::fork_stopped(&argv)
+        .map_err(|e| anyhow!("cannot start {}: {e}", cmd[0]))?;
+    Ok(pid)
+}
+
+/// Runs a freshly exec'd child to its entry point (all its libraries mapped), then finds the site.
+fn prepare_spawned(pid: Tid) -> Result<Site> {
+    crate::os::spawn::run_to_entry(pid).map_err(|e| anyhow!("cannot start the command: {e}"))?;
+    let mem = crate::os::mem::ProcMem::open(pid)?;
+    syscall_site(pid, &mem)
+}

@@ -1,0 +1,283 @@
+//! Breakpoint sites as data, and how a thread steps over one without the int3 ever being lifted: the displaced
+//! instruction is decoded once (capstone) and, where it is simple, emulated on the thread's registers.
+//! Pure: memory is reached through the [`Memory`] trait, so all of this is tested without a process.
+
+use crate::os::regs::{Reg, Regs};
+use capstone::arch::x86::{ArchMode, X86OperandType};
+use capstone::arch::{ArchOperand, BuildsCapstone};
+use capstone::{Capstone, RegId};
+
+pub const INT3: u8 = 0xcc;
+
+/// An instruction the tracer can execute on a copy of the registers instead of single-stepping it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Insn {
+    /// `mov %src,%dst` (64-bit registers).
+    MovRegReg { dst: Reg, src: Reg },
+    /// `mov disp(%base),%dst` (64-bit load).
+    Load { dst: Reg, base: Reg, disp: i64 },
+    /// `lea disp(%rip),%dst`; `target` is already computed from the instruction's own address.
+    LeaAbs { dst: Reg, target: u64 },
+    /// `push %reg`.
+    Push(Reg),
+    /// `sub $imm,%rsp` (negative for `add`).
+    SubRsp(i64),
+    /// `endbr64`, `nop`: nothing but the length.
+    Nop,
+    /// `syscall`: never emulated; marks where a wrapper enters the kernel.
+    Syscall,
+}
+
+/// One decoded instruction: what it is (if emulatable) and its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decoded {
+    pub addr: u64,
+    pub len: u8,
+    pub insn: Option<Insn>,
+}
+
+/// Memory of the traced process as the emulator needs it.
+pub trait Memory {
+    fn read_u64(&self, addr: u64) -> Option<u64>;
+    fn write_u64(&self, addr: u64, value: u64) -> Option<()>;
+}
+
+pub fn disassembler() -> Option<Capstone> {
+    Capstone::new()
+        .x86()
+        .mode(ArchMode::Mode64)
+        .detail(true)
+        .build()
+        .ok()
+}
+
+fn reg64(cs: &Capstone, id: RegId) -> Option<Reg> {
+    Reg::from_name(&cs.reg_name(id)?)
+}
+
+/// Decodes instructions of `code` (which starts at run-time address `addr`) until `max` are decoded or the
+/// bytes run out. An instruction the emulator does not know has `insn: None`.
+pub fn decode(cs: &Capstone, code: &[u8], addr: u64, max: usize) -> Vec<Decoded> {
+    let Ok(insns) = cs.disasm_count(code, addr, max) else {
+        return Vec::new();
+    };
+    insns
+        .iter()
+        .map(|i| Decoded {
+            addr: i.address(),
+            len: i.len() as u8,
+            insn: classify(cs, i),
+        })
+        .collect()
+}
+
+fn classify(cs: &Capstone, i: &capstone::Insn) -> Option<Insn> {
+    let mnemonic = i.mnemonic()?;
+    match mnemonic {
+        "endbr64" | "nop" => return Some(Insn::Nop),
+        "syscall" => return Some(Insn::Syscall),
+        _ => {}
+    }
+    let detail = cs.insn_detail(i).ok()?;
+    let ops: Vec<X86OperandType> = detail
+        .arch_detail()
+        .operands()
+        .into_iter()
+        .filter_map(|o| match o {
+            ArchOperand::X86Operand(op) => Some(op.op_type),
+            _ => None,
+        })
+        .collect();
+    let next = i.address().checked_add(i.len() as u64)?;
+    match (mnemonic, ops.as_slice()) {
+        ("mov", [X86OperandType::Reg(d), X86OperandType::Reg(s)]) => Some(Insn::MovRegReg {
+            dst: reg64(cs, *d)?,
+            src: reg64(cs, *s)?,
+        }),
+        ("mov", [X86OperandType::Reg(d), X86OperandType::Mem(m)]) => {
+            if m.index() != RegId(0) || m.segment() != RegId(0) {
+                return None;
+            }
+            let dst = reg64(cs, *d)?;
+            if cs.reg_name(m.base())? == "rip" {
+                return None;
+            }
+            Some(Insn::Load {
+                dst,
+                base: reg64(cs, m.base())?,
+                disp: m.disp(),
+            })
+        }
+        ("lea", [X86OperandType::Reg(d), X86OperandType::Mem(m)]) => {
+            if m.index() != RegId(0) || cs.reg_name(m.base())? != "rip" {
+                return None;
+            }
+            Some(Insn::LeaAbs {
+                dst: reg64(cs, *d)?,
+                target: next.wrapping_add(m.disp() as u64),
+            })
+        }
+        ("push", [X86OperandType::Reg(r)]) => Some(Insn::Push(reg64(cs, *r)?)),
+        ("sub", [X86OperandType::Reg(r), X86OperandType::Imm(v)]) if cs.reg_name(*r)? == "rsp" => {
+            Some(Insn::SubRsp(*v))
+        }
+        ("add", [X86OperandType::Reg(r), X86OperandType::Imm(v)]) if cs.reg_name(*r)? == "rsp" => {
+            Some(Insn::SubRsp(v.checked_neg()?))
+        }
+        _ => None,
+    }
+}
+
+/// Executes `d` on `regs` (and memory, for push) and moves rip past it. `None`: it cannot be emulated here
+/// (nothing was changed in memory; `regs` may be partly changed and must be discarded).
+pub fn emulate(d: &Decoded, regs: &mut Regs, mem: &dyn Memory) -> Option<()> {
+    match d.insn? {
+        Insn::MovRegReg { dst, src } => regs.set(dst, regs.get(src)),
+        Insn::Load { dst, base, disp } => {
+            let v = mem.read_u64(regs.get(base).wrapping_add(disp as u64))?;
+            regs.set(dst, v);
+        }
+        Insn::LeaAbs { dst, target } => regs.set(dst, target),
+        Insn::Push(r) => {
+            let sp = regs.sp().wrapping_sub(8);
+            let v = regs.get(r);
+            mem.write_u64(sp, v)?;
+            regs.set(Reg::Rsp, sp);
+        }
+        Insn::SubRsp(v) => regs.set(Reg::Rsp, regs.sp().wrapping_sub(v as u64)),
+        Insn::Nop => {}
+        Insn::Syscall => return None,
+    }
+    regs.set_ip(d.addr + d.len as u64);
+    Some(())
+}
+
+/// How `syscall()`-style wrappers are entered: the instructions before the `syscall` instruction (all
+/// emulatable, no branch), so a matching hit can be brought to the kernel entry without single-steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrapperPlan {
+    /// The first instruction (the one the int3 displaces) and the rest of the straight-line prefix.
+    pub prefix: Vec<Decoded>,
+    /// Address of the `syscall` instruction.
+    pub syscall_at: u64,
+}
+
+/// Plans how to step a thread from the wrapper's entry to just after its `syscall` instruction.
+/// `None` when an instruction before it is not emulatable (the caller single-steps instead).
+pub fn plan_wrapper(cs: &Capstone, code: &[u8], addr: u64) -> Option<WrapperPlan> {
+    let mut prefix = Vec::new();
+    for d in decode(cs, code, addr, 16) {
+        match d.insn {
+            Some(Insn::Syscall) => {
+                return Some(WrapperPlan {
+                    prefix,
+                    syscall_at: d.addr,
+                });
+            }
+            Some(_) => prefix.push(d),
+            None => return None,
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    struct FakeMem(RefCell<HashMap<u64, u64>>);
+    impl Memory for FakeMem {
+        fn read_u64(&self, a: u64) -> Option<u64> {
+            self.0.borrow().get(&a).copied()
+        }
+        fn write_u64(&self, a: u64, v: u64) -> Option<()> {
+            self.0.borrow_mut().insert(a, v);
+            Some(())
+        }
+    }
+
+    /// glibc 2.36's `syscall()`: six register moves, a stack load, then `syscall`.
+    const GLIBC_SYSCALL: &[u8] = &[
+        0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca, 0x4d, 0x89, 0xc2,
+        0x4d, 0x89, 0xc8, 0x4c, 0x8b, 0x4c, 0x24, 0x08, 0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff,
+        0xff,
+    ];
+
+    #[test]
+    fn plans_and_emulates_glibc_wrapper() {
+        let cs = disassembler().unwrap();
+        let plan = plan_wrapper(&cs, GLIBC_SYSCALL, 0x1000).unwrap();
+        assert_eq!(plan.syscall_at, 0x1017);
+        assert_eq!(plan.prefix.len(), 7);
+        assert_eq!(
+            plan.prefix[0].insn,
+            Some(Insn::MovRegReg {
+                dst: Reg::Rax,
+                src: Reg::Rdi
+            })
+        );
+        let mut r = Regs::zeroed();
+        for (i, reg) in [Reg::Rdi, Reg::Rsi, Reg::Rdx, Reg::Rcx, Reg::R8, Reg::R9]
+            .into_iter()
+            .enumerate()
+        {
+            r.set(reg, 100 + i as u64);
+        }
+        r.set(Reg::Rsp, 0x7000);
+        let mem = FakeMem(RefCell::new(HashMap::from([(0x7008, 106)])));
+        for d in &plan.prefix {
+            emulate(d, &mut r, &mem).unwrap();
+        }
+        assert_eq!(r.ip(), 0x1017);
+        let got: Vec<u64> = [
+            Reg::Rax,
+            Reg::Rdi,
+            Reg::Rsi,
+            Reg::Rdx,
+            Reg::R10,
+            Reg::R8,
+            Reg::R9,
+        ]
+        .iter()
+        .map(|&g| r.get(g))
+        .collect();
+        assert_eq!(got, [100, 101, 102, 103, 104, 105, 106]);
+        assert_eq!(r.0.orig_rax, u64::MAX);
+    }
+
+    #[test]
+    fn prologue_forms() {
+        let cs = disassembler().unwrap();
+        // endbr64; push %rbp; sub $0x18,%rsp; lea 0x10(%rip),%rax; add $8,%rsp; call ...
+        let code = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x83, 0xec, 0x18, 0x48, 0x8d, 0x05, 0x10, 0x00,
+            0x00, 0x00, 0x48, 0x83, 0xc4, 0x08, 0xe8, 0, 0, 0, 0,
+        ];
+        let d = decode(&cs, &code, 0x2000, 6);
+        let kinds: Vec<Option<Insn>> = d.iter().map(|d| d.insn).collect();
+        assert_eq!(
+            kinds,
+            [
+                Some(Insn::Nop),
+                Some(Insn::Push(Reg::Rbp)),
+                Some(Insn::SubRsp(0x18)),
+                Some(Insn::LeaAbs {
+                    dst: Reg::Rax,
+                    target: 0x2010 + 0x10
+                }),
+                Some(Insn::SubRsp(-8)),
+                None
+            ]
+        );
+        let mut r = Regs::zeroed();
+        r.set(Reg::Rsp, 0x8000);
+        r.set(Reg::Rbp, 77);
+        let mem = FakeMem(RefCell::new(HashMap::new()));
+        emulate(&d[1], &mut r, &mem).unwrap();
+        assert_eq!((r.sp(), mem.read_u64(0x7ff8)), (0x7ff8, Some(77)));
+        assert!(emulate(&d[5], &mut r, &mem).is_none());
+        assert!(plan_wrapper(&cs, &code, 0x2000).is_none());
+    }
+}

@@ -1,0 +1,76 @@
+//! What the tracer reports: one [`Event`] per captured call, plus the end-of-trace [`Summary`]. Plain data;
+//! renderers and tests consume it through a [`Sink`].
+
+use crate::os::Tid;
+use crate::os::regs::Regs;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Registers and a copy of the stack taken while the thread was stopped at the call, for unwinding later.
+#[derive(Clone)]
+pub struct StackCapture {
+    pub regs: Regs,
+    /// Bytes from `regs.sp()` upwards; shorter than asked when the stack mapping ends first.
+    pub stack: Vec<u8>,
+    /// How many bytes were asked for.
+    pub asked: usize,
+}
+
+/// One captured call.
+#[derive(Clone)]
+pub struct Event {
+    /// Seconds since the trace started.
+    pub time: f64,
+    pub tid: Tid,
+    pub nr: u64,
+    /// The syscall's own arguments (for `syscall()`: rsi, rdx, rcx, r8, r9 and the stack argument).
+    pub args: [u64; 6],
+    /// rax after the call returned: an address, a value, or -errno.
+    pub ret: Option<u64>,
+    /// Why `ret` is missing.
+    pub ret_missing: Option<String>,
+    pub capture: Option<StackCapture>,
+}
+
+/// How a trace ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    Duration,
+    Signal(i32),
+    /// The target exited with this status, or was killed by this signal.
+    Exited(i32),
+    Killed(i32),
+    /// The target called execve: the traced program is gone.
+    Exec,
+}
+
+/// Counters for the summary line, kept by the tracer.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub duration: Duration,
+    pub hits: u64,
+    pub matching: u64,
+    pub events_by_tid: BTreeMap<Tid, u64>,
+    /// Time between seeing a stop and resuming the thread, summed over all hits (the tracer's share of the
+    /// time threads spent stopped).
+    pub stopped: Duration,
+    /// Hits that needed a slow step-over (single steps instead of emulation).
+    pub slow_path: u64,
+    pub threads_seen: u64,
+    pub forks_cleaned: u64,
+    pub signals_forwarded: u64,
+    pub end: Option<End>,
+    /// Problems that must be shown loudly (a breakpoint byte that was not ours at detach, ...).
+    pub warnings: Vec<String>,
+}
+
+/// Receives events as they are captured.
+pub trait Sink {
+    fn event(&mut self, ev: Event);
+}
+
+impl Sink for Vec<Event> {
+    fn event(&mut self, ev: Event) {
+        self.push(ev)
+    }
+}

@@ -1,0 +1,18 @@
+//! syscatch: find who makes a process's memory grow outside the malloc heap.
+//!
+//! Data flow: `cli` -> `app` (the pipeline) -> `os` (the only code touching the kernel) -> `tracer` (event loop)
+//! -> [`event::Event`]s -> `report` renderers. Everything after capture works on plain data.
+
+pub mod app;
+pub mod breakpoints;
+pub mod cli;
+pub mod event;
+pub mod modules;
+pub mod os;
+pub mod procinfo;
+pub mod procmaps;
+pub mod report;
+pub mod resolve;
+pub mod stack;
+pub mod syscalls;
+pub mod tracer;

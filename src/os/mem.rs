@@ -1,0 +1,60 @@
+//! Remote memory of a traced process: `/proc/PID/mem` kept open (writes reach read-only text, as POKEDATA does,
+//! where process_vm_writev gets EFAULT), and process_vm_readv for one-shot bulk copies.
+
+use super::Tid;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+
+pub struct ProcMem {
+    file: File,
+    pid: Tid,
+}
+
+impl ProcMem {
+    pub fn open(pid: Tid) -> io::Result<ProcMem> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))?;
+        Ok(ProcMem { file, pid })
+    }
+
+    pub fn pid(&self) -> Tid {
+        self.pid
+    }
+
+    /// Reads exactly `buf.len()` bytes at `addr`.
+    pub fn read_exact(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(buf, addr)
+    }
+
+    pub fn write_all(&self, addr: u64, data: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(data, addr)
+    }
+
+    pub fn read_u64(&self, addr: u64) -> io::Result<u64> {
+        let mut b = [0u8; 8];
+        self.read_exact(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// Copies up to `len` bytes at `addr` of `pid` with one process_vm_readv; stops early at the first unmapped
+/// page, so the result may be shorter (empty if `addr` itself is unmapped).
+pub fn read_upto(pid: Tid, addr: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: `local` describes `buf`, which lives until after the call; the remote iovec is only an address in
+    // the other process and is never dereferenced here.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    buf.truncate(n.max(0) as usize);
+    buf
+}

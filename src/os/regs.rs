@@ -1,0 +1,132 @@
+//! The x86_64 general-purpose register set, as PTRACE_GETREGS returns it.
+
+pub use libc::user_regs_struct as RawRegs;
+
+/// Registers of a stopped thread. A plain copy: changing it changes nothing until `ptrace::set_regs`.
+#[derive(Clone, Copy)]
+pub struct Regs(pub RawRegs);
+
+/// A register the emulator and the probe conditions can name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reg {
+    Rax,
+    Rbx,
+    Rcx,
+    Rdx,
+    Rsi,
+    Rdi,
+    Rbp,
+    Rsp,
+    R8,
+    R9,
+    R10,
+    R11,
+    R12,
+    R13,
+    R14,
+    R15,
+    Rip,
+}
+
+impl Reg {
+    pub fn from_name(name: &str) -> Option<Reg> {
+        Some(match name {
+            "rax" => Reg::Rax,
+            "rbx" => Reg::Rbx,
+            "rcx" => Reg::Rcx,
+            "rdx" => Reg::Rdx,
+            "rsi" => Reg::Rsi,
+            "rdi" => Reg::Rdi,
+            "rbp" => Reg::Rbp,
+            "rsp" => Reg::Rsp,
+            "r8" => Reg::R8,
+            "r9" => Reg::R9,
+            "r10" => Reg::R10,
+            "r11" => Reg::R11,
+            "r12" => Reg::R12,
+            "r13" => Reg::R13,
+            "r14" => Reg::R14,
+            "r15" => Reg::R15,
+            "rip" => Reg::Rip,
+            _ => return None,
+        })
+    }
+}
+
+impl Regs {
+    pub fn zeroed() -> Regs {
+        // SAFETY: user_regs_struct is plain integers; all-zero is a valid value.
+        Regs(unsafe { std::mem::zeroed() })
+    }
+
+    pub fn get(&self, r: Reg) -> u64 {
+        let g = &self.0;
+        match r {
+            Reg::Rax => g.rax,
+            Reg::Rbx => g.rbx,
+            Reg::Rcx => g.rcx,
+            Reg::Rdx => g.rdx,
+            Reg::Rsi => g.rsi,
+            Reg::Rdi => g.rdi,
+            Reg::Rbp => g.rbp,
+            Reg::Rsp => g.rsp,
+            Reg::R8 => g.r8,
+            Reg::R9 => g.r9,
+            Reg::R10 => g.r10,
+            Reg::R11 => g.r11,
+            Reg::R12 => g.r12,
+            Reg::R13 => g.r13,
+            Reg::R14 => g.r14,
+            Reg::R15 => g.r15,
+            Reg::Rip => g.rip,
+        }
+    }
+
+    pub fn set(&mut self, r: Reg, v: u64) {
+        let g = &mut self.0;
+        let slot = match r {
+            Reg::Rax => &mut g.rax,
+            Reg::Rbx => &mut g.rbx,
+            Reg::Rcx => &mut g.rcx,
+            Reg::Rdx => &mut g.rdx,
+            Reg::Rsi => &mut g.rsi,
+            Reg::Rdi => &mut g.rdi,
+            Reg::Rbp => &mut g.rbp,
+            Reg::Rsp => &mut g.rsp,
+            Reg::R8 => &mut g.r8,
+            Reg::R9 => &mut g.r9,
+            Reg::R10 => &mut g.r10,
+            Reg::R11 => &mut g.r11,
+            Reg::R12 => &mut g.r12,
+            Reg::R13 => &mut g.r13,
+            Reg::R14 => &mut g.r14,
+            Reg::R15 => &mut g.r15,
+            Reg::Rip => &mut g.rip,
+        };
+        *slot = v;
+    }
+
+    pub fn ip(&self) -> u64 {
+        self.0.rip
+    }
+    pub fn sp(&self) -> u64 {
+        self.0.rsp
+    }
+
+    /// Moves the thread's program counter. `orig_rax = -1` keeps the kernel's syscall-restart logic from moving
+    /// rip back by two bytes when the thread was stopped inside a system call (gdb's amd64_linux_write_pc).
+    pub fn set_ip(&mut self, ip: u64) {
+        self.0.rip = ip;
+        self.0.orig_rax = u64::MAX;
+    }
+}
+
+impl std::fmt::Debug for Regs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rip={:#x} rsp={:#x} rax={:#x} rdi={:#x}",
+            self.0.rip, self.0.rsp, self.0.rax, self.0.rdi
+        )
+    }
+}

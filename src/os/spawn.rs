@@ -1,0 +1,108 @@
+//! Starting a command under the tracer (`syscatch -- CMD`): fork, stop, seize, exec, then run to the program's
+//! entry point, by which time the dynamic linker has mapped every library the program links against.
+
+use super::Tid;
+use super::mem::ProcMem;
+use super::ptrace::{self, Stop};
+use std::ffi::CString;
+
+/// Forks a child that stops itself, seizes it, lets it exec `argv`, and returns once the exec is done.
+pub fn fork_stopped(argv: &[CString]) -> Result<Tid, String> {
+    // SAFETY: syscatch is single-threaded here (the analysis thread starts later); the child only calls
+    // async-signal-safe functions (raise, execvp, write, _exit) before exec.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    if pid == 0 {
+        let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        // SAFETY: `ptrs` is a NULL-terminated array of pointers into `argv`, alive until exec or _exit.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            let msg = b"syscatch: cannot execute the command (not found or not executable)\n";
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::_exit(127);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: plain waitpid on our own child with a valid out-pointer.
+    unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) };
+    if !libc::WIFSTOPPED(status) {
+        return Err("the child did not start".into());
+    }
+    ptrace::seize(pid).map_err(|e| format!("cannot trace the child: {}", e.desc()))?;
+    // SAFETY: sending SIGCONT to our own stopped child.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    loop {
+        match ptrace::wait_for(pid, false) {
+            Ok(Some((_, Stop::Exec))) => return Ok(pid),
+            Ok(Some((_, Stop::Exited(code)))) => {
+                return Err(format!(
+                    "the command exited with status {code} before running"
+                ));
+            }
+            Ok(Some((_, Stop::Killed(sig)))) => {
+                return Err(format!("the command was killed by signal {sig}"));
+            }
+            Ok(Some((_, Stop::Signal(sig)))) => {
+                let _ = ptrace::cont(pid, if sig == libc::SIGSTOP { 0 } else { sig });
+            }
+            Ok(Some(_)) => {
+                let _ = ptrace::cont(pid, 0);
+            }
+            Ok(None) => {}
+            Err(e) => return Err(e.desc().into()),
+        }
+    }
+}
+
+/// The program's entry point from its auxiliary vector.
+fn entry_point(pid: Tid) -> Option<u64> {
+    let auxv = super::procfs::read_auxv(pid).ok()?;
+    auxv.chunks_exact(16).find_map(|c| {
+        let key = u64::from_le_bytes(c[..8].try_into().ok()?);
+        let val = u64::from_le_bytes(c[8..].try_into().ok()?);
+        (key == libc::AT_ENTRY).then_some(val)
+    })
+}
+
+/// Runs the freshly exec'd, single-threaded child to its entry point and leaves it stopped there.
+pub fn run_to_entry(pid: Tid) -> Result<(), String> {
+    let entry = entry_point(pid).ok_or("no entry point in the auxiliary vector")?;
+    let mem = ProcMem::open(pid).map_err(|e| e.to_string())?;
+    let mut orig = [0u8; 1];
+    mem.read_exact(entry, &mut orig)
+        .map_err(|e| e.to_string())?;
+    mem.write_all(entry, &[0xcc]).map_err(|e| e.to_string())?;
+    ptrace::cont(pid, 0).map_err(|e| e.desc().to_string())?;
+    loop {
+        match ptrace::wait_for(pid, false) {
+            Ok(Some((_, Stop::Signal(libc::SIGTRAP)))) => {
+                let mut regs = ptrace::get_regs(pid).map_err(|e| e.desc().to_string())?;
+                if regs.ip() == entry + 1 {
+                    mem.write_all(entry, &orig).map_err(|e| e.to_string())?;
+                    regs.set_ip(entry);
+                    ptrace::set_regs(pid, &regs).map_err(|e| e.desc().to_string())?;
+                    return Ok(());
+                }
+                let _ = ptrace::cont(pid, libc::SIGTRAP);
+            }
+            Ok(Some((_, Stop::Signal(sig)))) => {
+                let _ = ptrace::cont(pid, sig);
+            }
+            Ok(Some((_, Stop::Exited(code)))) => {
+                return Err(format!("the command exited with status {code}"));
+            }
+            Ok(Some((_, Stop::Killed(sig)))) => {
+                return Err(format!("the command was killed by signal {sig}"));
+            }
+            Ok(Some(_)) => {
+                let _ = ptrace::cont(pid, 0);
+            }
+            Ok(None) => {}
+            Err(e) => return Err(e.desc().into()),
+        }
+    }
+}

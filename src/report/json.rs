@@ -1,0 +1,85 @@
+//! JSON Lines: each line `{"type": ..., "data": ...}`; addresses are hex strings. Schema version in `summary`.
+
+use super::{Renderer, errno_name, errno_of, syscall_name};
+use crate::event::{End, Event, Summary};
+use crate::stack::{Frame, Stack};
+use serde_json::{Value, json};
+use std::io::Write;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+pub struct Json<W: Write> {
+    pub out: W,
+}
+
+pub fn hex(v: u64) -> String {
+    format!("{v:#x}")
+}
+
+pub fn frame_json(f: &Frame) -> Value {
+    json!({
+        "addr": hex(f.addr),
+        "module": f.module,
+        "function": f.function,
+        "offset": f.offset.map(hex),
+        "file": f.file,
+        "line": f.line,
+        "inlined": f.inlined,
+    })
+}
+
+pub fn event_json(ev: &Event, stack: Option<&Stack>) -> Value {
+    json!({
+        "time": ev.time,
+        "tid": ev.tid,
+        "syscall": syscall_name(ev.nr),
+        "nr": ev.nr,
+        "args": ev.args.iter().map(|&a| hex(a)).collect::<Vec<_>>(),
+        "ret": ev.ret.map(hex),
+        "errno": ev.ret.and_then(errno_of).map(errno_name),
+        "ret_missing": ev.ret_missing,
+        "stack": stack.map(|s| s.frames.iter().map(frame_json).collect::<Vec<_>>()),
+        "stack_truncated": stack.and_then(|s| s.truncated.clone()),
+    })
+}
+
+pub fn line(w: &mut impl Write, kind: &str, data: Value) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *w, &json!({"type": kind, "data": data}))?;
+    writeln!(w)
+}
+
+impl<W: Write> Renderer for Json<W> {
+    fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> std::io::Result<()> {
+        line(&mut self.out, "event", event_json(ev, stack))
+    }
+
+    fn summary(&mut self, s: &Summary) -> std::io::Result<()> {
+        let (end, status) = match &s.end {
+            Some(End::Duration) | None => ("duration", None),
+            Some(End::Signal(sig)) => ("signal", Some(*sig)),
+            Some(End::Exited(c)) => ("target_exited", Some(*c)),
+            Some(End::Killed(sig)) => ("target_killed", Some(*sig)),
+            Some(End::Exec) => ("target_exec", None),
+        };
+        line(
+            &mut self.out,
+            "summary",
+            json!({
+                "schema": SCHEMA_VERSION,
+                "end": end,
+                "end_value": status,
+                "duration": s.duration.as_secs_f64(),
+                "hits": s.hits,
+                "matching": s.matching,
+                "events_by_tid": s.events_by_tid.iter().map(|(t, n)| (t.to_string(), Value::from(*n))).collect::<serde_json::Map<_, _>>(),
+                "threads_seen": s.threads_seen,
+                "stopped_ms": s.stopped.as_secs_f64() * 1e3,
+                "slow_path": s.slow_path,
+                "forks_cleaned": s.forks_cleaned,
+                "signals_forwarded": s.signals_forwarded,
+                "warnings": s.warnings,
+            }),
+        )?;
+        self.out.flush()
+    }
+}

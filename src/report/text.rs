@@ -1,0 +1,103 @@
+//! Text output: one line per event (and its stack, indented), a summary for people.
+
+use super::{Renderer, decode, errno_name, errno_of, syscall_name};
+use crate::event::{End, Event, Summary};
+use crate::stack::{Frame, Stack};
+use std::io::Write;
+
+pub struct Text<W: Write, E: Write> {
+    pub out: W,
+    /// Where the summary goes (stderr).
+    pub err: E,
+}
+
+pub fn ret_text(ev: &Event) -> String {
+    match (ev.ret, &ev.ret_missing) {
+        (Some(r), _) => match errno_of(r) {
+            Some(e) => format!("-1 {}", errno_name(e)),
+            None => format!("{r:#x}"),
+        },
+        (None, Some(why)) => format!("? ({why})"),
+        (None, None) => "?".into(),
+    }
+}
+
+/// `function+0x12 (module) at file:line`, or `module+0x1234` when nothing else is known.
+pub fn frame_text(f: &Frame) -> String {
+    let mut s = match (&f.function, &f.module) {
+        (Some(func), Some(m)) => format!("{func}+{:#x} ({m})", f.offset.unwrap_or(0)),
+        (Some(func), None) => format!("{func}+{:#x}", f.offset.unwrap_or(0)),
+        (None, Some(m)) => format!("{m}+{:#x}", f.offset.unwrap_or(0)),
+        (None, None) => "??".into(),
+    };
+    if let (Some(file), Some(line)) = (&f.file, f.line) {
+        s.push_str(&format!(" at {file}:{line}"));
+    }
+    if f.inlined {
+        s.push_str(" [inlined]");
+    }
+    s
+}
+
+impl<W: Write, E: Write> Renderer for Text<W, E> {
+    fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> std::io::Result<()> {
+        writeln!(
+            self.out,
+            "{:>10.6} {:>7} {}({}) = {}",
+            ev.time,
+            ev.tid,
+            syscall_name(ev.nr),
+            decode::args(ev.nr, &ev.args),
+            ret_text(ev)
+        )?;
+        if let Some(stack) = stack {
+            for (i, f) in stack.frames.iter().enumerate() {
+                writeln!(self.out, "    #{i:<2} {:#018x} {}", f.addr, frame_text(f))?;
+            }
+            if let Some(why) = &stack.truncated {
+                writeln!(self.out, "    (stack truncated: {why})")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn summary(&mut self, s: &Summary) -> std::io::Result<()> {
+        self.out.flush()?;
+        let end = match &s.end {
+            Some(End::Duration) | None => "duration reached".to_string(),
+            Some(End::Signal(sig)) => format!("stopped by signal {sig}"),
+            Some(End::Exited(code)) => format!("target exited with status {code}"),
+            Some(End::Killed(sig)) => format!("target was killed by signal {sig}"),
+            Some(End::Exec) => "target called execve; the traced program is gone".into(),
+        };
+        let per_thread: Vec<String> = s
+            .events_by_tid
+            .iter()
+            .map(|(t, n)| format!("{t}:{n}"))
+            .collect();
+        writeln!(
+            self.err,
+            "syscatch: {end} after {:.3}s; {} hits, {} matching, {} events ({}); {} threads seen; \
+             threads stopped {:.3} ms in all (tracer side); {} slow step-overs; {} fork children cleaned; \
+             {} signals forwarded",
+            s.duration.as_secs_f64(),
+            s.hits,
+            s.matching,
+            s.events_by_tid.values().sum::<u64>(),
+            if per_thread.is_empty() {
+                "none".to_string()
+            } else {
+                format!("by tid {}", per_thread.join(" "))
+            },
+            s.threads_seen,
+            s.stopped.as_secs_f64() * 1e3,
+            s.slow_path,
+            s.forks_cleaned,
+            s.signals_forwarded,
+        )?;
+        for w in &s.warnings {
+            writeln!(self.err, "syscatch: WARNING: {w}")?;
+        }
+        Ok(())
+    }
+}

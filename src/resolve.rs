@@ -1,0 +1,104 @@
+//! From a live process to probe sites: which libc it mapped, whether the file read is the one mapped
+//! (build-id), where `syscall()` is at run time, and how to step over its first instruction.
+
+use crate::breakpoints::{self, Insn};
+use crate::modules::{self, Module, ModuleMap};
+use crate::os::mem::ProcMem;
+use crate::os::{Tid, procfs};
+use crate::procmaps::{self, Mapping};
+use crate::tracer::Site;
+use anyhow::{Context, Result, anyhow, bail};
+
+/// The process's maps, parsed.
+pub fn read_maps(pid: Tid) -> Result<Vec<Mapping>> {
+    let text = procfs::read_maps(pid).with_context(|| format!("cannot read /proc/{pid}/maps"))?;
+    Ok(procmaps::parse_maps(&text))
+}
+
+/// Whether a module's file name is glibc's (`libc.so.6`, `libc-2.31.so`).
+pub fn is_libc(path: &str) -> bool {
+    let name = modules::file_name(path);
+    name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so"))
+}
+
+/// Reads and parses a mapped module as the target sees it, and checks that the notes (build-id) mapped in
+/// memory are the file's, so a library replaced on disk is never trusted.
+pub fn read_module(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<Module> {
+    let data = procfs::read_mapped_file(pid, map.first.start, map.first.end, &map.path)
+        .with_context(|| format!("cannot read {} (mapped by process {pid})", map.path))?;
+    let module = Module::parse(map.clone(), data.into())?;
+    if let Some(mem) = mem {
+        for (addr, note) in module.notes() {
+            let mut got = vec![0u8; note.len()];
+            if mem.read_exact(addr, &mut got).is_ok() && got != note {
+                bail!(
+                    "{}: the file on disk is not the one mapped by process {pid} (build-id differs); \
+                     was it replaced after the process started?",
+                    map.path
+                );
+            }
+        }
+    }
+    Ok(module)
+}
+
+/// The libc mapped by the process.
+pub fn find_libc(maps: &[Mapping]) -> Option<ModuleMap> {
+    modules::group_modules(maps)
+        .into_iter()
+        .find(|m| is_libc(&m.path))
+}
+
+/// The site of a `syscall()`-style wrapper `symbol` in `module`, with its step-over plan from the file's bytes.
+pub fn wrapper_site(module: &Module, symbol: &str) -> Result<Site> {
+    let (addr, _) = module.find_symbol(symbol).ok_or_else(|| {
+        anyhow!(
+            "{}: no symbol `{symbol}` in its symbol tables; is this glibc?",
+            module.map.path
+        )
+    })?;
+    let code = module
+        .file_bytes(addr, 64)
+        .or_else(|| module.file_bytes(addr, 16))
+        .ok_or_else(|| {
+            anyhow!(
+                "{}: `{symbol}` at {addr:#x} is outside the file's segments",
+                module.map.path
+            )
+        })?;
+    let cs = breakpoints::disassembler().ok_or_else(|| anyhow!("capstone failed to initialise"))?;
+    let first = *breakpoints::decode(&cs, code, addr, 1)
+        .first()
+        .ok_or_else(|| {
+            anyhow!(
+                "{}: cannot decode the first instruction of `{symbol}`",
+                module.map.path
+            )
+        })?;
+    if first.insn.is_none() || first.insn == Some(Insn::Syscall) {
+        bail!(
+            "{}: the first instruction of `{symbol}` ({:02x?}) cannot be emulated, and no slower step-over is \
+             available yet",
+            module.map.path,
+            &code[..first.len as usize]
+        );
+    }
+    let syscall_at = breakpoints::decode(&cs, code, addr, 16)
+        .iter()
+        .find(|d| d.insn == Some(Insn::Syscall))
+        .map(|d| d.addr)
+        .ok_or_else(|| {
+            anyhow!(
+                "{}: no `syscall` instruction near the start of `{symbol}`",
+                module.map.path
+            )
+        })?;
+    let rest = breakpoints::plan_wrapper(&cs, code, addr).map(|p| p.prefix[1..].to_vec());
+    Ok(Site {
+        addr,
+        orig: code[0],
+        first,
+        rest,
+        syscall_at,
+    })
+}

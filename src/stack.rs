@@ -1,0 +1,23 @@
+//! The stack of one captured call, as reported: frames from innermost outwards, and why the walk stopped.
+//! Filled by the unwinder (addresses) and the symbolizer (names, lines).
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Frame {
+    /// The frame's pc: the first frame's exact rip, then return addresses.
+    pub addr: u64,
+    pub module: Option<String>,
+    pub function: Option<String>,
+    /// Offset of `addr` into `function`.
+    pub offset: Option<u64>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// An inlined call shown at the same address as the frame after it.
+    pub inlined: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stack {
+    pub frames: Vec<Frame>,
+    /// Why the unwind ended, when not at the outermost frame (`_start`, a thread's `clone3`).
+    pub truncated: Option<String>,
+}
