@@ -1,0 +1,277 @@
+//! Test harness: compiles testprogs once, starts targets that print their pid and ground truth and wait on
+//! stdin, and runs syscatch. Every read has a timeout, so a hang fails with context instead of blocking CI.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Fails loudly when tracing is impossible here (CI runs as root).
+pub fn require_ptrace() {
+    // SAFETY-free check: euid 0 or CAP_SYS_PTRACE in the effective set.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let is_root = status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    assert!(
+        is_root || cap_eff & (1 << 19) != 0,
+        "these tests trace real processes: run them as root or with CAP_SYS_PTRACE"
+    );
+}
+
+fn tmpdir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Compiles `testprogs/NAME.c` (once per test run) with `-O2 -fomit-frame-pointer -g` plus `extra` flags.
+pub fn testprog(name: &str) -> PathBuf {
+    testprog_with(name, &[])
+}
+
+pub fn testprog_with(name: &str, extra: &[&str]) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let key = format!("{name} {}", extra.join(" "));
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(&key) {
+        return p.clone();
+    }
+    let tag: String = extra.join("").chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    let out = tmpdir().join(format!("{name}{}{tag}", if tag.is_empty() { "" } else { "-" }));
+    let src = repo().join("testprogs").join(format!("{name}.c"));
+    let status = Command::new("gcc")
+        .args(["-O2", "-fomit-frame-pointer", "-g", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(extra)
+        .status()
+        .expect("gcc runs");
+    assert!(status.success(), "gcc failed on {}", src.display());
+    built.insert(key, out.clone());
+    out
+}
+
+/// Lines of a pipe, read by a thread, received with a timeout.
+pub struct Lines {
+    rx: Receiver<String>,
+    what: String,
+    pub seen: Vec<String>,
+}
+
+impl Lines {
+    pub fn new(r: impl std::io::Read + Send + 'static, what: &str) -> Lines {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { rx, what: what.to_string(), seen: Vec::new() }
+    }
+
+    /// The next line; panics after the timeout or at end of stream.
+    pub fn next(&mut self) -> String {
+        match self.rx.recv_timeout(TIMEOUT) {
+            Ok(l) => {
+                self.seen.push(l.clone());
+                l
+            }
+            Err(e) => panic!("{}: no line ({e:?}); so far: {:#?}", self.what, self.seen),
+        }
+    }
+
+    /// Lines up to and including the first that satisfies `pred`.
+    pub fn until(&mut self, pred: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            let l = self.next();
+            let done = pred(&l);
+            out.push(l);
+            if done {
+                return out;
+            }
+        }
+    }
+
+    /// Everything until the stream closes.
+    pub fn rest(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        let deadline = Instant::now() + TIMEOUT;
+        while let Ok(l) = self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            self.seen.push(l.clone());
+            out.push(l);
+        }
+        out
+    }
+}
+
+/// A target program under test: it prints `pid N` first, then talks over stdin/stdout.
+pub struct Target {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    pub out: Lines,
+    pub pid: i32,
+}
+
+impl Target {
+    pub fn start(prog: &Path, args: &[&str]) -> Target {
+        Self::start_cmd(Command::new(prog).args(args))
+    }
+
+    pub fn start_cmd(cmd: &mut Command) -> Target {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("target starts");
+        let stdin = child.stdin.take();
+        let mut out = Lines::new(child.stdout.take().unwrap(), "target stdout");
+        let first = out.next();
+        let pid = first.strip_prefix("pid ").and_then(|p| p.trim().parse().ok()).expect("target prints its pid first");
+        Target { child, stdin, out, pid }
+    }
+
+    pub fn send(&mut self, line: &str) {
+        let w = self.stdin.as_mut().expect("stdin open");
+        writeln!(w, "{line}").expect("target reads stdin");
+        w.flush().unwrap();
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Waits for the target's exit (bounded).
+    pub fn wait(mut self) -> ExitStatus {
+        self.stdin = None;
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "target {} did not exit", self.pid);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running syscatch.
+pub struct Syscatch {
+    pub child: Child,
+    pub out: Lines,
+    pub err: Lines,
+}
+
+pub fn syscatch_cmd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_syscatch"))
+}
+
+impl Syscatch {
+    pub fn start(args: &[&str]) -> Syscatch {
+        let mut child = syscatch_cmd()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("syscatch starts");
+        let out = Lines::new(child.stdout.take().unwrap(), "syscatch stdout");
+        let err = Lines::new(child.stderr.take().unwrap(), "syscatch stderr");
+        Syscatch { child, out, err }
+    }
+
+    /// Blocks until syscatch says it is attached and armed.
+    pub fn wait_attached(&mut self) {
+        self.err.until(|l| l.contains("attached to"));
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// Waits for exit; returns (status, stdout lines, stderr lines).
+    pub fn finish(mut self) -> (ExitStatus, Vec<String>, Vec<String>) {
+        let out = self.out.rest();
+        let mut err = std::mem::take(&mut self.err.seen);
+        err.extend(self.err.rest());
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "syscatch did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        (status, out, err)
+    }
+}
+
+/// Runs syscatch to completion with `args` (for bad-input cases).
+pub fn run_syscatch(args: &[&str]) -> (i32, String, String) {
+    let o = syscatch_cmd().args(args).stdin(Stdio::null()).output().expect("syscatch runs");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Parses `mmap ADDR LEN` ground-truth lines of a target.
+pub fn truth_mmaps(lines: &[String]) -> Vec<(u64, u64)> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let mut it = l.strip_prefix("mmap ")?.split_whitespace();
+            let a = u64::from_str_radix(it.next()?.trim_start_matches("0x"), 16).ok()?;
+            let n = it.next()?.parse().ok()?;
+            Some((a, n))
+        })
+        .collect()
+}
+
+/// Parses syscatch's JSON Lines output into values.
+pub fn json_lines(lines: &[String]) -> Vec<serde_json::Value> {
+    lines.iter().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).expect("valid JSON line")).collect()
+}
+
+/// The `(ret, len)` of each mmap event in JSON output.
+pub fn captured_mmaps(values: &[serde_json::Value]) -> Vec<(u64, u64)> {
+    values
+        .iter()
+        .filter(|v| v["type"] == "event" && v["data"]["syscall"] == "mmap")
+        .map(|v| {
+            let d = &v["data"];
+            let hex = |s: &serde_json::Value| u64::from_str_radix(s.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+            (hex(&d["ret"]), hex(&d["args"][1]))
+        })
+        .collect()
+}
+
+/// The bytes of `len` at `addr` in process `pid`.
+pub fn read_mem(pid: i32, addr: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut b = vec![0u8; len];
+    f.read_exact_at(&mut b, addr).unwrap();
+    b
+}

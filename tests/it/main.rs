@@ -1,0 +1,6 @@
+//! One integration-test binary: every test drives real target processes (testprogs/, compiled here) with the
+//! real `syscatch` binary and real ptrace. Tracing needs root or CAP_SYS_PTRACE; without it the tests fail
+//! loudly with the reason rather than skip.
+
+mod common;
+mod core;
