@@ -78,8 +78,7 @@ fn attach_error(pid: Tid, e: Errno) -> anyhow::Error {
 pub fn syscall_numbers(list: &[String]) -> Result<HashSet<u64>> {
     let mut set = HashSet::new();
     for s in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        let nr = syscalls::parse(s)
-            .ok_or_else(|| usage(format!("unknown syscall `{s}` (x86_64 names or numbers)")))?;
+        let nr = syscalls::parse(s).ok_or_else(|| usage(format!("unknown syscall `{s}` (x86_64 names or numbers)")))?;
         set.insert(nr);
     }
     if set.is_empty() {
@@ -116,8 +115,7 @@ pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Site> {
 fn event_writer(args: &TraceArgs, spawned: bool) -> Result<Box<dyn Write + Send>> {
     Ok(match &args.output {
         Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path)
-                .with_context(|| format!("cannot create {}", path.display()))?,
+            std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
         )),
         None if spawned => Box::new(std::io::stderr()),
         None => Box::new(std::io::BufWriter::new(std::io::stdout())),
@@ -134,10 +132,7 @@ impl Sink for ChannelSink {
 }
 
 /// Renders events as they arrive; returns the renderer for the summary.
-fn analysis(
-    rx: mpsc::Receiver<Event>,
-    mut r: Box<dyn Renderer + Send>,
-) -> Box<dyn Renderer + Send> {
+fn analysis(rx: mpsc::Receiver<Event>, mut r: Box<dyn Renderer + Send>) -> Box<dyn Renderer + Send> {
     for ev in rx {
         let stack: Option<Stack> = None;
         if r.event(&ev, stack.as_ref()).is_err() {
@@ -155,13 +150,11 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
     }
     match (args.pid, args.cmd.is_empty()) {
         (Some(_), false) => Err(usage("give either --pid or a command after --, not both")),
-        (None, true) => Err(usage(
-            "nothing to trace: give --pid N, or a command after --",
-        )),
+        (None, true) => Err(usage("nothing to trace: give --pid N, or a command after --")),
         (Some(pid), true) => {
             check_target(pid)?;
-            let mem = crate::os::mem::ProcMem::open(pid)
-                .map_err(|e| anyhow!("cannot open process {pid}'s memory: {e}"))?;
+            let mem =
+                crate::os::mem::ProcMem::open(pid).map_err(|e| anyhow!("cannot open process {pid}'s memory: {e}"))?;
             let site = syscall_site(pid, &mem)?;
             drop(mem);
             let end = run_trace(args, numbers, site, Start::Attach(pid))?;
@@ -222,12 +215,8 @@ fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Site, start: Start) 
     let end;
     {
         let mut tracer = match start {
-            Start::Attach(_) => {
-                Tracer::attach(cfg, site, &mut sink).map_err(|e| attach_error(pid, e))?
-            }
-            Start::Adopt(_) => {
-                Tracer::adopt(cfg, site, &mut sink).map_err(|e| attach_error(pid, e))?
-            }
+            Start::Attach(_) => Tracer::attach(cfg, site, &mut sink).map_err(|e| attach_error(pid, e))?,
+            Start::Adopt(_) => Tracer::adopt(cfg, site, &mut sink).map_err(|e| attach_error(pid, e))?,
         };
         tracer.arm().map_err(|e| anyhow!("process {pid}: {e}"))?;
         eprintln!(
@@ -242,9 +231,7 @@ fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Site, start: Start) 
         summary = tracer.summary.clone();
     }
     drop(sink);
-    let mut renderer = worker
-        .join()
-        .map_err(|_| anyhow!("the analysis thread panicked"))?;
+    let mut renderer = worker.join().map_err(|_| anyhow!("the analysis thread panicked"))?;
     renderer.summary(&summary)?;
     if args.json {
         // People still want the one-line summary on stderr.
@@ -265,8 +252,7 @@ fn spawn_stopped(cmd: &[String]) -> Result<Tid> {
         .map(|a| CString::new(a.as_bytes()))
         .collect::<Result<_, _>>()
         .map_err(|_| usage("the command contains a NUL byte"))?;
-    let pid = crate::os::spawn::fork_stopped(&argv)
-        .map_err(|e| anyhow!("cannot start {}: {e}", cmd[0]))?;
+    let pid = crate::os::spawn::fork_stopped(&argv).map_err(|e| anyhow!("cannot start {}: {e}", cmd[0]))?;
     Ok(pid)
 }
 

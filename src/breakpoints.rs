@@ -43,12 +43,7 @@ pub trait Memory {
 }
 
 pub fn disassembler() -> Option<Capstone> {
-    Capstone::new()
-        .x86()
-        .mode(ArchMode::Mode64)
-        .detail(true)
-        .build()
-        .ok()
+    Capstone::new().x86().mode(ArchMode::Mode64).detail(true).build().ok()
 }
 
 fn reg64(cs: &Capstone, id: RegId) -> Option<Reg> {
@@ -200,9 +195,8 @@ mod tests {
 
     /// glibc 2.36's `syscall()`: six register moves, a stack load, then `syscall`.
     const GLIBC_SYSCALL: &[u8] = &[
-        0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca, 0x4d, 0x89, 0xc2,
-        0x4d, 0x89, 0xc8, 0x4c, 0x8b, 0x4c, 0x24, 0x08, 0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff,
-        0xff,
+        0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca, 0x4d, 0x89, 0xc2, 0x4d, 0x89, 0xc8,
+        0x4c, 0x8b, 0x4c, 0x24, 0x08, 0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff, 0xff,
     ];
 
     #[test]
@@ -231,18 +225,10 @@ mod tests {
             emulate(d, &mut r, &mem).unwrap();
         }
         assert_eq!(r.ip(), 0x1017);
-        let got: Vec<u64> = [
-            Reg::Rax,
-            Reg::Rdi,
-            Reg::Rsi,
-            Reg::Rdx,
-            Reg::R10,
-            Reg::R8,
-            Reg::R9,
-        ]
-        .iter()
-        .map(|&g| r.get(g))
-        .collect();
+        let got: Vec<u64> = [Reg::Rax, Reg::Rdi, Reg::Rsi, Reg::Rdx, Reg::R10, Reg::R8, Reg::R9]
+            .iter()
+            .map(|&g| r.get(g))
+            .collect();
         assert_eq!(got, [100, 101, 102, 103, 104, 105, 106]);
         assert_eq!(r.0.orig_rax, u64::MAX);
     }
@@ -252,8 +238,8 @@ mod tests {
         let cs = disassembler().unwrap();
         // endbr64; push %rbp; sub $0x18,%rsp; lea 0x10(%rip),%rax; add $8,%rsp; call ...
         let code = [
-            0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x83, 0xec, 0x18, 0x48, 0x8d, 0x05, 0x10, 0x00,
-            0x00, 0x00, 0x48, 0x83, 0xc4, 0x08, 0xe8, 0, 0, 0, 0,
+            0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x83, 0xec, 0x18, 0x48, 0x8d, 0x05, 0x10, 0x00, 0x00, 0x00, 0x48, 0x83,
+            0xc4, 0x08, 0xe8, 0, 0, 0, 0,
         ];
         let d = decode(&cs, &code, 0x2000, 6);
         let kinds: Vec<Option<Insn>> = d.iter().map(|d| d.insn).collect();

@@ -146,9 +146,7 @@ pub struct DemoArgs {
 /// Parses `500ms`, `10s`, `2m`, `1h`, or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: f64 = num
         .parse()
@@ -159,9 +157,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" => n * 60.0,
         "h" => n * 3600.0,
         _ => {
-            return Err(format!(
-                "bad duration `{s}`: unknown unit `{unit}` (use ms, s, m or h)"
-            ));
+            return Err(format!("bad duration `{s}`: unknown unit `{unit}` (use ms, s, m or h)"));
         }
     };
     if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
@@ -188,25 +184,13 @@ mod tests {
 
     #[test]
     fn trace_and_subcommands() {
-        let c = Cli::try_parse_from([
-            "syscatch",
-            "--pid",
-            "5",
-            "--syscall",
-            "mmap,munmap",
-            "--for",
-            "1s",
-        ])
-        .unwrap();
+        let c = Cli::try_parse_from(["syscatch", "--pid", "5", "--syscall", "mmap,munmap", "--for", "1s"]).unwrap();
         assert_eq!(c.trace.pid, Some(5));
         assert_eq!(c.trace.syscall, ["mmap", "munmap"]);
         let c = Cli::try_parse_from(["syscatch", "--json", "--", "ls", "-l"]).unwrap();
         assert_eq!(c.trace.cmd, ["ls", "-l"]);
         let c = Cli::try_parse_from(["syscatch", "stack", "--pid", "7"]).unwrap();
-        assert!(matches!(
-            c.command,
-            Some(Command::Stack(StackArgs { pid: 7, .. }))
-        ));
+        assert!(matches!(c.command, Some(Command::Stack(StackArgs { pid: 7, .. }))));
         assert!(Cli::try_parse_from(["syscatch", "--for", "soon"]).is_err());
     }
 }

@@ -6,6 +6,7 @@
 pub mod app;
 pub mod breakpoints;
 pub mod cli;
+pub mod commands;
 pub mod event;
 pub mod modules;
 pub mod os;

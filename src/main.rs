@@ -4,17 +4,17 @@
 use clap::Parser;
 use syscatch::app::{self, UsageError};
 use syscatch::cli::{Cli, Command};
+use syscatch::commands;
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         None => app::trace(&cli.trace),
-        Some(Command::Demo(_))
-        | Some(Command::Stack(_))
-        | Some(Command::Mem(_))
-        | Some(Command::Hooks(_)) => Err(app::usage("this subcommand is not available yet")),
-        Some(Command::Run(_)) | Some(Command::Check(_)) => {
-            Err(app::usage("probe scripts are not available yet"))
-        }
+        Some(Command::Stack(a)) => commands::stack::run(&a),
+        Some(Command::Mem(a)) => commands::mem::run(&a),
+        Some(Command::Hooks(a)) => commands::hooks::run(&a),
+        Some(Command::Run(a)) => commands::probe::run(&a),
+        Some(Command::Check(a)) => commands::probe::check(&a),
+        Some(Command::Demo(a)) => commands::demo::run(&a),
     }
 }
 
@@ -24,11 +24,7 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("syscatch: {e:#}");
-            std::process::exit(if e.downcast_ref::<UsageError>().is_some() {
-                2
-            } else {
-                1
-            });
+            std::process::exit(if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 });
         }
     }
 }

@@ -106,9 +106,7 @@ impl Module {
     pub fn file_bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
         let file = object::File::parse(&*self.data).ok()?;
         let stated = addr.checked_sub(self.bias)?;
-        let bytes = file
-            .segments()
-            .find_map(|s| s.data_range(stated, len).ok().flatten())?;
+        let bytes = file.segments().find_map(|s| s.data_range(stated, len).ok().flatten())?;
         // Re-borrow from self.data: the slice points into it.
         let start = bytes.as_ptr() as usize - self.data.as_ptr() as usize;
         self.data.get(start..start + bytes.len())
@@ -162,11 +160,7 @@ mod tests {
         let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
         let me = std::fs::read_link("/proc/self/exe").unwrap();
         let g = group_modules(&maps);
-        let m = g
-            .iter()
-            .find(|m| m.path == me.to_str().unwrap())
-            .unwrap()
-            .clone();
+        let m = g.iter().find(|m| m.path == me.to_str().unwrap()).unwrap().clone();
         let module = Module::parse(m, exe.into()).unwrap();
         let here = bias_of_own_executable as *const () as u64;
         assert!(module.map.start <= here && here < module.map.end);

@@ -44,9 +44,7 @@ pub fn read_module(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<M
 
 /// The libc mapped by the process.
 pub fn find_libc(maps: &[Mapping]) -> Option<ModuleMap> {
-    modules::group_modules(maps)
-        .into_iter()
-        .find(|m| is_libc(&m.path))
+    modules::group_modules(maps).into_iter().find(|m| is_libc(&m.path))
 }
 
 /// The site of a `syscall()`-style wrapper `symbol` in `module`, with its step-over plan from the file's bytes.
@@ -69,12 +67,7 @@ pub fn wrapper_site(module: &Module, symbol: &str) -> Result<Site> {
     let cs = breakpoints::disassembler().ok_or_else(|| anyhow!("capstone failed to initialise"))?;
     let first = *breakpoints::decode(&cs, code, addr, 1)
         .first()
-        .ok_or_else(|| {
-            anyhow!(
-                "{}: cannot decode the first instruction of `{symbol}`",
-                module.map.path
-            )
-        })?;
+        .ok_or_else(|| anyhow!("{}: cannot decode the first instruction of `{symbol}`", module.map.path))?;
     if first.insn.is_none() || first.insn == Some(Insn::Syscall) {
         bail!(
             "{}: the first instruction of `{symbol}` ({:02x?}) cannot be emulated, and no slower step-over is \

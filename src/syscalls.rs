@@ -368,10 +368,7 @@ pub const TABLE: &[(u64, &str)] = &[
 
 /// The name of syscall `nr`, if it has one.
 pub fn name(nr: u64) -> Option<&'static str> {
-    TABLE
-        .binary_search_by_key(&nr, |&(n, _)| n)
-        .ok()
-        .map(|i| TABLE[i].1)
+    TABLE.binary_search_by_key(&nr, |&(n, _)| n).ok().map(|i| TABLE[i].1)
 }
 
 /// The number of a syscall given by name (`mmap`) or by number (`9`).

@@ -103,8 +103,7 @@ impl<'a> Tracer<'a> {
     /// from birth), rescanning `/proc/PID/task` until a pass finds no new thread.
     pub fn attach(cfg: Config, site: Site, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
         let pid = cfg.pid;
-        let mem = ProcMem::open(pid)
-            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+        let mem = ProcMem::open(pid).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
         let mut t = Tracer {
             cfg,
             mem,
@@ -153,8 +152,7 @@ impl<'a> Tracer<'a> {
     /// Adopts a process that was seized and stopped by the caller (the `-- CMD` path).
     pub fn adopt(cfg: Config, site: Site, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
         let pid = cfg.pid;
-        let mem = ProcMem::open(pid)
-            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+        let mem = ProcMem::open(pid).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
         let mut t = Tracer {
             cfg,
             mem,
@@ -245,10 +243,10 @@ impl<'a> Tracer<'a> {
     }
 
     fn ended(&self) -> Option<End> {
-        if let Some(e) = &self.leader_status {
-            if matches!(e, End::Exec) || self.threads.values().all(|t| t.shared_child) {
-                return Some(e.clone());
-            }
+        if let Some(e) = &self.leader_status
+            && (matches!(e, End::Exec) || self.threads.values().all(|t| t.shared_child))
+        {
+            return Some(e.clone());
         }
         if self.threads.is_empty() {
             return Some(self.leader_status.clone().unwrap_or(End::Exited(0)));
@@ -277,10 +275,7 @@ impl<'a> Tracer<'a> {
     }
 
     fn resume(&mut self, tid: Tid, sig: i32) {
-        let stepping = matches!(
-            self.threads.get(&tid).map(|t| &t.state),
-            Some(State::Stepping(_))
-        );
+        let stepping = matches!(self.threads.get(&tid).map(|t| &t.state), Some(State::Stepping(_)));
         let r = if stepping {
             ptrace::step(tid, sig)
         } else {
@@ -334,11 +329,11 @@ impl<'a> Tracer<'a> {
     }
 
     fn gone(&mut self, tid: Tid, how: End) {
-        if let Some(t) = self.threads.remove(&tid) {
-            if let State::Stepping(mut ev) = t.state {
-                ev.ret_missing = Some("the thread exited during the call".into());
-                self.emit(*ev);
-            }
+        if let Some(t) = self.threads.remove(&tid)
+            && let State::Stepping(mut ev) = t.state
+        {
+            ev.ret_missing = Some("the thread exited during the call".into());
+            self.emit(*ev);
         }
         if tid == self.cfg.pid {
             self.leader_status = Some(how);
@@ -357,8 +352,7 @@ impl<'a> Tracer<'a> {
         let thread = self.threads.get_mut(&tid).expect("known thread");
         if let State::Stepping(_) = thread.state {
             if regs.ip() == self.site.syscall_at + 2 {
-                let State::Stepping(mut ev) = std::mem::replace(&mut thread.state, State::Running)
-                else {
+                let State::Stepping(mut ev) = std::mem::replace(&mut thread.state, State::Running) else {
                     unreachable!()
                 };
                 ev.ret = Some(regs.0.rax);
@@ -387,9 +381,7 @@ impl<'a> Tracer<'a> {
                 stack: &[],
                 mem: &self.mem,
             };
-            if breakpoints::emulate(&self.site.first, &mut regs, &m).is_some()
-                && ptrace::set_regs(tid, &regs).is_ok()
-            {
+            if breakpoints::emulate(&self.site.first, &mut regs, &m).is_some() && ptrace::set_regs(tid, &regs).is_ok() {
                 self.summary.stopped += seen.elapsed();
                 self.resume(tid, 0);
             }
@@ -430,7 +422,7 @@ impl<'a> Tracer<'a> {
         } else {
             self.summary.slow_path += 1;
         }
-        let capture = (self.cfg.stack_bytes > 0).then(|| StackCapture {
+        let capture = (self.cfg.stack_bytes > 0).then_some(StackCapture {
             regs: entry,
             stack,
             asked: self.cfg.stack_bytes,
@@ -464,21 +456,17 @@ impl<'a> Tracer<'a> {
     /// matching call is being stepped ends that step first: the return value is known only if the syscall
     /// instruction already completed.
     fn on_signal(&mut self, tid: Tid, sig: i32) {
-        if let Some(t) = self.threads.get_mut(&tid) {
-            if let State::Stepping(_) = t.state {
-                let State::Stepping(mut ev) = std::mem::replace(&mut t.state, State::Running)
-                else {
-                    unreachable!()
-                };
-                match ptrace::get_regs(tid) {
-                    Ok(r) if r.ip() == self.site.syscall_at + 2 => ev.ret = Some(r.0.rax),
-                    _ => {
-                        ev.ret_missing =
-                            Some(format!("signal {sig} arrived before the call returned"))
-                    }
-                }
-                self.emit(*ev);
+        if let Some(t) = self.threads.get_mut(&tid)
+            && let State::Stepping(_) = t.state
+        {
+            let State::Stepping(mut ev) = std::mem::replace(&mut t.state, State::Running) else {
+                unreachable!()
+            };
+            match ptrace::get_regs(tid) {
+                Ok(r) if r.ip() == self.site.syscall_at + 2 => ev.ret = Some(r.0.rax),
+                _ => ev.ret_missing = Some(format!("signal {sig} arrived before the call returned")),
             }
+            self.emit(*ev);
         }
         self.resume(tid, sig);
     }
@@ -514,10 +502,10 @@ impl<'a> Tracer<'a> {
             return;
         }
         // fork: the child has its own copy of the int3; put the file's byte back before it runs.
-        if self.armed {
-            if let Ok(child_mem) = ProcMem::open(new) {
-                let _ = child_mem.write_all(self.site.addr, &[self.site.orig]);
-            }
+        if self.armed
+            && let Ok(child_mem) = ProcMem::open(new)
+        {
+            let _ = child_mem.write_all(self.site.addr, &[self.site.orig]);
         }
         self.summary.forks_cleaned += 1;
         let _ = ptrace::detach(new, 0);
@@ -535,10 +523,10 @@ impl<'a> Tracer<'a> {
         // thread now has the leader's id; other threads report their exit.
         self.armed = false;
         self.threads.retain(|&t, th| t == tid || th.shared_child);
-        if tid != self.cfg.pid {
-            if let Some(th) = self.threads.remove(&tid) {
-                self.threads.insert(self.cfg.pid, th);
-            }
+        if tid != self.cfg.pid
+            && let Some(th) = self.threads.remove(&tid)
+        {
+            self.threads.insert(self.cfg.pid, th);
         }
         self.leader_status = Some(End::Exec);
         if let Some(th) = self.threads.get_mut(&self.cfg.pid) {
@@ -560,12 +548,7 @@ impl<'a> Tracer<'a> {
             }
         }
         let give_up = Instant::now() + Duration::from_secs(10);
-        while self
-            .threads
-            .values()
-            .any(|t| !matches!(t.state, State::Held { .. }))
-            && Instant::now() < give_up
-        {
+        while self.threads.values().any(|t| !matches!(t.state, State::Held { .. })) && Instant::now() < give_up {
             match ptrace::wait_any(false) {
                 Ok(Some((tid, stop))) => self.hold(tid, stop),
                 Ok(None) => {}
@@ -577,7 +560,9 @@ impl<'a> Tracer<'a> {
             match self.mem.read_exact(self.site.addr, &mut b) {
                 Ok(()) if b[0] == INT3 => {
                     if let Err(e) = self.mem.write_all(self.site.addr, &[self.site.orig]) {
-                        self.summary.warnings.push(format!("could not restore the byte at {:#x}: {e}", self.site.addr));
+                        self.summary
+                            .warnings
+                            .push(format!("could not restore the byte at {:#x}: {e}", self.site.addr));
                     }
                 }
                 Ok(()) => self.summary.warnings.push(format!(
@@ -616,11 +601,11 @@ impl<'a> Tracer<'a> {
         if pending && ptrace::cont(tid, 0).is_ok() {
             let _ = ptrace::wait_for(tid, false);
         }
-        if let Ok(mut r) = ptrace::get_regs(tid) {
-            if r.ip().wrapping_sub(1) == self.site.addr {
-                r.set_ip(self.site.addr);
-                let _ = ptrace::set_regs(tid, &r);
-            }
+        if let Ok(mut r) = ptrace::get_regs(tid)
+            && r.ip().wrapping_sub(1) == self.site.addr
+        {
+            r.set_ip(self.site.addr);
+            let _ = ptrace::set_regs(tid, &r);
         }
         0
     }
@@ -647,13 +632,11 @@ impl<'a> Tracer<'a> {
                 let stepping = matches!(self.threads[&tid].state, State::Stepping(_));
                 match regs {
                     Ok(r) if stepping && r.ip() == self.site.syscall_at + 2 => {
-                        if let Some(t) = self.threads.get_mut(&tid) {
-                            if let State::Stepping(mut ev) =
-                                std::mem::replace(&mut t.state, State::Running)
-                            {
-                                ev.ret = Some(r.0.rax);
-                                self.emit(*ev);
-                            }
+                        if let Some(t) = self.threads.get_mut(&tid)
+                            && let State::Stepping(mut ev) = std::mem::replace(&mut t.state, State::Running)
+                        {
+                            ev.ret = Some(r.0.rax);
+                            self.emit(*ev);
                         }
                     }
                     Ok(mut r) if self.armed && r.ip().wrapping_sub(1) == self.site.addr => {

@@ -6,10 +6,8 @@ use super::regs::Regs;
 use nix::errno::Errno;
 
 /// Options set on every seized thread. Never PTRACE_O_EXITKILL: the target must outlive the tracer.
-pub const OPTIONS: libc::c_int = libc::PTRACE_O_TRACECLONE
-    | libc::PTRACE_O_TRACEFORK
-    | libc::PTRACE_O_TRACEVFORK
-    | libc::PTRACE_O_TRACEEXEC;
+pub const OPTIONS: libc::c_int =
+    libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEFORK | libc::PTRACE_O_TRACEVFORK | libc::PTRACE_O_TRACEEXEC;
 
 /// Why a traced thread stopped, or that it is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,25 +32,14 @@ pub enum Stop {
 }
 
 fn check(ret: libc::c_long) -> Result<libc::c_long, Errno> {
-    if ret == -1 {
-        Err(Errno::last())
-    } else {
-        Ok(ret)
-    }
+    if ret == -1 { Err(Errno::last()) } else { Ok(ret) }
 }
 
 fn raw(req: libc::c_uint, tid: Tid, addr: usize, data: usize) -> Result<libc::c_long, Errno> {
     Errno::clear();
     // SAFETY: every request passed here takes integer addr/data or a pointer to a live, correctly sized buffer
     // owned by the caller for the duration of the call.
-    check(unsafe {
-        libc::ptrace(
-            req,
-            tid,
-            addr as *mut libc::c_void,
-            data as *mut libc::c_void,
-        )
-    })
+    check(unsafe { libc::ptrace(req, tid, addr as *mut libc::c_void, data as *mut libc::c_void) })
 }
 
 pub fn seize(tid: Tid) -> Result<(), Errno> {
@@ -95,23 +82,13 @@ pub fn set_regs(tid: Tid, regs: &Regs) -> Result<(), Errno> {
 pub fn sig_code(tid: Tid) -> Result<i32, Errno> {
     // SAFETY: siginfo_t is plain data; all-zero is valid, and GETSIGINFO fills at most its size.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    raw(
-        libc::PTRACE_GETSIGINFO,
-        tid,
-        0,
-        &mut info as *mut _ as usize,
-    )?;
+    raw(libc::PTRACE_GETSIGINFO, tid, 0, &mut info as *mut _ as usize)?;
     Ok(info.si_code)
 }
 
 fn event_msg(tid: Tid) -> Result<u64, Errno> {
     let mut msg: libc::c_ulong = 0;
-    raw(
-        libc::PTRACE_GETEVENTMSG,
-        tid,
-        0,
-        &mut msg as *mut _ as usize,
-    )?;
+    raw(libc::PTRACE_GETEVENTMSG, tid, 0, &mut msg as *mut _ as usize)?;
     Ok(msg)
 }
 
@@ -164,15 +141,6 @@ fn decode(tid: Tid, status: i32) -> Stop {
 pub fn same_vm(a: Tid, b: Tid) -> bool {
     const KCMP_VM: libc::c_long = 1;
     // SAFETY: kcmp takes only integers and reads nothing from our memory.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_kcmp,
-            a as libc::c_long,
-            b as libc::c_long,
-            KCMP_VM,
-            0,
-            0,
-        )
-    };
+    let r = unsafe { libc::syscall(libc::SYS_kcmp, a as libc::c_long, b as libc::c_long, KCMP_VM, 0, 0) };
     r == 0
 }

@@ -39,9 +39,7 @@ pub fn fork_stopped(argv: &[CString]) -> Result<Tid, String> {
         match ptrace::wait_for(pid, false) {
             Ok(Some((_, Stop::Exec))) => return Ok(pid),
             Ok(Some((_, Stop::Exited(code)))) => {
-                return Err(format!(
-                    "the command exited with status {code} before running"
-                ));
+                return Err(format!("the command exited with status {code} before running"));
             }
             Ok(Some((_, Stop::Killed(sig)))) => {
                 return Err(format!("the command was killed by signal {sig}"));
@@ -73,8 +71,7 @@ pub fn run_to_entry(pid: Tid) -> Result<(), String> {
     let entry = entry_point(pid).ok_or("no entry point in the auxiliary vector")?;
     let mem = ProcMem::open(pid).map_err(|e| e.to_string())?;
     let mut orig = [0u8; 1];
-    mem.read_exact(entry, &mut orig)
-        .map_err(|e| e.to_string())?;
+    mem.read_exact(entry, &mut orig).map_err(|e| e.to_string())?;
     mem.write_all(entry, &[0xcc]).map_err(|e| e.to_string())?;
     ptrace::cont(pid, 0).map_err(|e| e.desc().to_string())?;
     loop {

@@ -19,11 +19,7 @@ const MAP: &[(u64, &str)] = &[
     (0x80000, "MAP_SYNC"),
     (0x100000, "MAP_FIXED_NOREPLACE"),
 ];
-const MREMAP: &[(u64, &str)] = &[
-    (1, "MREMAP_MAYMOVE"),
-    (2, "MREMAP_FIXED"),
-    (4, "MREMAP_DONTUNMAP"),
-];
+const MREMAP: &[(u64, &str)] = &[(1, "MREMAP_MAYMOVE"), (2, "MREMAP_FIXED"), (4, "MREMAP_DONTUNMAP")];
 
 fn flags(v: u64, table: &[(u64, &str)], none: &str) -> String {
     let mut names = Vec::new();
@@ -87,11 +83,7 @@ pub fn args(nr: u64, a: &[u64; 6]) -> String {
         ),
         12 => format!("addr={:#x}", a[0]),
         28 => format!("addr={:#x}, len={}, advice={}", a[0], a[1], a[2]),
-        _ => a
-            .iter()
-            .map(|v| format!("{v:#x}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        _ => a.iter().map(|v| format!("{v:#x}")).collect::<Vec<_>>().join(", "),
     }
 }
 
@@ -106,15 +98,9 @@ mod tests {
             "addr=0x0, len=4096, prot=PROT_READ|PROT_WRITE, flags=MAP_PRIVATE|MAP_ANONYMOUS, fd=-1, off=0x0"
         );
         assert_eq!(
-            args(9, &[0, 1, 0, 0x40_0000_0001, 3, 0])
-                .split(", ")
-                .nth(3)
-                .unwrap(),
+            args(9, &[0, 1, 0, 0x40_0000_0001, 3, 0]).split(", ").nth(3).unwrap(),
             "flags=MAP_SHARED|0x4000000000"
         );
-        assert_eq!(
-            args(39, &[1, 2, 0, 0, 0, 0]),
-            "0x1, 0x2, 0x0, 0x0, 0x0, 0x0"
-        );
+        assert_eq!(args(39, &[1, 2, 0, 0, 0, 0]), "0x1, 0x2, 0x0, 0x0, 0x0, 0x0");
     }
 }

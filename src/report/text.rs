@@ -70,11 +70,7 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             Some(End::Killed(sig)) => format!("target was killed by signal {sig}"),
             Some(End::Exec) => "target called execve; the traced program is gone".into(),
         };
-        let per_thread: Vec<String> = s
-            .events_by_tid
-            .iter()
-            .map(|(t, n)| format!("{t}:{n}"))
-            .collect();
+        let per_thread: Vec<String> = s.events_by_tid.iter().map(|(t, n)| format!("{t}:{n}")).collect();
         writeln!(
             self.err,
             "syscatch: {end} after {:.3}s; {} hits, {} matching, {} events ({}); {} threads seen; \

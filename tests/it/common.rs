@@ -22,7 +22,9 @@ pub fn require_ptrace() {
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(0);
-    let is_root = status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    let is_root = status
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
     assert!(
         is_root || cap_eff & (1 << 19) != 0,
         "these tests trace real processes: run them as root or with CAP_SYS_PTRACE"
@@ -45,7 +47,10 @@ pub fn testprog(name: &str) -> PathBuf {
 pub fn testprog_with(name: &str, extra: &[&str]) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let key = format!("{name} {}", extra.join(" "));
-    let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if let Some(p) = built.get(&key) {
         return p.clone();
     }
@@ -82,7 +87,11 @@ impl Lines {
                 }
             }
         });
-        Lines { rx, what: what.to_string(), seen: Vec::new() }
+        Lines {
+            rx,
+            what: what.to_string(),
+            seen: Vec::new(),
+        }
     }
 
     /// The next line; panics after the timeout or at end of stream.
@@ -135,11 +144,18 @@ impl Target {
     }
 
     pub fn start_cmd(cmd: &mut Command) -> Target {
-        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("target starts");
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("target starts");
         let stdin = child.stdin.take();
         let mut out = Lines::new(child.stdout.take().unwrap(), "target stdout");
         let first = out.next();
-        let pid = first.strip_prefix("pid ").and_then(|p| p.trim().parse().ok()).expect("target prints its pid first");
+        let pid = first
+            .strip_prefix("pid ")
+            .and_then(|p| p.trim().parse().ok())
+            .expect("target prints its pid first");
         Target { child, stdin, out, pid }
     }
 
@@ -228,7 +244,11 @@ impl Syscatch {
 
 /// Runs syscatch to completion with `args` (for bad-input cases).
 pub fn run_syscatch(args: &[&str]) -> (i32, String, String) {
-    let o = syscatch_cmd().args(args).stdin(Stdio::null()).output().expect("syscatch runs");
+    let o = syscatch_cmd()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("syscatch runs");
     (
         o.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -251,7 +271,11 @@ pub fn truth_mmaps(lines: &[String]) -> Vec<(u64, u64)> {
 
 /// Parses syscatch's JSON Lines output into values.
 pub fn json_lines(lines: &[String]) -> Vec<serde_json::Value> {
-    lines.iter().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).expect("valid JSON line")).collect()
+    lines
+        .iter()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("valid JSON line"))
+        .collect()
 }
 
 /// The `(ret, len)` of each mmap event in JSON output.
@@ -261,7 +285,8 @@ pub fn captured_mmaps(values: &[serde_json::Value]) -> Vec<(u64, u64)> {
         .filter(|v| v["type"] == "event" && v["data"]["syscall"] == "mmap")
         .map(|v| {
             let d = &v["data"];
-            let hex = |s: &serde_json::Value| u64::from_str_radix(s.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+            let hex =
+                |s: &serde_json::Value| u64::from_str_radix(s.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
             (hex(&d["ret"]), hex(&d["args"][1]))
         })
         .collect()

@@ -5,7 +5,10 @@ use crate::common::*;
 
 /// The breakpoint address syscatch reports in its "attached" line.
 fn site_of(err: &[String]) -> u64 {
-    let l = err.iter().find(|l| l.contains("breakpoint on syscall() at")).expect("attached line");
+    let l = err
+        .iter()
+        .find(|l| l.contains("breakpoint on syscall() at"))
+        .expect("attached line");
     u64::from_str_radix(l.rsplit("0x").next().unwrap().trim(), 16).unwrap()
 }
 
@@ -48,9 +51,17 @@ fn captures_every_mmap_of_every_thread_exactly() {
     let mut want = truth.clone();
     got.sort();
     want.sort();
-    assert_eq!(got, want, "every matching call captured exactly once with its address and length");
+    assert_eq!(
+        got, want,
+        "every matching call captured exactly once with its address and length"
+    );
     // Nothing else was reported: getpid and futex went through syscall() too, glibc mmap() did not.
-    assert!(values.iter().filter(|v| v["type"] == "event").all(|v| v["data"]["syscall"] == "mmap"));
+    assert!(
+        values
+            .iter()
+            .filter(|v| v["type"] == "event")
+            .all(|v| v["data"]["syscall"] == "mmap")
+    );
     let summary = values.last().unwrap();
     assert_eq!(summary["type"], "summary");
     assert_eq!(summary["data"]["end"], "signal");
