@@ -45,9 +45,11 @@ enum State {
     Running,
     /// A matching call is being stepped to just after its `syscall` instruction.
     Stepping(Box<Event>),
-    /// Stopped by us for detaching; `sig` is delivered at detach.
+    /// Stopped by us for detaching; `sig` is delivered at detach. `step`: a matching call that was being
+    /// stepped when the thread stopped; its return value may still come from a queued step trap.
     Held {
         sig: i32,
+        step: Option<Box<Event>>,
     },
 }
 
@@ -530,12 +532,13 @@ impl<'a> Tracer<'a> {
         }
         self.leader_status = Some(End::Exec);
         if let Some(th) = self.threads.get_mut(&self.cfg.pid) {
-            th.state = State::Held { sig: 0 };
+            th.state = State::Held { sig: 0, step: None };
         }
     }
 
-    /// Stops every thread (handling whatever they report on the way), restores the original byte, rewinds
-    /// any thread sitting just past the int3, and detaches everything.
+    /// Stops every thread (handling whatever they report on the way), drains the SIGTRAPs our int3 and single
+    /// steps may still have queued, restores the original byte, rewinds any thread sitting just past the int3,
+    /// and detaches everything.
     pub fn detach_all(&mut self) {
         if self.detached {
             return;
@@ -555,59 +558,114 @@ impl<'a> Tracer<'a> {
                 Err(_) => self.threads.clear(),
             }
         }
-        if self.armed {
-            let mut b = [0u8; 1];
-            match self.mem.read_exact(self.site.addr, &mut b) {
-                Ok(()) if b[0] == INT3 => {
-                    if let Err(e) = self.mem.write_all(self.site.addr, &[self.site.orig]) {
-                        self.summary
-                            .warnings
-                            .push(format!("could not restore the byte at {:#x}: {e}", self.site.addr));
-                    }
-                }
-                Ok(()) => self.summary.warnings.push(format!(
-                    "the breakpoint byte at {:#x} was changed by someone else (now {:#04x}); left as it is",
-                    self.site.addr, b[0]
-                )),
-                Err(_) => {}
-            }
-            self.armed = false;
-        }
         let tids: Vec<Tid> = self.threads.keys().copied().collect();
+        for &tid in &tids {
+            self.drain_traps(tid);
+        }
+        for &tid in &tids {
+            if let Some(Thread {
+                state: State::Held { step, .. },
+                ..
+            }) = self.threads.get_mut(&tid)
+                && let Some(mut ev) = step.take()
+            {
+                if ev.ret.is_none() {
+                    // The thread enters (or restarts) the syscall by itself after detach.
+                    ev.ret_missing = Some("the trace ended before the call returned".into());
+                }
+                self.emit(*ev);
+            }
+        }
+        if self.armed {
+            self.restore_site();
+        }
         for tid in tids {
             let sig = match self.threads.get(&tid).map(|t| &t.state) {
-                Some(State::Held { sig }) => *sig,
+                Some(State::Held { sig, .. }) => *sig,
                 _ => 0,
             };
-            let sig = if sig == 0 { self.drain_trap(tid) } else { sig };
             let _ = ptrace::detach(tid, sig);
         }
         self.threads.clear();
     }
 
-    /// A thread interrupted right after executing our int3 may still have the int3's SIGTRAP pending (the
-    /// interrupt trap is reported before pending signals). Detaching it then would kill it: let the signal
-    /// stop happen, suppress it, and rewind rip onto the restored instruction.
-    fn drain_trap(&mut self, tid: Tid) -> i32 {
-        let Ok(regs) = ptrace::get_regs(tid) else {
-            return 0;
-        };
-        if regs.ip().wrapping_sub(1) != self.site.addr {
-            return 0;
+    fn restore_site(&mut self) {
+        let mut b = [0u8; 1];
+        match self.mem.read_exact(self.site.addr, &mut b) {
+            Ok(()) if b[0] == INT3 => {
+                if let Err(e) = self.mem.write_all(self.site.addr, &[self.site.orig]) {
+                    self.summary
+                        .warnings
+                        .push(format!("could not restore the byte at {:#x}: {e}", self.site.addr));
+                }
+            }
+            Ok(()) => self.summary.warnings.push(format!(
+                "the breakpoint byte at {:#x} was changed by someone else (now {:#04x}); left as it is",
+                self.site.addr, b[0]
+            )),
+            Err(_) => {}
         }
-        let pending = procfs::read_task_status(self.cfg.pid, tid)
+        self.armed = false;
+    }
+
+    fn sigtrap_pending(&self, tid: Tid) -> bool {
+        procfs::read_task_status(self.cfg.pid, tid)
+            .or_else(|_| procfs::read_status(tid))
             .map(|s| procinfo::parse_status(&s).sig_pnd & (1 << (libc::SIGTRAP - 1)) != 0)
-            .unwrap_or(false);
-        if pending && ptrace::cont(tid, 0).is_ok() {
-            let _ = ptrace::wait_for(tid, false);
+            .unwrap_or(false)
+    }
+
+    /// A stopped thread may still have a SIGTRAP queued by our int3 or by the single step of a matching call:
+    /// the interrupt trap is reported before pending signals, and once detached that SIGTRAP would kill the
+    /// thread. Let each such signal stop happen (SIGTRAP is synchronous, so it is dequeued first), and suppress
+    /// it when it is ours: an int3 hit is rewound onto the restored instruction, a finished step gives rax.
+    fn drain_traps(&mut self, tid: Tid) {
+        for _ in 0..4 {
+            if !self.sigtrap_pending(tid) || ptrace::cont(tid, 0).is_err() {
+                return;
+            }
+            let stop = match ptrace::wait_for(tid, false) {
+                Ok(Some((_, stop))) => stop,
+                _ => return,
+            };
+            match stop {
+                Stop::Exited(code) => return self.gone(tid, End::Exited(code)),
+                Stop::Killed(sig) => return self.gone(tid, End::Killed(sig)),
+                Stop::Signal(libc::SIGTRAP) => {
+                    let Ok(mut r) = ptrace::get_regs(tid) else { return };
+                    let armed = self.armed;
+                    let (site, after) = (self.site.addr, self.site.syscall_at + 2);
+                    let Some(Thread {
+                        state: State::Held { sig, step },
+                        ..
+                    }) = self.threads.get_mut(&tid)
+                    else {
+                        return;
+                    };
+                    if armed && r.ip().wrapping_sub(1) == site {
+                        r.set_ip(site);
+                        let _ = ptrace::set_regs(tid, &r);
+                    } else if let Some(ev) = step.as_mut().filter(|_| r.ip() == after) {
+                        ev.ret = Some(r.0.rax);
+                    } else {
+                        // The target's own SIGTRAP: it gets it at detach.
+                        *sig = libc::SIGTRAP;
+                        return;
+                    }
+                }
+                Stop::Signal(s) => {
+                    if let Some(Thread {
+                        state: State::Held { sig, .. },
+                        ..
+                    }) = self.threads.get_mut(&tid)
+                    {
+                        *sig = s;
+                    }
+                    return;
+                }
+                _ => {}
+            }
         }
-        if let Ok(mut r) = ptrace::get_regs(tid)
-            && r.ip().wrapping_sub(1) == self.site.addr
-        {
-            r.set_ip(self.site.addr);
-            let _ = ptrace::set_regs(tid, &r);
-        }
-        0
     }
 
     /// One stop while stopping everything for detach: record it, keep the thread stopped.
@@ -628,15 +686,13 @@ impl<'a> Tracer<'a> {
             Stop::Exited(code) => return self.gone(tid, End::Exited(code)),
             Stop::Killed(s) => return self.gone(tid, End::Killed(s)),
             Stop::Signal(libc::SIGTRAP) => {
-                let regs = ptrace::get_regs(tid);
                 let stepping = matches!(self.threads[&tid].state, State::Stepping(_));
-                match regs {
+                match ptrace::get_regs(tid) {
                     Ok(r) if stepping && r.ip() == self.site.syscall_at + 2 => {
                         if let Some(t) = self.threads.get_mut(&tid)
-                            && let State::Stepping(mut ev) = std::mem::replace(&mut t.state, State::Running)
+                            && let State::Stepping(ev) = &mut t.state
                         {
                             ev.ret = Some(r.0.rax);
-                            self.emit(*ev);
                         }
                     }
                     Ok(mut r) if self.armed && r.ip().wrapping_sub(1) == self.site.addr => {
@@ -650,13 +706,10 @@ impl<'a> Tracer<'a> {
             Stop::Signal(s) => sig = s,
             Stop::Clone(new) | Stop::Fork(new) | Stop::Vfork(new) => {
                 self.on_child(new);
-                if let Some(t) = self.threads.get_mut(&new) {
-                    if !t.shared_child {
-                        // Its first stop is still to come; it needs no interrupt.
-                        t.state = State::Running;
-                    } else {
-                        let _ = ptrace::interrupt(new);
-                    }
+                if let Some(t) = self.threads.get(&new)
+                    && t.shared_child
+                {
+                    let _ = ptrace::interrupt(new);
                 }
             }
             Stop::Exec => {
@@ -666,28 +719,13 @@ impl<'a> Tracer<'a> {
             Stop::GroupStop(_) | Stop::Interrupted | Stop::VforkDone => {}
         }
         if let Some(t) = self.threads.get_mut(&tid) {
-            if let State::Stepping(ev) = &mut t.state {
-                // Interrupted mid-step: the thread will enter (or restart) the syscall by itself after detach.
-                let mut ev = std::mem::replace(ev, Box::new(placeholder()));
-                ev.ret_missing = Some("the trace ended before the call returned".into());
-                t.state = State::Held { sig };
-                self.emit(*ev);
-            } else {
-                t.state = State::Held { sig };
-            }
+            let step = match std::mem::replace(&mut t.state, State::Running) {
+                State::Stepping(ev) => Some(ev),
+                State::Held { step, .. } => step,
+                State::Running => None,
+            };
+            t.state = State::Held { sig, step };
         }
-    }
-}
-
-fn placeholder() -> Event {
-    Event {
-        time: 0.0,
-        tid: 0,
-        nr: 0,
-        args: [0; 6],
-        ret: None,
-        ret_missing: None,
-        capture: None,
     }
 }
 

@@ -75,3 +75,284 @@ fn captures_every_mmap_of_every_thread_exactly() {
     t.send("exit");
     assert_eq!(t.wait().code(), Some(7));
 }
+
+/// A target of testprogs/target.c under `syscatch --json`, attached and armed.
+struct Session {
+    t: Target,
+    sc: Syscatch,
+}
+
+impl Session {
+    fn start(extra: &[&str]) -> Session {
+        require_ptrace();
+        let t = Target::start(&testprog("target"), &[]);
+        let pid = t.pid.to_string();
+        let mut args = vec!["--pid", pid.as_str(), "--json"];
+        args.extend_from_slice(extra);
+        let mut sc = Syscatch::start(&args);
+        sc.wait_attached();
+        Session { t, sc }
+    }
+
+    /// Sends a command and returns the target's answer lines (without the final "ok").
+    fn cmd(&mut self, c: &str) -> Vec<String> {
+        cmd(&mut self.t, c)
+    }
+
+    /// Stops syscatch with `sig`; returns its JSON lines and stderr.
+    fn stop(self, sig: i32) -> (Target, Vec<serde_json::Value>, Vec<String>, i32) {
+        self.sc.signal(sig);
+        let (status, out, err) = self.sc.finish();
+        (self.t, json_lines(&out), err, status.code().unwrap_or(-1))
+    }
+}
+
+fn cmd(t: &mut Target, c: &str) -> Vec<String> {
+    t.send(c);
+    let mut lines = t.out.until(|l| l == "ok");
+    lines.pop();
+    lines
+}
+
+fn summary(values: &[serde_json::Value]) -> &serde_json::Value {
+    let last = values.last().expect("some output");
+    assert_eq!(last["type"], "summary");
+    &last["data"]
+}
+
+fn tracer_of(pid: i32) -> i32 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn fork_children_never_inherit_the_breakpoint() {
+    let mut s = Session::start(&[]);
+    let before = truth_mmaps(&s.cmd("mmap 2"));
+    let kids = s.cmd("fork 8");
+    let want: Vec<String> = (0..8).map(|i| format!("child {i} status {}", 40 + i)).collect();
+    assert_eq!(
+        kids, want,
+        "every fork child ran its syscall() calls and exited normally"
+    );
+    let after = truth_mmaps(&s.cmd("mmap 2"));
+    let (mut t, values, err, code) = s.stop(libc::SIGINT);
+    assert_eq!(code, 0, "{err:#?}");
+    let got = captured_mmaps(&values);
+    assert_eq!(got, [before, after].concat(), "the parent's calls, and only those");
+    assert_eq!(summary(&values)["forks_cleaned"], 8);
+    assert_eq!(cmd(&mut t, "mmap 1").len(), 1);
+    t.send("exit 0");
+    assert_eq!(t.wait().code(), Some(0));
+}
+
+#[test]
+fn vfork_and_posix_spawn_children_run_and_the_parent_keeps_its_breakpoint() {
+    let mut s = Session::start(&[]);
+    assert_eq!(s.cmd("vfork"), ["vfork status 0"]);
+    assert_eq!(
+        s.cmd("spawn 5"),
+        (0..5).map(|i| format!("spawn {i} status 0")).collect::<Vec<_>>()
+    );
+    let truth = truth_mmaps(&s.cmd("mmap 3"));
+    let (t, values, _, code) = s.stop(libc::SIGTERM);
+    assert_eq!(code, 0);
+    assert_eq!(captured_mmaps(&values), truth);
+    assert_eq!(tracer_of(t.pid), 0);
+}
+
+#[test]
+fn signals_are_delivered_exactly_once() {
+    let mut s = Session::start(&[]);
+    s.cmd("spin 3");
+    let pid = s.t.pid;
+    for _ in 0..400 {
+        // SAFETY-free: plain kill(2) of our own child.
+        unsafe { libc::kill(pid, libc::SIGRTMIN()) };
+    }
+    let spun = s.cmd("stop");
+    assert!(spun[0].starts_with("spun "), "{spun:?}");
+    assert_eq!(
+        s.cmd("signals"),
+        ["signals 400 0"],
+        "every queued real-time signal handled once"
+    );
+    for i in 1..=20 {
+        unsafe { libc::kill(pid, libc::SIGUSR1) };
+        // The handler has run once the target answers: a handshake per signal.
+        let want = format!("signals 400 {i}");
+        let mut got = s.cmd("signals");
+        for _ in 0..1000 {
+            if got[0] == want {
+                break;
+            }
+            got = s.cmd("signals");
+        }
+        assert_eq!(got, [want]);
+    }
+    let (t, values, _, code) = s.stop(libc::SIGINT);
+    assert_eq!(code, 0);
+    assert!(summary(&values)["signals_forwarded"].as_u64().unwrap() >= 420);
+    assert_eq!(tracer_of(t.pid), 0);
+}
+
+fn thread_states(pid: i32) -> Vec<char> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![];
+    };
+    dir.filter_map(|e| {
+        let s = std::fs::read_to_string(e.ok()?.path().join("status")).ok()?;
+        s.lines()
+            .find_map(|l| l.strip_prefix("State:"))
+            .and_then(|v| v.trim().chars().next())
+    })
+    .collect()
+}
+
+/// Polls /proc (bounded) until every thread of `pid` is in one of `states`.
+fn wait_states(pid: i32, states: &[char]) -> bool {
+    for _ in 0..20_000 {
+        let st = thread_states(pid);
+        if !st.is_empty() && st.iter().all(|c| states.contains(c)) {
+            return true;
+        }
+        std::thread::yield_now();
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
+    false
+}
+
+#[test]
+fn job_control_still_works_while_traced() {
+    let mut s = Session::start(&[]);
+    s.cmd("spin 2");
+    let pid = s.t.pid;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    assert!(
+        wait_states(pid, &['T', 't']),
+        "SIGSTOP stopped every thread: {:?}",
+        thread_states(pid)
+    );
+    // Ask for work while stopped: it must not happen until SIGCONT.
+    s.t.send("mmap 2");
+    assert!(wait_states(pid, &['T', 't']), "still stopped");
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let mut lines = s.t.out.until(|l| l == "ok");
+    lines.pop();
+    let truth = truth_mmaps(&lines);
+    assert_eq!(truth.len(), 2);
+    s.cmd("stop");
+    // Stopped again, then detached while stopped: it stays stopped until SIGCONT.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    assert!(wait_states(pid, &['T', 't']));
+    let (mut t, values, _, code) = s.stop(libc::SIGINT);
+    assert_eq!(code, 0);
+    let got = captured_mmaps(&values);
+    assert!(truth.iter().all(|m| got.contains(m)), "{truth:?} captured in {got:?}");
+    assert!(
+        wait_states(pid, &['T']),
+        "a stopped target stays stopped after detach: {:?}",
+        thread_states(pid)
+    );
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(cmd(&mut t, "mmap 1").len(), 1);
+    assert_eq!(tracer_of(pid), 0);
+}
+
+#[test]
+fn sibling_processes_are_never_touched() {
+    require_ptrace();
+    let prog = testprog("target");
+    let mut workers: Vec<Target> = (0..3).map(|_| Target::start(&prog, &[])).collect();
+    for w in &mut workers {
+        cmd(w, "spin 1");
+    }
+    let traced = workers[1].pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &traced, "--json"]);
+    sc.wait_attached();
+    for (i, w) in workers.iter().enumerate() {
+        let expect_traced = i == 1;
+        assert_eq!(tracer_of(w.pid) != 0, expect_traced, "worker {i}");
+    }
+    // The siblings keep making progress during the trace.
+    let progress: Vec<String> = [0, 2]
+        .iter()
+        .map(|&i| cmd(&mut workers[i], "signals")[0].clone())
+        .collect();
+    assert_eq!(progress.len(), 2);
+    sc.signal(libc::SIGINT);
+    let (status, _, _) = sc.finish();
+    assert!(status.success());
+    for w in &mut workers {
+        let spun = cmd(w, "stop");
+        let calls: u64 = spun[0].split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(calls > 0, "{spun:?}");
+        assert_eq!(tracer_of(w.pid), 0);
+    }
+}
+
+#[test]
+fn interrupted_at_random_moments_the_target_stays_healthy() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("target"), &[]);
+    let pid = t.pid.to_string();
+    let seed = std::process::id() as u64;
+    let mut rng = seed;
+    for round in 0..6 {
+        cmd(&mut t, "spin 4");
+        let mut sc = Syscatch::start(&["--pid", &pid, "--json"]);
+        sc.wait_attached();
+        // Let a varying number of matching calls go by, then interrupt mid-flight.
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let wait_events = (rng >> 33) % 50;
+        for _ in 0..wait_events {
+            sc.out.next();
+        }
+        let sig = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP][round % 3];
+        sc.signal(sig);
+        let (status, _, err) = sc.finish();
+        assert!(status.success(), "seed {seed} round {round}: {err:#?}");
+        let site = site_of(&err);
+        assert_eq!(tracer_of(t.pid), 0, "seed {seed} round {round}");
+        assert_eq!(
+            read_mem(t.pid, site, 16),
+            libc_bytes_untraced(site, t.pid),
+            "seed {seed} round {round}"
+        );
+        let spun = cmd(&mut t, "stop");
+        assert!(spun[0].starts_with("spun "), "seed {seed} round {round}: {spun:?}");
+    }
+    t.send("exit 4");
+    assert_eq!(t.wait().code(), Some(4));
+}
+
+#[test]
+fn target_exit_and_exec_end_the_trace_cleanly() {
+    let mut s = Session::start(&[]);
+    s.cmd("mmap 1");
+    s.t.send("exit 3");
+    let (status, out, err) = s.sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let values = json_lines(&out);
+    assert_eq!(summary(&values)["end"], "target_exited");
+    assert_eq!(summary(&values)["end_value"], 3);
+    assert_eq!(s.t.wait().code(), Some(3));
+
+    let mut s = Session::start(&[]);
+    s.t.send("exec");
+    s.t.out.until(|l| l == "execed");
+    let (status, out, _) = s.sc.finish();
+    assert!(status.success());
+    assert_eq!(summary(&json_lines(&out))["end"], "target_exec");
+    assert_eq!(tracer_of(s.t.pid), 0);
+    assert_eq!(
+        truth_mmaps(&cmd(&mut s.t, "mmap 2")).len(),
+        2,
+        "the new program runs untraced"
+    );
+}
