@@ -153,8 +153,10 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
         (None, true) => Err(usage("nothing to trace: give --pid N, or a command after --")),
         (Some(pid), true) => {
             check_target(pid)?;
-            let mem =
-                crate::os::mem::ProcMem::open(pid).map_err(|e| anyhow!("cannot open process {pid}'s memory: {e}"))?;
+            let mem = crate::os::mem::ProcMem::open(pid).map_err(|e| match e.raw_os_error() {
+                Some(libc::EACCES) | Some(libc::EPERM) => attach_error(pid, Errno::EPERM),
+                _ => anyhow!("cannot open process {pid}'s memory: {e}"),
+            })?;
             let site = syscall_site(pid, &mem)?;
             drop(mem);
             let end = run_trace(args, numbers, site, Start::Attach(pid))?;
@@ -171,6 +173,11 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
                 }
             };
             let end = run_trace(args, numbers, site, Start::Adopt(pid))?;
+            // The command is our child: once detached it runs on, and its own status is ours (as strace does).
+            let end = match end {
+                End::Exited(_) | End::Killed(_) => end,
+                _ => crate::os::spawn::wait_exit(pid).map(End::Exited).unwrap_or(end),
+            };
             Ok(match end {
                 End::Exited(code) => code,
                 End::Killed(sig) => 128 + sig,

@@ -137,7 +137,7 @@ pub struct CheckArgs {
 #[derive(Args, Debug)]
 pub struct DemoArgs {
     /// How long to trace the demo.
-    #[arg(long = "for", value_parser = parse_duration, default_value = "2s")]
+    #[arg(long = "for", value_parser = parse_duration, default_value = "5s")]
     pub duration: Duration,
     #[arg(long)]
     pub json: bool,

@@ -19,7 +19,17 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            // One line naming the problem (clap's own text adds a usage block and a hint).
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("bad usage").trim_start_matches("error: ");
+            eprintln!("syscatch: {first} (see --help)");
+            std::process::exit(2);
+        }
+        Err(e) => e.exit(),
+    };
     match run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {

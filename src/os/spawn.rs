@@ -103,3 +103,25 @@ pub fn run_to_entry(pid: Tid) -> Result<(), String> {
         }
     }
 }
+
+/// Waits for our (no longer traced) child to exit; its exit status, or 128 + the signal that killed it.
+pub fn wait_exit(pid: Tid) -> Option<i32> {
+    let mut status = 0;
+    loop {
+        // SAFETY: plain waitpid on our own child with a valid out-pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        if r == -1 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return None;
+        }
+    }
+    if libc::WIFEXITED(status) {
+        Some(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        Some(128 + libc::WTERMSIG(status))
+    } else {
+        None
+    }
+}

@@ -356,3 +356,120 @@ fn target_exit_and_exec_end_the_trace_cleanly() {
         "the new program runs untraced"
     );
 }
+
+/// Runs syscatch expecting one clear error line and the given exit code; returns that line.
+fn refused(args: &[&str], code: i32) -> String {
+    let (got, out, err) = run_syscatch(args);
+    assert_eq!(got, code, "{args:?}: stderr {err}");
+    assert!(out.is_empty(), "{args:?}: no events on stdout: {out}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?}: one line: {err}");
+    assert!(lines[0].starts_with("syscatch: "), "{err}");
+    lines[0].to_string()
+}
+
+#[test]
+fn bad_input_is_refused_with_one_line_and_the_target_untouched() {
+    require_ptrace();
+    assert!(refused(&["--pid", "999999999"], 1).contains("no process with pid 999999999"));
+    assert!(refused(&["--pid", "2"], 1).contains("kernel thread"));
+    assert!(refused(&["--pid", "1", "--syscall", "mmap,nosuch"], 2).contains("unknown syscall `nosuch`"));
+    assert!(refused(&["--pid", "1", "--for", "10x"], 2).contains("bad duration"));
+    assert!(refused(&[], 2).contains("nothing to trace"));
+    assert!(refused(&["--pid", "1", "--", "true"], 2).contains("not both"));
+
+    let mut t = Target::start(&testprog("target"), &[]);
+    cmd(&mut t, "spin 1");
+    let pid = t.pid;
+    let thread = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&tid| tid != pid)
+        .unwrap();
+    let line = refused(&["--pid", &thread.to_string()], 1);
+    assert!(line.contains(&format!("is a thread of process {pid}")), "{line}");
+
+    // Permission: an unprivileged user may not trace root's process.
+    let o = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_syscatch"))
+        .args(["--pid", &pid.to_string()])
+        .output()
+        .expect("setpriv runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("permission denied") && err.contains("CAP_SYS_PTRACE"),
+        "{err}"
+    );
+
+    // Already traced: the error names the tracer; the first trace goes on unaffected.
+    let mut first = Syscatch::start(&["--pid", &pid.to_string(), "--json"]);
+    first.wait_attached();
+    let line = refused(&["--pid", &pid.to_string()], 1);
+    assert!(
+        line.contains("already traced by process") && line.contains("syscatch"),
+        "{line}"
+    );
+    cmd(&mut t, "stop");
+    let truth = truth_mmaps(&cmd(&mut t, "mmap 2"));
+    first.signal(libc::SIGINT);
+    let (status, out, _) = first.finish();
+    assert!(status.success());
+    let got = captured_mmaps(&json_lines(&out));
+    assert!(got.ends_with(&truth), "the first trace still captures: {got:?}");
+    assert_eq!(tracer_of(pid), 0);
+    assert_eq!(cmd(&mut t, "mmap 1").len(), 1);
+
+    let mut z = Target::start(&testprog("zombie_parent"), &[]);
+    let zombie: i32 = z.out.next().strip_prefix("zombie ").unwrap().parse().unwrap();
+    let line = (0..10_000)
+        .map(|_| run_syscatch(&["--pid", &zombie.to_string()]).2)
+        .find(|e| e.contains("zombie"))
+        .expect("reported as a zombie once it has exited");
+    assert!(line.contains(&format!("process {zombie}")), "{line}");
+    z.send("bye");
+
+    let mut s = Target::start(&testprog_with("static_wait", &["-static"]), &[]);
+    let line = refused(&["--pid", &s.pid.to_string()], 1);
+    assert!(line.contains("no libc mapped") && line.contains("static"), "{line}");
+    assert_eq!(tracer_of(s.pid), 0);
+    s.send("bye");
+    assert_eq!(s.wait().code(), Some(0));
+}
+
+#[test]
+fn starts_a_command_under_the_tracer_and_returns_its_status() {
+    require_ptrace();
+    let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cmd-events.jsonl");
+    let prog = testprog("target");
+    let mut cmd_line = syscatch_cmd();
+    cmd_line.args(["--json", "-o"]).arg(&events).arg("--").arg(&prog);
+    // The command inherits syscatch's stdin and stdout: the harness talks to it through syscatch.
+    let mut t = Target::start_cmd(cmd_line.stderr(std::process::Stdio::null()));
+    let truth = truth_mmaps(&cmd(&mut t, "mmap 4"));
+    assert_eq!(cmd(&mut t, "fork 2"), ["child 0 status 40", "child 1 status 41"]);
+    t.send("exit 5");
+    assert_eq!(t.wait().code(), Some(5), "syscatch exits with the command's status");
+    let text = std::fs::read_to_string(&events).unwrap();
+    let values = json_lines(&text.lines().map(str::to_string).collect::<Vec<_>>());
+    assert_eq!(captured_mmaps(&values), truth);
+    assert_eq!(summary(&values)["end"], "target_exited");
+}
+
+#[test]
+fn demo_runs_and_catches_the_leak() {
+    require_ptrace();
+    let (code, out, err) = run_syscatch(&["demo", "--for", "1s", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("demo: pid"), "the demo owns stdout: {out}");
+    // Events of a started command go to stderr, as strace's do.
+    let lines: Vec<String> = err.lines().map(str::to_string).collect();
+    let values = json_lines(&lines);
+    let mmaps = captured_mmaps(&values);
+    assert!(
+        mmaps.iter().any(|&(_, len)| len == 1 << 20),
+        "the 1 MiB pool growth is caught: {mmaps:?}"
+    );
+    assert!(mmaps.iter().all(|&(ret, _)| ret % 4096 == 0 && ret != 0));
+}
