@@ -8,7 +8,7 @@ use crate::report::Renderer;
 use crate::report::json::Json;
 use crate::report::text::Text;
 use crate::stack::Stack;
-use crate::tracer::{Config, Site, Tracer};
+use crate::tracer::{Config, Numbers, Probe, SiteSpec, Tracer};
 use crate::{procinfo, resolve, syscalls};
 use anyhow::{Context, Result, anyhow, bail};
 use nix::errno::Errno;
@@ -87,8 +87,8 @@ pub fn syscall_numbers(list: &[String]) -> Result<HashSet<u64>> {
     Ok(set)
 }
 
-/// The `syscall()` site of the libc mapped by `pid`.
-pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Site> {
+/// The `syscall()` wrapper of the libc mapped by `pid`: its address and the file's code bytes there.
+pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<(u64, Vec<u8>)> {
     let maps = resolve::read_maps(pid)?;
     let Some(libc) = resolve::find_libc(&maps) else {
         let name = procfs::read_status(pid)
@@ -108,7 +108,7 @@ pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Site> {
         );
     };
     let module = resolve::read_module(pid, &libc, Some(mem))?;
-    resolve::wrapper_site(&module, "syscall")
+    resolve::wrapper_code(&module, "syscall")
 }
 
 /// Where events are rendered: stdout, or stderr when a spawned command owns stdout, or a file.
@@ -192,7 +192,7 @@ enum Start {
     Adopt(Tid),
 }
 
-fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Site, start: Start) -> Result<End> {
+fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: (u64, Vec<u8>), start: Start) -> Result<End> {
     let (pid, spawned) = match start {
         Start::Attach(p) => (p, false),
         Start::Adopt(p) => (p, true),
@@ -206,12 +206,17 @@ fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Site, start: Start) 
             err: std::io::stderr(),
         })
     };
-    let site_addr = site.addr;
+    let (site_addr, code) = site;
+    let specs = vec![SiteSpec {
+        addr: site_addr,
+        code,
+        wrapper: true,
+        probes: vec![Probe::new(None, None, Box::new(Numbers(numbers)))],
+    }];
     let (tx, rx) = mpsc::channel();
     let worker = std::thread::spawn(move || analysis(rx, renderer));
     let cfg = Config {
         pid,
-        numbers,
         stack_bytes: args.stack_bytes,
         deadline: args.duration.map(|d| Instant::now() + d),
         live_status: std::io::stderr().is_terminal() && !spawned,
@@ -222,8 +227,8 @@ fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Site, start: Start) 
     let end;
     {
         let mut tracer = match start {
-            Start::Attach(_) => Tracer::attach(cfg, site, &mut sink).map_err(|e| attach_error(pid, e))?,
-            Start::Adopt(_) => Tracer::adopt(cfg, site, &mut sink).map_err(|e| attach_error(pid, e))?,
+            Start::Attach(_) => Tracer::attach(cfg, specs, &mut sink).map_err(|e| attach_error(pid, e))?,
+            Start::Adopt(_) => Tracer::adopt(cfg, specs, &mut sink).map_err(|e| attach_error(pid, e))?,
         };
         tracer.arm().map_err(|e| anyhow!("process {pid}: {e}"))?;
         eprintln!(
@@ -264,7 +269,7 @@ fn spawn_stopped(cmd: &[String]) -> Result<Tid> {
 }
 
 /// Runs a freshly exec'd child to its entry point (all its libraries mapped), then finds the site.
-fn prepare_spawned(pid: Tid) -> Result<Site> {
+fn prepare_spawned(pid: Tid) -> Result<(u64, Vec<u8>)> {
     crate::os::spawn::run_to_entry(pid).map_err(|e| anyhow!("cannot start the command: {e}"))?;
     let mem = crate::os::mem::ProcMem::open(pid)?;
     syscall_site(pid, &mem)

@@ -4,6 +4,7 @@
 use crate::os::Tid;
 use crate::os::regs::Regs;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Registers and a copy of the stack taken while the thread was stopped at the call, for unwinding later.
@@ -22,9 +23,17 @@ pub struct Event {
     /// Seconds since the trace started.
     pub time: f64,
     pub tid: Tid,
+    /// The probe that caught it (probe scripts); `None` for `--syscall`.
+    pub probe: Option<Arc<str>>,
+    /// For a function probe, where it stopped (`libc.so.6:munmap`); `None` for a call through `syscall()`.
+    pub func: Option<Arc<str>>,
+    /// The syscall number (calls through `syscall()` only).
     pub nr: u64,
-    /// The syscall's own arguments (for `syscall()`: rsi, rdx, rcx, r8, r9 and the stack argument).
+    /// The call's arguments: for `syscall()`, the syscall's own (rsi, rdx, rcx, r8, r9 and the stack argument);
+    /// for a function, the C ABI registers rdi, rsi, rdx, rcx, r8, r9.
     pub args: [u64; 6],
+    /// Registers a probe asked for, at the call.
+    pub regs: Vec<(crate::os::regs::Reg, u64)>,
     /// rax after the call returned: an address, a value, or -errno.
     pub ret: Option<u64>,
     /// Why `ret` is missing.

@@ -6,7 +6,6 @@ use crate::modules::{self, Module, ModuleMap};
 use crate::os::mem::ProcMem;
 use crate::os::{Tid, procfs};
 use crate::procmaps::{self, Mapping};
-use crate::tracer::Site;
 use anyhow::{Context, Result, anyhow, bail};
 
 /// The process's maps, parsed.
@@ -47,8 +46,9 @@ pub fn find_libc(maps: &[Mapping]) -> Option<ModuleMap> {
     modules::group_modules(maps).into_iter().find(|m| is_libc(&m.path))
 }
 
-/// The site of a `syscall()`-style wrapper `symbol` in `module`, with its step-over plan from the file's bytes.
-pub fn wrapper_site(module: &Module, symbol: &str) -> Result<Site> {
+/// The address and the file's code bytes of a `syscall()`-style wrapper `symbol` in `module`; checks that a
+/// `syscall` instruction follows its entry, which a matching hit is stepped through.
+pub fn wrapper_code(module: &Module, symbol: &str) -> Result<(u64, Vec<u8>)> {
     let (addr, _) = module.find_symbol(symbol).ok_or_else(|| {
         anyhow!(
             "{}: no symbol `{symbol}` in its symbol tables; is this glibc?",
@@ -65,33 +65,14 @@ pub fn wrapper_site(module: &Module, symbol: &str) -> Result<Site> {
             )
         })?;
     let cs = breakpoints::disassembler().ok_or_else(|| anyhow!("capstone failed to initialise"))?;
-    let first = *breakpoints::decode(&cs, code, addr, 1)
-        .first()
-        .ok_or_else(|| anyhow!("{}: cannot decode the first instruction of `{symbol}`", module.map.path))?;
-    if first.insn.is_none() || first.insn == Some(Insn::Syscall) {
-        bail!(
-            "{}: the first instruction of `{symbol}` ({:02x?}) cannot be emulated, and no slower step-over is \
-             available yet",
-            module.map.path,
-            &code[..first.len as usize]
-        );
-    }
-    let syscall_at = breakpoints::decode(&cs, code, addr, 16)
-        .iter()
-        .find(|d| d.insn == Some(Insn::Syscall))
-        .map(|d| d.addr)
-        .ok_or_else(|| {
-            anyhow!(
-                "{}: no `syscall` instruction near the start of `{symbol}`",
+    let decoded = breakpoints::decode(&cs, code, addr, 16);
+    match decoded.iter().position(|d| d.insn == Some(Insn::Syscall)) {
+        Some(0) | None => {
+            bail!(
+                "{}: `{symbol}` does not look like a syscall() wrapper (no `syscall` instruction after its entry)",
                 module.map.path
             )
-        })?;
-    let rest = breakpoints::plan_wrapper(&cs, code, addr).map(|p| p.prefix[1..].to_vec());
-    Ok(Site {
-        addr,
-        orig: code[0],
-        first,
-        rest,
-        syscall_at,
-    })
+        }
+        Some(_) => Ok((addr, code.to_vec())),
+    }
 }

@@ -32,8 +32,11 @@ pub fn event_json(ev: &Event, stack: Option<&Stack>) -> Value {
     json!({
         "time": ev.time,
         "tid": ev.tid,
-        "syscall": syscall_name(ev.nr),
-        "nr": ev.nr,
+        "probe": ev.probe.as_deref(),
+        "location": ev.func.as_deref(),
+        "syscall": ev.func.is_none().then(|| syscall_name(ev.nr)),
+        "nr": ev.func.is_none().then_some(ev.nr),
+        "regs": ev.regs.iter().map(|(r, v)| (format!("{r:?}").to_lowercase(), Value::from(hex(*v)))).collect::<serde_json::Map<_, _>>(),
         "args": ev.args.iter().map(|&a| hex(a)).collect::<Vec<_>>(),
         "ret": ev.ret.map(hex),
         "errno": ev.ret.and_then(errno_of).map(errno_name),

@@ -41,13 +41,24 @@ pub fn frame_text(f: &Frame) -> String {
 
 impl<W: Write, E: Write> Renderer for Text<W, E> {
     fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> std::io::Result<()> {
+        let probe = ev.probe.as_deref().map(|p| format!("[{p}] ")).unwrap_or_default();
+        let call = match &ev.func {
+            Some(label) => {
+                let args: Vec<String> = ev.args.iter().map(|a| format!("{a:#x}")).collect();
+                format!("{label}({})", args.join(", "))
+            }
+            None => format!("{}({})", syscall_name(ev.nr), decode::args(ev.nr, &ev.args)),
+        };
+        let regs: String = ev
+            .regs
+            .iter()
+            .map(|(r, v)| format!(" {}={v:#x}", format!("{r:?}").to_lowercase()))
+            .collect();
         writeln!(
             self.out,
-            "{:>10.6} {:>7} {}({}) = {}",
+            "{:>10.6} {:>7} {probe}{call} = {}{regs}",
             ev.time,
             ev.tid,
-            syscall_name(ev.nr),
-            decode::args(ev.nr, &ev.args),
             ret_text(ev)
         )?;
         if let Some(stack) = stack {
