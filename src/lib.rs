@@ -17,3 +17,4 @@ pub mod resolve;
 pub mod stack;
 pub mod syscalls;
 pub mod tracer;
+pub mod trampoline;

@@ -275,7 +275,7 @@ impl Tracer<'_> {
                         return;
                     };
                     match prev.as_mut() {
-                        State::Stepping { ev, after } if r.ip() == *after => ev.ret = Some(r.0.rax),
+                        State::Stepping { ev, after, .. } if r.ip() == *after => ev.ret = Some(r.0.rax),
                         _ if ours => {
                             r.set_ip(r.ip() - 1);
                             let _ = ptrace::set_regs(tid, &r);

@@ -125,10 +125,12 @@ pub struct Config {
 #[derive(Debug)]
 enum State {
     Running,
-    /// A matching wrapper call is being stepped until rip reaches `after` (just past `syscall`).
+    /// A matching wrapper call is being stepped until rip reaches `after` (just past `syscall`); `entry`: the
+    /// registers at the wrapper's entry, to undo the step if a signal comes first.
     Stepping {
         ev: Box<Event>,
         after: u64,
+        entry: Regs,
     },
     /// Stopped by us (to detach, or while another thread steps alone). `sig` is delivered when it is let go;
     /// `group`: it is in a group-stop and must stay stopped.
@@ -743,6 +745,7 @@ impl<'a> Tracer<'a> {
             t.state = State::Stepping {
                 ev: Box::new(ev),
                 after: w.syscall_at + 2,
+                entry,
             };
         }
         self.resume(tid, 0);
@@ -784,19 +787,34 @@ impl<'a> Tracer<'a> {
         );
     }
 
-    /// A signal-delivery-stop: delivered exactly once, by passing it back when resuming. A signal arriving while a
-    /// matching call is being stepped ends that step first: the return value is known only if the syscall
-    /// instruction already completed.
+    /// A signal-delivery-stop: delivered exactly once, by passing it back when resuming. A signal that arrives
+    /// while a matching call is being stepped, before the kernel ran the `syscall` instruction, undoes the step:
+    /// the thread goes back to the wrapper's entry, takes the signal, and re-enters the wrapper afterwards (after
+    /// its handler, or after SIGCONT), where it is caught again, so the call is reported once, with its result.
     fn on_signal(&mut self, tid: Tid, sig: i32) {
         if let Some(t) = self.threads.get_mut(&tid)
-            && let State::Stepping { after, .. } = t.state
+            && let State::Stepping { after, entry, .. } = t.state
             && let State::Stepping { mut ev, .. } = std::mem::replace(&mut t.state, State::Running)
         {
             match ptrace::get_regs(tid) {
-                Ok(r) if r.ip() == after => ev.ret = Some(r.0.rax),
-                _ => ev.ret_missing = Some(format!("signal {sig} arrived before the call returned")),
+                Ok(r) if r.ip() == after => {
+                    if (-516..=-512).contains(&(r.0.rax as i64)) {
+                        // -ERESTART*: the kernel restarts the call after the handler, or fails it with EINTR.
+                        ev.ret_missing = Some(format!("interrupted by signal {sig}; restarted or failed with EINTR"));
+                    } else {
+                        ev.ret = Some(r.0.rax);
+                    }
+                    self.emit(*ev);
+                }
+                Ok(r) if r.ip() < after && ptrace::set_regs(tid, &entry).is_ok() => {
+                    let _ = r;
+                    self.summary.matching = self.summary.matching.saturating_sub(1);
+                }
+                _ => {
+                    ev.ret_missing = Some(format!("signal {sig} arrived before the call returned"));
+                    self.emit(*ev);
+                }
             }
-            self.emit(*ev);
         }
         self.resume(tid, sig);
     }
