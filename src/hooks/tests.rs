@@ -1,0 +1,1 @@
+//! Offline tests of the analysis, on this test binary's own files and a fake memory.
