@@ -129,7 +129,8 @@ pub fn read_process(pid: Tid) -> Result<(Process, ProcMemory)> {
         if !is_elf_image(&memory, &map) {
             continue;
         }
-        let module = resolve::read_module(pid, &map, Some(&memory.0))?;
+        let module = resolve::read_module(pid, &map, Some(&memory.0))
+            .with_context(|| format!("process {pid}: a mapped module cannot be checked"))?;
         let info = ElfInfo::parse(&module.data)
             .map_err(|e| anyhow!("{}: corrupt ELF file ({e}); cannot check its GOT", map.path))?;
         images.push(Image {
@@ -202,4 +203,58 @@ pub fn find_modules(p: &Process, wanted: &str) -> Vec<usize> {
         })
         .map(|(i, _)| i)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Byte-addressed memory; unmapped bytes fail the read.
+    struct Bytes(BTreeMap<u64, u8>);
+
+    impl Bytes {
+        fn put(&mut self, addr: u64, data: &[u8]) {
+            for (i, b) in data.iter().enumerate() {
+                self.0.insert(addr + i as u64, *b);
+            }
+        }
+        fn put_u64s(&mut self, addr: u64, words: &[u64]) {
+            for (i, w) in words.iter().enumerate() {
+                self.put(addr + 8 * i as u64, &w.to_le_bytes());
+            }
+        }
+    }
+
+    impl Memory for Bytes {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Option<()> {
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = *self.0.get(&(addr + i as u64))?;
+            }
+            Some(())
+        }
+    }
+
+    #[test]
+    fn link_map_walk_ends_on_cycles_and_bad_pointers() {
+        let mut m = Bytes(BTreeMap::new());
+        // r_debug at 0x100: r_version, r_map.
+        m.put_u64s(0x100, &[1, 0x1000]);
+        // Two entries that point at each other, and names (one ending right at an unmapped byte).
+        m.put_u64s(0x1000, &[0x5000, 0, 0x5100, 0x2000]);
+        m.put_u64s(0x2000, &[0x7000, 0x3000, 0x7100, 0x1000]);
+        // (Real memory is mapped by pages: the name's page is readable past its NUL.)
+        m.put(0x3000, &[b"/lib/libc.so.6\0".as_slice(), &[0u8; 64]].concat());
+        let l = read_link_map(&m, 0x100);
+        assert_eq!(l.len(), 2);
+        assert_eq!((l[0].name.as_str(), l[0].ld), ("", 0x5100));
+        assert_eq!((l[1].name.as_str(), l[1].addr), ("/lib/libc.so.6", 0x7000));
+        // A next pointer into nothing ends the walk; an unterminated name is dropped, not fatal.
+        m.put_u64s(0x2000, &[0x7000, 0x3ff0, 0x7100, 0xdead_0000]);
+        m.put(0x3ff0, b"0123456789abcdef");
+        let l = read_link_map(&m, 0x100);
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[1].name, "");
+        assert!(read_link_map(&m, 0x9999).is_empty());
+    }
 }
