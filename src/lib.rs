@@ -8,6 +8,7 @@ pub mod breakpoints;
 pub mod cli;
 pub mod commands;
 pub mod event;
+pub mod hooks;
 pub mod modules;
 pub mod os;
 pub mod procinfo;

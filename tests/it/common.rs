@@ -300,3 +300,43 @@ pub fn read_mem(pid: i32, addr: u64, len: usize) -> Vec<u8> {
     f.read_exact_at(&mut b, addr).unwrap();
     b
 }
+
+/// Compiles `testprogs/NAME.c` into the shared library `libNAME.so` (also its soname) with `-shared -fPIC`,
+/// once per test run.
+pub fn shared_lib(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(name) {
+        return p.clone();
+    }
+    let file = format!("lib{name}.so");
+    let out = tmpdir().join(&file);
+    let src = repo().join("testprogs").join(format!("{name}.c"));
+    let status = Command::new("gcc")
+        .args(["-O2", "-fomit-frame-pointer", "-g", "-pthread", "-shared", "-fPIC"])
+        .arg(format!("-Wl,-soname,{file}"))
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("gcc runs");
+    assert!(status.success(), "gcc failed on {}", src.display());
+    built.insert(name.to_string(), out.clone());
+    out
+}
+
+/// Compiles `testprogs/NAME.c` linked against shared libraries (from [`shared_lib`]), found at run time
+/// through an rpath, with `extra` gcc flags.
+pub fn testprog_linked(name: &str, libs: &[&Path], extra: &[&str]) -> PathBuf {
+    let mut flags: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    for lib in libs {
+        flags.push(lib.display().to_string());
+        let dir = lib.parent().expect("library in a directory");
+        flags.push(format!("-Wl,-rpath,{}", dir.display()));
+    }
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    testprog_with(name, &flags)
+}
