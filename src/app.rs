@@ -87,8 +87,16 @@ pub fn syscall_numbers(list: &[String]) -> Result<HashSet<u64>> {
     Ok(set)
 }
 
-/// The `syscall()` wrapper of the libc mapped by `pid`: its address and the file's code bytes there.
-pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<(u64, Vec<u8>)> {
+/// The `syscall()` wrapper of the libc mapped by `pid`.
+pub struct Wrapper {
+    pub addr: u64,
+    /// The file's code bytes at `addr`.
+    pub code: Vec<u8>,
+    /// libc's lowest mapped address (the `--fast` page goes just below it).
+    pub lib_start: u64,
+}
+
+pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Wrapper> {
     let maps = resolve::read_maps(pid)?;
     let Some(libc) = resolve::find_libc(&maps) else {
         let name = procfs::read_status(pid)
@@ -108,7 +116,12 @@ pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<(u64, Vec
         );
     };
     let module = resolve::read_module(pid, &libc, Some(mem))?;
-    resolve::wrapper_code(&module, "syscall")
+    let (addr, code) = resolve::wrapper_code(&module, "syscall")?;
+    Ok(Wrapper {
+        addr,
+        code,
+        lib_start: libc.start,
+    })
 }
 
 /// Where events are rendered: stdout, or stderr when a spawned command owns stdout, or a file.
@@ -145,9 +158,6 @@ fn analysis(rx: mpsc::Receiver<Event>, mut r: Box<dyn Renderer + Send>) -> Box<d
 /// Runs a trace as the command line asks. Returns the exit status.
 pub fn trace(args: &TraceArgs) -> Result<i32> {
     let numbers = syscall_numbers(&args.syscall)?;
-    if args.fast {
-        return Err(usage("--fast is not available yet; run without it"));
-    }
     match (args.pid, args.cmd.is_empty()) {
         (Some(_), false) => Err(usage("give either --pid or a command after --, not both")),
         (None, true) => Err(usage("nothing to trace: give --pid N, or a command after --")),
@@ -192,7 +202,7 @@ enum Start {
     Adopt(Tid),
 }
 
-fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: (u64, Vec<u8>), start: Start) -> Result<End> {
+fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Wrapper, start: Start) -> Result<End> {
     let (pid, spawned) = match start {
         Start::Attach(p) => (p, false),
         Start::Adopt(p) => (p, true),
@@ -206,10 +216,12 @@ fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: (u64, Vec<u8>), star
             err: std::io::stderr(),
         })
     };
-    let (site_addr, code) = site;
+    let site_addr = site.addr;
+    let mut wanted: Vec<u64> = numbers.iter().copied().collect();
+    wanted.sort_unstable();
     let specs = vec![SiteSpec {
         addr: site_addr,
-        code,
+        code: site.code.clone(),
         wrapper: true,
         probes: vec![Probe::new(None, None, Box::new(Numbers(numbers)))],
     }];
@@ -230,7 +242,12 @@ fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: (u64, Vec<u8>), star
             Start::Attach(_) => Tracer::attach(cfg, specs, &mut sink).map_err(|e| attach_error(pid, e))?,
             Start::Adopt(_) => Tracer::adopt(cfg, specs, &mut sink).map_err(|e| attach_error(pid, e))?,
         };
-        tracer.arm().map_err(|e| anyhow!("process {pid}: {e}"))?;
+        if args.fast {
+            tracer.arm_preferring_fast(&wanted, site.addr, &site.code, site.lib_start)
+        } else {
+            tracer.arm()
+        }
+        .map_err(|e| anyhow!("process {pid}: {e}"))?;
         eprintln!(
             "syscatch: attached to {} thread(s) of process {pid}; breakpoint on syscall() at {:#x}",
             tracer.summary.threads_seen, site_addr
@@ -269,7 +286,7 @@ fn spawn_stopped(cmd: &[String]) -> Result<Tid> {
 }
 
 /// Runs a freshly exec'd child to its entry point (all its libraries mapped), then finds the site.
-fn prepare_spawned(pid: Tid) -> Result<(u64, Vec<u8>)> {
+fn prepare_spawned(pid: Tid) -> Result<Wrapper> {
     crate::os::spawn::run_to_entry(pid).map_err(|e| anyhow!("cannot start the command: {e}"))?;
     let mem = crate::os::mem::ProcMem::open(pid)?;
     syscall_site(pid, &mem)

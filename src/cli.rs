@@ -66,7 +66,7 @@ pub struct TraceArgs {
     /// Write a flame graph SVG to FILE.
     #[arg(long)]
     pub flamegraph: Option<PathBuf>,
-    /// In-process filter: non-matching calls never stop (not yet available).
+    /// In-process filter: non-matching calls never stop (a trampoline page near libc; falls back to int3).
     #[arg(long)]
     pub fast: bool,
     /// Program to start under the tracer (instead of --pid).

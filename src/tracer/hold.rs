@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 impl Tracer<'_> {
     /// Interrupts every running thread except `except` and waits until each is held (handling whatever they
     /// report on the way). Bounded: a thread that never stops (it cannot, short of a kernel bug) is given up on.
-    fn hold_all(&mut self, except: Option<Tid>) {
+    pub(super) fn hold_all(&mut self, except: Option<Tid>) {
         for (&tid, t) in &self.threads {
             if Some(tid) != except && !matches!(t.state, State::Held { .. }) {
                 let _ = ptrace::interrupt(tid);
@@ -71,6 +71,12 @@ impl Tracer<'_> {
                             ev.ret = Some(r.0.rax);
                         }
                     }
+                    Ok(r) if self.fast_int3(r.ip().wrapping_sub(1)) => {
+                        // Stopped at the trampoline's int3: the call is complete; the thread runs on from here.
+                        if let Some(ev) = self.fast_event(tid, &r) {
+                            self.emit(ev);
+                        }
+                    }
                     Ok(mut r)
                         if self.planted(r.ip().wrapping_sub(1)) || self.retired.contains(&r.ip().wrapping_sub(1)) =>
                     {
@@ -111,7 +117,7 @@ impl Tracer<'_> {
     }
 
     /// Lets every held thread go, each the way it was going.
-    fn release_all(&mut self) {
+    pub(super) fn release_all(&mut self) {
         let tids: Vec<Tid> = self.threads.keys().copied().collect();
         for tid in tids {
             let Some(t) = self.threads.get_mut(&tid) else { continue };
@@ -205,6 +211,7 @@ impl Tracer<'_> {
             self.emit(*ev);
         }
         self.restore_all();
+        self.unpatch();
         for tid in tids {
             let sig = match self.threads.get(&tid).map(|t| &t.state) {
                 Some(State::Held { sig, .. }) => *sig,
@@ -266,6 +273,12 @@ impl Tracer<'_> {
                 Stop::Killed(sig) => return self.gone(tid, End::Killed(sig)),
                 Stop::Signal(libc::SIGTRAP) => {
                     let Ok(mut r) = ptrace::get_regs(tid) else { return };
+                    if self.fast_int3(r.ip().wrapping_sub(1)) {
+                        if let Some(ev) = self.fast_event(tid, &r) {
+                            self.emit(ev);
+                        }
+                        continue;
+                    }
                     let ours = self.planted(r.ip().wrapping_sub(1)) || self.retired.contains(&r.ip().wrapping_sub(1));
                     let Some(Thread {
                         state: State::Held { sig, prev, .. },

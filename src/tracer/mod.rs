@@ -9,6 +9,7 @@
 //! function entry that wants its return value plants a return breakpoint that only the same thread at the same
 //! stack depth completes.
 
+mod fast;
 mod hold;
 
 use crate::breakpoints::{self, Decoded, INT3, Insn, Memory};
@@ -130,7 +131,7 @@ enum State {
     Stepping {
         ev: Box<Event>,
         after: u64,
-        entry: Regs,
+        entry: Box<Regs>,
     },
     /// Stopped by us (to detach, or while another thread steps alone). `sig` is delivered when it is let go;
     /// `group`: it is in a group-stop and must stay stopped.
@@ -169,6 +170,8 @@ pub struct Tracer<'a> {
     detached: bool,
     leader_status: Option<End>,
     cs: Option<capstone::Capstone>,
+    /// The `--fast` patch, when installed.
+    fast: Option<fast::Fast>,
 }
 
 /// Reads through the captured stack first, then the target's memory (for the emulator's loads).
@@ -245,6 +248,7 @@ impl<'a> Tracer<'a> {
             detached: false,
             leader_status: None,
             cs,
+            fast: None,
         })
     }
 
@@ -520,6 +524,12 @@ impl<'a> Tracer<'a> {
             }
             return;
         }
+        if let Some(ev) = self.fast_event(tid, &regs) {
+            self.summary.stopped += seen.elapsed();
+            self.resume(tid, 0);
+            self.emit(ev);
+            return;
+        }
         let addr = regs.ip().wrapping_sub(1);
         if !self.planted(addr) {
             if self.retired.contains(&addr) && self.read_byte(addr) != Some(INT3) {
@@ -745,7 +755,7 @@ impl<'a> Tracer<'a> {
             t.state = State::Stepping {
                 ev: Box::new(ev),
                 after: w.syscall_at + 2,
-                entry,
+                entry: Box::new(entry),
             };
         }
         self.resume(tid, 0);
@@ -793,7 +803,8 @@ impl<'a> Tracer<'a> {
     /// its handler, or after SIGCONT), where it is caught again, so the call is reported once, with its result.
     fn on_signal(&mut self, tid: Tid, sig: i32) {
         if let Some(t) = self.threads.get_mut(&tid)
-            && let State::Stepping { after, entry, .. } = t.state
+            && let State::Stepping { after, ref entry, .. } = t.state
+            && let entry = *entry.clone()
             && let State::Stepping { mut ev, .. } = std::mem::replace(&mut t.state, State::Running)
         {
             match ptrace::get_regs(tid) {
@@ -856,6 +867,7 @@ impl<'a> Tracer<'a> {
             for site in self.sites.values() {
                 let _ = child_mem.write_all(site.addr, &[site.orig]);
             }
+            self.fast_restore_in(&child_mem);
         }
         self.summary.forks_cleaned += 1;
         let _ = ptrace::detach(new, 0);
@@ -872,6 +884,7 @@ impl<'a> Tracer<'a> {
         // thread now has the leader's id; other threads report their exit.
         self.armed = false;
         self.sites.clear();
+        self.fast = None;
         self.threads.retain(|&t, th| t == tid || th.shared_child);
         if tid != self.cfg.pid
             && let Some(th) = self.threads.remove(&tid)

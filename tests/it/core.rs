@@ -14,7 +14,7 @@ fn site_of(err: &[String]) -> u64 {
 
 /// The first bytes of libc's syscall() in the file, found through gdb-free means: the same bytes must be in
 /// memory after detach. We compare against a second, untraced process's memory at the same libc offset.
-fn libc_bytes_untraced(addr: u64, pid: i32) -> Vec<u8> {
+fn libc_bytes_untraced(addr: u64, pid: i32, len: usize) -> Vec<u8> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     let base = maps
         .lines()
@@ -28,7 +28,7 @@ fn libc_bytes_untraced(addr: u64, pid: i32) -> Vec<u8> {
         .find(|l| l.contains("libc.so") && l.split_whitespace().nth(2) == Some("00000000"))
         .map(|l| u64::from_str_radix(l.split('-').next().unwrap(), 16).unwrap())
         .unwrap();
-    read_mem(std::process::id() as i32, my_base + off, 16)
+    read_mem(std::process::id() as i32, my_base + off, len)
 }
 
 #[test]
@@ -71,7 +71,7 @@ fn captures_every_mmap_of_every_thread_exactly() {
     let site = site_of(&err);
     let status_text = std::fs::read_to_string(format!("/proc/{}/status", t.pid)).unwrap();
     assert!(status_text.contains("TracerPid:\t0"), "still traced after detach");
-    assert_eq!(read_mem(t.pid, site, 16), libc_bytes_untraced(site, t.pid));
+    assert_eq!(read_mem(t.pid, site, 16), libc_bytes_untraced(site, t.pid, 16));
     t.send("exit");
     assert_eq!(t.wait().code(), Some(7));
 }
@@ -313,16 +313,27 @@ fn sibling_processes_are_never_touched() {
 
 #[test]
 fn interrupted_at_random_moments_the_target_stays_healthy() {
+    interrupt_rounds(&[], 6);
+}
+
+#[test]
+fn fast_mode_interrupted_at_random_moments_the_target_stays_healthy() {
+    interrupt_rounds(&["--fast"], 6);
+}
+
+/// Attach, let a random number of matching calls go by while 4 threads hammer syscall(), interrupt, check.
+fn interrupt_rounds(extra: &[&str], rounds: usize) {
     require_ptrace();
     let mut t = Target::start(&testprog("target"), &[]);
     let pid = t.pid.to_string();
     let seed = std::process::id() as u64;
     let mut rng = seed;
-    for round in 0..6 {
+    for round in 0..rounds {
         cmd(&mut t, "spin 4");
-        let mut sc = Syscatch::start(&["--pid", &pid, "--json"]);
+        let mut args = vec!["--pid", pid.as_str(), "--json"];
+        args.extend_from_slice(extra);
+        let mut sc = Syscatch::start(&args);
         sc.wait_attached();
-        // Let a varying number of matching calls go by, then interrupt mid-flight.
         rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let wait_events = (rng >> 33) % 50;
         for _ in 0..wait_events {
@@ -335,8 +346,8 @@ fn interrupted_at_random_moments_the_target_stays_healthy() {
         let site = site_of(&err);
         assert_eq!(tracer_of(t.pid), 0, "seed {seed} round {round}");
         assert_eq!(
-            read_mem(t.pid, site, 16),
-            libc_bytes_untraced(site, t.pid),
+            read_mem(t.pid, site, 32),
+            libc_bytes_untraced(site, t.pid, 32),
             "seed {seed} round {round}"
         );
         let spun = cmd(&mut t, "stop");
@@ -344,6 +355,66 @@ fn interrupted_at_random_moments_the_target_stays_healthy() {
     }
     t.send("exit 4");
     assert_eq!(t.wait().code(), Some(4));
+}
+
+#[test]
+fn fast_mode_captures_exactly_without_stopping_other_calls() {
+    require_ptrace();
+    let prog = testprog("mmap_threads");
+    let mut t = Target::start(&prog, &["8", "5"]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast"]);
+    sc.wait_attached();
+    t.send("go");
+    let truth = truth_mmaps(&t.out.until(|l| l == "done"));
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    assert!(
+        !err.iter().any(|l| l.contains("not possible")),
+        "--fast was installed: {err:#?}"
+    );
+    let values = json_lines(&out);
+    let mut got = captured_mmaps(&values);
+    let mut want = truth.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    let sum = summary(&values);
+    assert_eq!(sum["matching"], 40);
+    assert_eq!(sum["hits"], 40, "getpid and futex through syscall() never stopped");
+    let site = site_of(&err);
+    assert_eq!(
+        read_mem(t.pid, site, 32),
+        libc_bytes_untraced(site, t.pid, 32),
+        "the wrapper is restored"
+    );
+    assert_eq!(tracer_of(t.pid), 0);
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(7));
+}
+
+#[test]
+fn fast_mode_fork_vfork_and_spawn_children_run_normally() {
+    let mut s = Session::start(&["--fast", "--syscall", "mmap,getpid"]);
+    let before = truth_mmaps(&s.cmd("mmap 2"));
+    assert_eq!(
+        s.cmd("fork 4"),
+        (0..4)
+            .map(|i| format!("child {i} status {}", 40 + i))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(s.cmd("vfork"), ["vfork status 0"]);
+    assert_eq!(
+        s.cmd("spawn 3"),
+        (0..3).map(|i| format!("spawn {i} status 0")).collect::<Vec<_>>()
+    );
+    let after = truth_mmaps(&s.cmd("mmap 2"));
+    let (t, values, _, code) = s.stop(libc::SIGINT);
+    assert_eq!(code, 0);
+    assert_eq!(captured_mmaps(&values), [before, after].concat());
+    assert_eq!(summary(&values)["forks_cleaned"], 4);
+    assert_eq!(tracer_of(t.pid), 0);
 }
 
 #[test]
