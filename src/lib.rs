@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod event;
 pub mod memclass;
+pub mod memplot;
 pub mod modules;
 pub mod os;
 pub mod procinfo;
