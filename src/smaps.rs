@@ -86,6 +86,34 @@ pub fn parse_smaps(text: &str) -> Vec<SmapsRegion> {
     out
 }
 
+/// For each region of `after`, the Rss+Swap (kB) its address range had in `before`, or `None` when it is new.
+/// Regions move and merge as they grow (a heap at its end, adjacent anonymous mmaps downwards), so each region
+/// of `before` counts toward the region of `after` it overlaps most. Both lists sorted by address, as the kernel
+/// prints them.
+pub fn previous_rss_swap(before: &[SmapsRegion], after: &[SmapsRegion]) -> Vec<Option<u64>> {
+    let mut prev: Vec<Option<u64>> = vec![None; after.len()];
+    for old in before {
+        let from = after.partition_point(|r| r.map.end <= old.map.start);
+        let best = after
+            .get(from..)
+            .unwrap_or(&[])
+            .iter()
+            .take_while(|r| r.map.start < old.map.end)
+            .enumerate()
+            .max_by_key(|(_, r)| {
+                r.map
+                    .end
+                    .min(old.map.end)
+                    .saturating_sub(r.map.start.max(old.map.start))
+            })
+            .map(|(i, _)| from + i);
+        if let Some(slot) = best.and_then(|i| prev.get_mut(i)) {
+            *slot = Some(slot.unwrap_or(0).saturating_add(old.rss_swap()));
+        }
+    }
+    prev
+}
+
 /// `123 kB` -> 123; a bare number is accepted too.
 fn parse_kb(value: &str) -> Option<u64> {
     let num = value.strip_suffix("kB").unwrap_or(value).trim();
@@ -223,6 +251,20 @@ VmFlags: rd wr mr mw me gd ac
         assert_eq!(odd.other.get("NewCounter"), Some(&7));
         assert_eq!(r[4].map.path, "[stack]");
         assert!(r[4].has_flag("gd"));
+    }
+
+    #[test]
+    fn growth_follows_regions_that_grow_and_merge() {
+        let before = parse_smaps(
+            "1000-3000 rw-p 0 00:00 0\nRss: 8 kB\n5000-6000 rw-p 0 00:00 0\nRss: 4 kB\n6000-7000 r--p 0 00:00 0\nRss: 4 kB\n",
+        );
+        // 1000-3000 grew downwards to 0-3000; both 5000-6000 and 6000-7000 now lie in 4000-7000; 9000-a000 is new.
+        let after = parse_smaps(
+            "0-3000 rw-p 0 00:00 0\nRss: 12 kB\n4000-7000 rw-p 0 00:00 0\nRss: 12 kB\n9000-a000 rw-p 0 00:00 0\n",
+        );
+        assert_eq!(previous_rss_swap(&before, &after), [Some(8), Some(8), None]);
+        assert_eq!(previous_rss_swap(&[], &after), [None, None, None]);
+        assert!(previous_rss_swap(&before, &[]).is_empty());
     }
 
     #[test]

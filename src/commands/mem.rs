@@ -296,28 +296,9 @@ struct Growth<'a> {
     new: bool,
 }
 
-/// Regions of the last sample that grew since the first, largest growth first. Regions move and merge as they
-/// grow (a heap at its end, adjacent anonymous mmaps downwards), so each region of the first sample is counted
-/// in the region of the last sample it overlaps most; a region overlapping none of the first sample is new.
+/// Regions of the last sample that grew since the first, largest growth first.
 fn growth<'a>(first: &Sample, last: &'a Sample) -> Vec<Growth<'a>> {
-    let mut before: Vec<Option<u64>> = vec![None; last.regions.len()];
-    for old in &first.regions {
-        let from = last.regions.partition_point(|r| r.map.end <= old.map.start);
-        let best = last.regions[from..]
-            .iter()
-            .take_while(|r| r.map.start < old.map.end)
-            .enumerate()
-            .max_by_key(|(_, r)| {
-                r.map
-                    .end
-                    .min(old.map.end)
-                    .saturating_sub(r.map.start.max(old.map.start))
-            })
-            .map(|(i, _)| from + i);
-        if let Some(slot) = best.and_then(|i| before.get_mut(i)) {
-            *slot = Some(slot.unwrap_or(0).saturating_add(old.rss_swap()));
-        }
-    }
+    let before = crate::smaps::previous_rss_swap(&first.regions, &last.regions);
     let mut g: Vec<Growth> = last
         .regions
         .iter()
