@@ -7,6 +7,7 @@ pub mod app;
 pub mod breakpoints;
 pub mod cli;
 pub mod commands;
+pub mod correlate;
 pub mod event;
 pub mod memclass;
 pub mod memplot;
