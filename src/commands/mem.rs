@@ -2,6 +2,12 @@
 //! /proc alone (no ptrace: the target never stops). The only reads of the target's memory are the first word of
 //! each candidate malloc heap, through /proc/PID/mem. With `--watch`, the regions that grew most since the first
 //! sample, refreshed each interval, and at the end a plot of Rss+Swap by class.
+//!
+//! `--json`: one `{"type":"mem","data":{...}}` line per sample. `data`: `pid`, `name`, `time` (s since the first
+//! sample), `total` and `classes[]` (`class`, `regions`, `size_kb`, `rss_kb`, `swap_kb`, `pss_kb`, `rss_swap_kb`),
+//! `arenas` (`heaps`, `count`, `addrs` (hex), `rss_swap_kb`, `unread_heaps`, `rejected`), `threads` (`count`,
+//! `located`, `stack_regions`), `allocator` (`name`, `library`), `env`, `advice[]`; with `--watch` also `sample`
+//! (1-based) and `growth[]` (`start`, `end` (hex), `perms`, `path`, `class`, `rss_swap_kb`, `growth_kb`, `new`).
 
 use crate::cli::MemArgs;
 use crate::memclass::{self, Allocator, ArenaSummary, Class, ClassTotal, Threads};
