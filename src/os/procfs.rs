@@ -53,3 +53,9 @@ pub fn read_mapped_file(pid: Tid, start: u64, end: u64, path: &str) -> io::Resul
 pub fn root_path(pid: Tid, path: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/root{path}"))
 }
+
+/// `/proc/PID/task/TID/syscall`: the system call a thread is blocked in, with its stack pointer (`running` while
+/// it is on a CPU). Reading it never stops the thread.
+pub fn read_task_syscall(pid: Tid, tid: Tid) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+}
