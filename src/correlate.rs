@@ -663,8 +663,11 @@ mod tests {
         let ev = Event {
             time: 0.0,
             tid: 1,
+            probe: None,
+            func: None,
             nr: SYS_MMAP,
             args: [0, 3 * PAGE, 3, ANON, u64::MAX, 0],
+            regs: Vec::new(),
             ret: Some(0x5000_0000),
             ret_missing: None,
             capture: None,
