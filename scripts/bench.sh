@@ -319,7 +319,10 @@ bench_attach() { # threads idle|busy
     target_start "" "$TMP/threads" "$n" "$kind" || die "cannot start the threads target"
     local self=1 i runs=$ATTACH_RUNS
     # 511 spinning threads take seconds per attach on 2 CPUs (syscatch waits for its turn on a CPU).
-    ((n >= 512 && runs > 3)) && [[ $kind == busy ]] && runs=3
+    if ((n >= 512)) && [[ $kind == busy ]]; then
+        ((runs > 3)) && runs=3
+        ((QUICK)) && runs=1
+    fi
     for ((i = 0; i < runs; i++)); do
         ev=$TMP/attach$((SEQ += 1)).jsonl
         t0=$EPOCHREALTIME
