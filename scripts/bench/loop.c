@@ -1,0 +1,58 @@
+/* Bench target: times its own loop, so process startup and attaching never pollute a figure.
+ * Usage: loop MODE   (MODE: getpid | int3 | mmap)
+ *   getpid  syscall(SYS_getpid) per iteration: a non-matching hit for `syscatch --syscall mmap`
+ *   int3    a literal int3, then syscall(SYS_getpid): one trap per iteration for the floor tracer (dies untraced)
+ *   mmap    syscall(SYS_mmap) of one page, then glibc munmap (not through syscall()): one matching hit
+ * Prints "pid N", then for each line "go N" runs N iterations and prints "ns T" (T: the loop's CLOCK_MONOTONIC
+ * time in nanoseconds); "quit" or end of input exits 0. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "getpid";
+    int m = !strcmp(mode, "getpid") ? 0 : !strcmp(mode, "int3") ? 1 : !strcmp(mode, "mmap") ? 2 : -1;
+    if (m < 0) {
+        fprintf(stderr, "usage: loop getpid|int3|mmap\n");
+        return 2;
+    }
+    printf("pid %d\n", getpid());
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        long n;
+        if (sscanf(line, "go %ld", &n) != 1) break;
+        long long t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            if (m == 0) {
+                syscall(SYS_getpid);
+            } else if (m == 1) {
+                __asm__ volatile("int3" ::: "memory");
+                syscall(SYS_getpid);
+            } else {
+                void *p = (void *)syscall(SYS_mmap, NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                                          -1, 0);
+                if (p == MAP_FAILED) {
+                    perror("mmap");
+                    return 3;
+                }
+                munmap(p, 4096);
+            }
+        }
+        long long t1 = now_ns();
+        printf("ns %lld\n", t1 - t0);
+        fflush(stdout);
+    }
+    return 0;
+}
