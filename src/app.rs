@@ -31,29 +31,17 @@ pub fn check_target(pid: Tid) -> Result<procinfo::Status> {
     let text = procfs::read_status(pid).map_err(|_| anyhow!("no process with pid {pid}"))?;
     let st = procinfo::parse_status(&text);
     if st.tgid != pid {
-        bail!(
-            "{pid} is a thread of process {} ({}); use --pid {}",
-            st.tgid,
-            st.name,
-            st.tgid
-        );
+        bail!("{pid} is a thread of process {} ({}); use --pid {}", st.tgid, st.name, st.tgid);
     }
     if st.state == 'Z' || st.state == 'X' {
-        bail!(
-            "process {pid} ({}) is a zombie: it has exited and waits for its parent to reap it",
-            st.name
-        );
+        bail!("process {pid} ({}) is a zombie: it has exited and waits for its parent to reap it", st.name);
     }
     if !st.has_vm {
-        bail!(
-            "process {pid} ({}) is a kernel thread: it has no user memory to trace",
-            st.name
-        );
+        bail!("process {pid} ({}) is a kernel thread: it has no user memory to trace", st.name);
     }
     if st.tracer_pid != 0 {
-        let tracer = procfs::read_status(st.tracer_pid)
-            .map(|t| procinfo::parse_status(&t).name)
-            .unwrap_or_else(|_| "?".into());
+        let tracer =
+            procfs::read_status(st.tracer_pid).map(|t| procinfo::parse_status(&t).name).unwrap_or_else(|_| "?".into());
         bail!(
             "process {pid} ({}) is already traced by process {} ({tracer}); only one tracer at a time: detach it first",
             st.name,
@@ -99,29 +87,19 @@ pub struct Wrapper {
 pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Wrapper> {
     let maps = resolve::read_maps(pid)?;
     let Some(libc) = resolve::find_libc(&maps) else {
-        let name = procfs::read_status(pid)
-            .map(|s| procinfo::parse_status(&s).name)
-            .unwrap_or_default();
+        let name = procfs::read_status(pid).map(|s| procinfo::parse_status(&s).name).unwrap_or_default();
         let mods: Vec<String> = crate::modules::group_modules(&maps)
             .iter()
             .map(|m| crate::modules::file_name(&m.path).to_string())
             .collect();
         bail!(
             "process {pid} ({name}) has no libc mapped (a static binary?); searched: {}",
-            if mods.is_empty() {
-                "no file-backed modules".into()
-            } else {
-                mods.join(", ")
-            }
+            if mods.is_empty() { "no file-backed modules".into() } else { mods.join(", ") }
         );
     };
     let module = resolve::read_module(pid, &libc, Some(mem))?;
     let (addr, code) = resolve::wrapper_code(&module, "syscall")?;
-    Ok(Wrapper {
-        addr,
-        code,
-        lib_start: libc.start,
-    })
+    Ok(Wrapper { addr, code, lib_start: libc.start })
 }
 
 /// Where events are rendered: stdout, or stderr when a spawned command owns stdout, or a file.
@@ -208,14 +186,8 @@ fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Wrapper, start: Star
         Start::Adopt(p) => (p, true),
     };
     let out = event_writer(args, spawned)?;
-    let renderer: Box<dyn Renderer + Send> = if args.json {
-        Box::new(Json { out })
-    } else {
-        Box::new(Text {
-            out,
-            err: std::io::stderr(),
-        })
-    };
+    let renderer: Box<dyn Renderer + Send> =
+        if args.json { Box::new(Json { out }) } else { Box::new(Text { out, err: std::io::stderr() }) };
     let site_addr = site.addr;
     let mut wanted: Vec<u64> = numbers.iter().copied().collect();
     wanted.sort_unstable();
@@ -242,12 +214,14 @@ fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Wrapper, start: Star
             Start::Attach(_) => Tracer::attach(cfg, specs, &mut sink).map_err(|e| attach_error(pid, e))?,
             Start::Adopt(_) => Tracer::adopt(cfg, specs, &mut sink).map_err(|e| attach_error(pid, e))?,
         };
+        let arming = Instant::now();
         if args.fast {
             tracer.arm_preferring_fast(&wanted, site.addr, &site.code, site.lib_start)
         } else {
             tracer.arm()
         }
         .map_err(|e| anyhow!("process {pid}: {e}"))?;
+        tracer.summary.arm = arming.elapsed();
         eprintln!(
             "syscatch: attached to {} thread(s) of process {pid}; breakpoint on syscall() at {:#x}",
             tracer.summary.threads_seen, site_addr
@@ -264,11 +238,7 @@ fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Wrapper, start: Star
     renderer.summary(&summary)?;
     if args.json {
         // People still want the one-line summary on stderr.
-        Text {
-            out: std::io::sink(),
-            err: std::io::stderr(),
-        }
-        .summary(&summary)?;
+        Text { out: std::io::sink(), err: std::io::stderr() }.summary(&summary)?;
     }
     Ok(end)
 }

@@ -56,14 +56,7 @@ pub fn decode(cs: &Capstone, code: &[u8], addr: u64, max: usize) -> Vec<Decoded>
     let Ok(insns) = cs.disasm_count(code, addr, max) else {
         return Vec::new();
     };
-    insns
-        .iter()
-        .map(|i| Decoded {
-            addr: i.address(),
-            len: i.len() as u8,
-            insn: classify(cs, i),
-        })
-        .collect()
+    insns.iter().map(|i| Decoded { addr: i.address(), len: i.len() as u8, insn: classify(cs, i) }).collect()
 }
 
 fn classify(cs: &Capstone, i: &capstone::Insn) -> Option<Insn> {
@@ -85,10 +78,9 @@ fn classify(cs: &Capstone, i: &capstone::Insn) -> Option<Insn> {
         .collect();
     let next = i.address().checked_add(i.len() as u64)?;
     match (mnemonic, ops.as_slice()) {
-        ("mov", [X86OperandType::Reg(d), X86OperandType::Reg(s)]) => Some(Insn::MovRegReg {
-            dst: reg64(cs, *d)?,
-            src: reg64(cs, *s)?,
-        }),
+        ("mov", [X86OperandType::Reg(d), X86OperandType::Reg(s)]) => {
+            Some(Insn::MovRegReg { dst: reg64(cs, *d)?, src: reg64(cs, *s)? })
+        }
         ("mov", [X86OperandType::Reg(d), X86OperandType::Mem(m)]) => {
             if m.index() != RegId(0) || m.segment() != RegId(0) {
                 return None;
@@ -97,20 +89,13 @@ fn classify(cs: &Capstone, i: &capstone::Insn) -> Option<Insn> {
             if cs.reg_name(m.base())? == "rip" {
                 return None;
             }
-            Some(Insn::Load {
-                dst,
-                base: reg64(cs, m.base())?,
-                disp: m.disp(),
-            })
+            Some(Insn::Load { dst, base: reg64(cs, m.base())?, disp: m.disp() })
         }
         ("lea", [X86OperandType::Reg(d), X86OperandType::Mem(m)]) => {
             if m.index() != RegId(0) || cs.reg_name(m.base())? != "rip" {
                 return None;
             }
-            Some(Insn::LeaAbs {
-                dst: reg64(cs, *d)?,
-                target: next.wrapping_add(m.disp() as u64),
-            })
+            Some(Insn::LeaAbs { dst: reg64(cs, *d)?, target: next.wrapping_add(m.disp() as u64) })
         }
         ("push", [X86OperandType::Reg(r)]) => Some(Insn::Push(reg64(cs, *r)?)),
         ("sub", [X86OperandType::Reg(r), X86OperandType::Imm(v)]) if cs.reg_name(*r)? == "rsp" => {
@@ -164,10 +149,7 @@ pub fn plan_wrapper(cs: &Capstone, code: &[u8], addr: u64) -> Option<WrapperPlan
     for d in decode(cs, code, addr, 16) {
         match d.insn {
             Some(Insn::Syscall) => {
-                return Some(WrapperPlan {
-                    prefix,
-                    syscall_at: d.addr,
-                });
+                return Some(WrapperPlan { prefix, syscall_at: d.addr });
             }
             Some(_) => prefix.push(d),
             None => return None,
@@ -205,18 +187,9 @@ mod tests {
         let plan = plan_wrapper(&cs, GLIBC_SYSCALL, 0x1000).unwrap();
         assert_eq!(plan.syscall_at, 0x1017);
         assert_eq!(plan.prefix.len(), 7);
-        assert_eq!(
-            plan.prefix[0].insn,
-            Some(Insn::MovRegReg {
-                dst: Reg::Rax,
-                src: Reg::Rdi
-            })
-        );
+        assert_eq!(plan.prefix[0].insn, Some(Insn::MovRegReg { dst: Reg::Rax, src: Reg::Rdi }));
         let mut r = Regs::zeroed();
-        for (i, reg) in [Reg::Rdi, Reg::Rsi, Reg::Rdx, Reg::Rcx, Reg::R8, Reg::R9]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, reg) in [Reg::Rdi, Reg::Rsi, Reg::Rdx, Reg::Rcx, Reg::R8, Reg::R9].into_iter().enumerate() {
             r.set(reg, 100 + i as u64);
         }
         r.set(Reg::Rsp, 0x7000);
@@ -225,10 +198,8 @@ mod tests {
             emulate(d, &mut r, &mem).unwrap();
         }
         assert_eq!(r.ip(), 0x1017);
-        let got: Vec<u64> = [Reg::Rax, Reg::Rdi, Reg::Rsi, Reg::Rdx, Reg::R10, Reg::R8, Reg::R9]
-            .iter()
-            .map(|&g| r.get(g))
-            .collect();
+        let got: Vec<u64> =
+            [Reg::Rax, Reg::Rdi, Reg::Rsi, Reg::Rdx, Reg::R10, Reg::R8, Reg::R9].iter().map(|&g| r.get(g)).collect();
         assert_eq!(got, [100, 101, 102, 103, 104, 105, 106]);
         assert_eq!(r.0.orig_rax, u64::MAX);
     }
@@ -249,10 +220,7 @@ mod tests {
                 Some(Insn::Nop),
                 Some(Insn::Push(Reg::Rbp)),
                 Some(Insn::SubRsp(0x18)),
-                Some(Insn::LeaAbs {
-                    dst: Reg::Rax,
-                    target: 0x2010 + 0x10
-                }),
+                Some(Insn::LeaAbs { dst: Reg::Rax, target: 0x2010 + 0x10 }),
                 Some(Insn::SubRsp(-8)),
                 None
             ]

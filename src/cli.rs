@@ -148,9 +148,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("bad duration `{s}`: expected e.g. 500ms, 10s, 2m"))?;
+    let n: f64 = num.parse().map_err(|_| format!("bad duration `{s}`: expected e.g. 500ms, 10s, 2m"))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "" | "s" => n,

@@ -131,11 +131,7 @@ impl AddressSpace {
         self.unmap(start, end);
         self.insert(start, end, stack, anon);
         self.stats.entry(stack).or_default().mapped += end - start;
-        self.returned.push(Returned {
-            addr: start,
-            len: end - start,
-            stack,
-        });
+        self.returned.push(Returned { addr: start, len: end - start, stack });
     }
 
     fn munmap(&mut self, addr: u64, len: u64, stack: StackId) {
@@ -178,11 +174,7 @@ impl AddressSpace {
             self.insert(new + grow_from, new_end, stack, moved_anon);
             self.stats.entry(stack).or_default().mapped += new_len - base_len;
         }
-        self.returned.push(Returned {
-            addr: new,
-            len: new_len,
-            stack,
-        });
+        self.returned.push(Returned { addr: new, len: new_len, stack });
     }
 
     fn insert(&mut self, start: u64, end: u64, stack: StackId, anon: bool) {
@@ -226,12 +218,7 @@ impl AddressSpace {
             // The parts of [start, p.end) covered by a region of the same kind survive.
             let mut keep: Vec<(u64, u64)> = Vec::new();
             let from = regions.partition_point(|r| r.map.end <= start);
-            for r in regions
-                .get(from..)
-                .unwrap_or(&[])
-                .iter()
-                .take_while(|r| r.map.start < p.end)
-            {
+            for r in regions.get(from..).unwrap_or(&[]).iter().take_while(|r| r.map.start < p.end) {
                 if anonymous_like(r) == p.anon {
                     keep.push((r.map.start.max(start), r.map.end.min(p.end)));
                 }
@@ -264,10 +251,7 @@ impl AddressSpace {
             })
             .collect();
         out.sort_by(|(ia, a), (ib, b)| {
-            b.still_mapped
-                .cmp(&a.still_mapped)
-                .then(b.mapped.cmp(&a.mapped))
-                .then(ia.cmp(ib))
+            b.still_mapped.cmp(&a.still_mapped).then(b.mapped.cmp(&a.mapped)).then(ia.cmp(ib))
         });
         out
     }
@@ -299,11 +283,7 @@ impl AddressSpace {
                 let (start, end) = (r.map.start, r.map.end);
                 let mut by: BTreeMap<StackId, RegionStack> = BTreeMap::new();
                 for ret in self.returned.iter().filter(|x| start <= x.addr && x.addr < end) {
-                    let e = by.entry(ret.stack).or_insert(RegionStack {
-                        stack: ret.stack,
-                        calls: 0,
-                        still_mapped: 0,
-                    });
+                    let e = by.entry(ret.stack).or_insert(RegionStack { stack: ret.stack, calls: 0, still_mapped: 0 });
                     e.calls += 1;
                 }
                 for (id, bytes) in self.still_mapped_in(start, end) {
@@ -313,14 +293,7 @@ impl AddressSpace {
                 }
                 let mut stacks: Vec<RegionStack> = by.into_values().collect();
                 stacks.sort_by(|a, b| b.still_mapped.cmp(&a.still_mapped).then(b.calls.cmp(&a.calls)));
-                Some(Growing {
-                    start,
-                    end,
-                    growth_kb: growth,
-                    rss_swap_kb: r.rss_swap(),
-                    new: old.is_none(),
-                    stacks,
-                })
+                Some(Growing { start, end, growth_kb: growth, rss_swap_kb: r.rss_swap(), new: old.is_none(), stacks })
             })
             .collect();
         out.sort_by(|a, b| b.growth_kb.cmp(&a.growth_kb).then(a.start.cmp(&b.start)));
@@ -385,11 +358,7 @@ mod tests {
         m.apply_call(SYS_MREMAP, &[old, old_len, new_len, flags, 0, 0], Some(ret), s);
     }
     fn stats(m: &AddressSpace, s: StackId) -> StackStats {
-        m.stacks()
-            .into_iter()
-            .find(|(id, _)| *id == s)
-            .map(|(_, x)| x)
-            .unwrap_or_default()
+        m.stacks().into_iter().find(|(id, _)| *id == s).map(|(_, x)| x).unwrap_or_default()
     }
     fn balanced(m: &AddressSpace) {
         for (id, s) in m.stacks() {
@@ -414,10 +383,7 @@ mod tests {
         assert_eq!(s[0].1.still_mapped, 10 * (MIB + PAGE));
         assert_eq!((s[0].1.mmaps, s[0].1.unmapped), (10, 0));
         let b = stats(&m, B);
-        assert_eq!(
-            (b.mapped, b.unmapped, b.still_mapped, b.mmaps),
-            (40 * MIB, 40 * MIB, 0, 20)
-        );
+        assert_eq!((b.mapped, b.unmapped, b.still_mapped, b.mmaps), (40 * MIB, 40 * MIB, 0, 20));
         let f = stats(&m, F);
         assert_eq!((f.munmaps, f.released, f.mapped), (20, 40 * MIB, 0));
         balanced(&m);
@@ -433,14 +399,8 @@ mod tests {
         munmap(&mut m, base + 9 * PAGE, 100, F); // the tail, length rounded up
         let a = stats(&m, A);
         assert_eq!((a.mapped, a.unmapped, a.still_mapped), (10 * PAGE, 5 * PAGE, 5 * PAGE));
-        assert_eq!(
-            m.still_mapped_in(base, base + 10 * PAGE),
-            BTreeMap::from([(A, 5 * PAGE)])
-        );
-        assert_eq!(
-            m.still_mapped_in(base + 5 * PAGE, base + 6 * PAGE),
-            BTreeMap::from([(A, PAGE)])
-        );
+        assert_eq!(m.still_mapped_in(base, base + 10 * PAGE), BTreeMap::from([(A, 5 * PAGE)]));
+        assert_eq!(m.still_mapped_in(base + 5 * PAGE, base + 6 * PAGE), BTreeMap::from([(A, PAGE)]));
         assert_eq!(m.still_mapped_in(base + 2 * PAGE, base + 5 * PAGE), BTreeMap::new());
         // Unmapping what the model never held changes nothing but the caller's count.
         munmap(&mut m, 0x1000, PAGE, F);
@@ -455,35 +415,23 @@ mod tests {
         mmap(&mut m, old, 4 * PAGE, A);
         // Grow in place from 4 to 6 pages: 4 stay A's, 2 are B's.
         mremap(&mut m, old, 4 * PAGE, 6 * PAGE, 0, old, B);
-        assert_eq!(
-            m.still_mapped_in(old, old + 6 * PAGE),
-            BTreeMap::from([(A, 4 * PAGE), (B, 2 * PAGE)])
-        );
+        assert_eq!(m.still_mapped_in(old, old + 6 * PAGE), BTreeMap::from([(A, 4 * PAGE), (B, 2 * PAGE)]));
         // Move and grow to 8 pages at a new address: everything travels, the 2 new pages are B's again.
         let new = 0x7f10_0000_0000;
         mremap(&mut m, old, 6 * PAGE, 8 * PAGE, 1, new, B);
         assert_eq!(m.still_mapped_in(old, old + 8 * PAGE), BTreeMap::new());
-        assert_eq!(
-            m.still_mapped_in(new, new + 8 * PAGE),
-            BTreeMap::from([(A, 4 * PAGE), (B, 4 * PAGE)])
-        );
+        assert_eq!(m.still_mapped_in(new, new + 8 * PAGE), BTreeMap::from([(A, 4 * PAGE), (B, 4 * PAGE)]));
         // Shrink to 3 pages: the tail (B's 4 and one of A's) is unmapped.
         mremap(&mut m, new, 8 * PAGE, 3 * PAGE, 0, new, F);
         let (a, b) = (stats(&m, A), stats(&m, B));
         assert_eq!((a.mapped, a.unmapped, a.still_mapped), (4 * PAGE, PAGE, 3 * PAGE));
-        assert_eq!(
-            (b.mapped, b.unmapped, b.still_mapped, b.mremaps),
-            (4 * PAGE, 4 * PAGE, 0, 2)
-        );
+        assert_eq!((b.mapped, b.unmapped, b.still_mapped, b.mremaps), (4 * PAGE, 4 * PAGE, 0, 2));
         assert_eq!(stats(&m, F).mremaps, 1);
         // A move onto a range the model held (MREMAP_FIXED) replaces it.
         let fixed = 0x7f20_0000_0000;
         mmap(&mut m, fixed, 3 * PAGE, F);
         mremap(&mut m, new, 3 * PAGE, 3 * PAGE, 3, fixed, B);
-        assert_eq!(
-            m.still_mapped_in(fixed, fixed + 3 * PAGE),
-            BTreeMap::from([(A, 3 * PAGE)])
-        );
+        assert_eq!(m.still_mapped_in(fixed, fixed + 3 * PAGE), BTreeMap::from([(A, 3 * PAGE)]));
         assert_eq!(stats(&m, F).unmapped, 3 * PAGE);
         balanced(&m);
     }
@@ -502,16 +450,8 @@ mod tests {
     fn map_fixed_over_a_range_replaces_it() {
         let mut m = AddressSpace::new();
         mmap(&mut m, 0x100000, 8 * PAGE, A);
-        m.apply_call(
-            SYS_MMAP,
-            &[0x102000, 2 * PAGE, 3, ANON | 0x10, u64::MAX, 0],
-            Some(0x102000),
-            B,
-        );
-        assert_eq!(
-            m.still_mapped_in(0x100000, 0x108000),
-            BTreeMap::from([(A, 6 * PAGE), (B, 2 * PAGE)])
-        );
+        m.apply_call(SYS_MMAP, &[0x102000, 2 * PAGE, 3, ANON | 0x10, u64::MAX, 0], Some(0x102000), B);
+        assert_eq!(m.still_mapped_in(0x100000, 0x108000), BTreeMap::from([(A, 6 * PAGE), (B, 2 * PAGE)]));
         assert_eq!(stats(&m, A).unmapped, 2 * PAGE);
         balanced(&m);
     }
@@ -525,12 +465,7 @@ mod tests {
         // A length that would wrap the address space is ignored, never a panic.
         m.apply_call(SYS_MMAP, &[0, u64::MAX, 3, ANON, 0, 0], Some(0x1000), A);
         m.apply_call(SYS_MUNMAP, &[u64::MAX - 10, u64::MAX, 0, 0, 0, 0], Some(0), A);
-        m.apply_call(
-            SYS_MREMAP,
-            &[u64::MAX - PAGE, 2 * PAGE, u64::MAX, 1, 0, 0],
-            Some(u64::MAX - PAGE * 8),
-            A,
-        );
+        m.apply_call(SYS_MREMAP, &[u64::MAX - PAGE, 2 * PAGE, u64::MAX, 1, 0, 0], Some(u64::MAX - PAGE * 8), A);
         let a = stats(&m, A);
         assert_eq!((a.failed, a.mmaps, a.still_mapped), (2, 1, 0));
         balanced(&m);
@@ -585,18 +520,8 @@ mod tests {
         );
         let g = m.growing(&before, &after);
         assert_eq!(g.len(), 2, "{g:#?}");
-        assert_eq!(
-            (g[0].start, g[0].growth_kb, g[0].rss_swap_kb, g[0].new),
-            (0x7f00000f0000, 104, 108, false)
-        );
-        assert_eq!(
-            g[0].stacks,
-            [RegionStack {
-                stack: A,
-                calls: 2,
-                still_mapped: 32 * PAGE
-            }]
-        );
+        assert_eq!((g[0].start, g[0].growth_kb, g[0].rss_swap_kb, g[0].new), (0x7f00000f0000, 104, 108, false));
+        assert_eq!(g[0].stacks, [RegionStack { stack: A, calls: 2, still_mapped: 32 * PAGE }]);
         assert!(!g[0].created_before_trace());
         assert_eq!((g[1].start, g[1].growth_kb), (0x7f0000000000, 32));
         assert!(g[1].created_before_trace(), "grew, but no traced call made it");

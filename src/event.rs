@@ -69,6 +69,11 @@ pub struct Summary {
     pub forks_cleaned: u64,
     pub signals_forwarded: u64,
     pub end: Option<End>,
+    /// Time to seize every thread, to plant the breakpoints (or install `--fast`), and to stop, restore and
+    /// detach everything at the end.
+    pub attach: Duration,
+    pub arm: Duration,
+    pub detach: Duration,
     /// Problems that must be shown loudly (a breakpoint byte that was not ours at detach, ...).
     pub warnings: Vec<String>,
 }

@@ -125,11 +125,7 @@ pub fn find_heap_candidates(regions: &[SmapsRegion]) -> Vec<HeapCandidate> {
             continue;
         };
         if m.end == heap_end {
-            out.push(HeapCandidate {
-                rw: i,
-                reserve: None,
-                start: m.start,
-            });
+            out.push(HeapCandidate { rw: i, reserve: None, start: m.start });
             continue;
         }
         let Some(next) = regions.get(i + 1) else { continue };
@@ -139,11 +135,7 @@ pub fn find_heap_candidates(regions: &[SmapsRegion]) -> Vec<HeapCandidate> {
             && m.end < heap_end
             && next.map.end >= heap_end
         {
-            out.push(HeapCandidate {
-                rw: i,
-                reserve: Some(i + 1),
-                start: m.start,
-            });
+            out.push(HeapCandidate { rw: i, reserve: Some(i + 1), start: m.start });
         }
     }
     out
@@ -174,11 +166,7 @@ pub fn resolve_arenas(
     ar_ptrs: &[Option<u64>],
 ) -> (ArenaSummary, BTreeSet<usize>) {
     let inside_a_heap = |p: u64| {
-        cands.iter().any(|c| {
-            regions
-                .get(c.rw)
-                .is_some_and(|r| r.map.start < p && p < r.map.end && p.is_multiple_of(8))
-        })
+        cands.iter().any(|c| regions.get(c.rw).is_some_and(|r| r.map.start < p && p < r.map.end && p.is_multiple_of(8)))
     };
     let mut s = ArenaSummary::default();
     let mut members = BTreeSet::new();
@@ -322,16 +310,9 @@ pub fn detect_allocator(regions: &[SmapsRegion]) -> Allocator {
     for r in regions {
         let path = live_path(&r.map.path);
         let base = path.rsplit('/').next().unwrap_or(path);
-        for (prefix, name) in [
-            ("libjemalloc", "jemalloc"),
-            ("libtcmalloc", "tcmalloc"),
-            ("libmimalloc", "mimalloc"),
-        ] {
+        for (prefix, name) in [("libjemalloc", "jemalloc"), ("libtcmalloc", "tcmalloc"), ("libmimalloc", "mimalloc")] {
             if base.starts_with(prefix) && r.map.is_file() {
-                return Allocator {
-                    name,
-                    library: Some(path.to_string()),
-                };
+                return Allocator { name, library: Some(path.to_string()) };
             }
         }
         if libc.is_none() && (base.starts_with("libc.so") || base.starts_with("libc-2.")) {
@@ -339,14 +320,8 @@ pub fn detect_allocator(regions: &[SmapsRegion]) -> Allocator {
         }
     }
     match libc {
-        Some(l) => Allocator {
-            name: "glibc",
-            library: Some(l),
-        },
-        None => Allocator {
-            name: "unknown",
-            library: None,
-        },
+        Some(l) => Allocator { name: "glibc", library: Some(l) },
+        None => Allocator { name: "unknown", library: None },
     }
 }
 
@@ -427,12 +402,7 @@ mod tests {
     use crate::procmaps::parse_maps_line;
 
     fn region(line: &str, rss: u64, swap: u64) -> SmapsRegion {
-        SmapsRegion {
-            map: parse_maps_line(line).unwrap(),
-            rss,
-            swap,
-            ..SmapsRegion::default()
-        }
+        SmapsRegion { map: parse_maps_line(line).unwrap(), rss, swap, ..SmapsRegion::default() }
     }
 
     /// A process with two arenas: arena A at 7f0000000000 grew into a second heap at 7f0004000000; arena B at
@@ -458,27 +428,11 @@ mod tests {
             region("7f1000000000-7f1000001000 ---p 00000000 00:00 0", 0, 0),
             region("7f1000001000-7f1000801000 rw-p 00000000 00:00 0", 16, 0),
             region("7f1100000000-7f1100200000 rw-p 00000000 00:00 0", 2048, 0),
-            region(
-                "7f1200000000-7f1200001000 rw-s 00000000 00:01 5 /dev/zero (deleted)",
-                4,
-                0,
-            ),
-            region(
-                "7f1200001000-7f1200002000 rw-s 00000000 00:01 6 /memfd:pool (deleted)",
-                4,
-                0,
-            ),
+            region("7f1200000000-7f1200001000 rw-s 00000000 00:01 5 /dev/zero (deleted)", 4, 0),
+            region("7f1200001000-7f1200002000 rw-s 00000000 00:01 6 /memfd:pool (deleted)", 4, 0),
             region("7f1200002000-7f1200003000 rw-s 00000000 00:05 7 /dev/nvidia0", 0, 0),
-            region(
-                "7f1200003000-7f1200004000 r-xp 00000000 fe:01 8 /usr/lib/x86_64-linux-gnu/libc.so.6",
-                4,
-                0,
-            ),
-            region(
-                "7f1200004000-7f1200005000 r--p 00000000 fe:01 9 /opt/my lib/libjemalloc.so.2 (deleted)",
-                4,
-                0,
-            ),
+            region("7f1200003000-7f1200004000 r-xp 00000000 fe:01 8 /usr/lib/x86_64-linux-gnu/libc.so.6", 4, 0),
+            region("7f1200004000-7f1200005000 r--p 00000000 fe:01 9 /opt/my lib/libjemalloc.so.2 (deleted)", 4, 0),
             region("7f1200005000-7f1200006000 r--p 00000000 00:00 0 [vvar]", 0, 0),
             region("7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]", 20, 0),
         ]
@@ -489,16 +443,7 @@ mod tests {
         let r = sample();
         let cands = find_heap_candidates(&r);
         let starts: Vec<u64> = cands.iter().map(|c| c.start).collect();
-        assert_eq!(
-            starts,
-            [
-                0x7f0000000000,
-                0x7f0004000000,
-                0x7f0008000000,
-                0x7f0014000000,
-                0x7f001c000000
-            ]
-        );
+        assert_eq!(starts, [0x7f0000000000, 0x7f0004000000, 0x7f0008000000, 0x7f0014000000, 0x7f001c000000]);
         let a = 0x7f0000000030;
         let b = 0x7f0008000030;
         let ptrs = [Some(a), Some(a), Some(b), Some(b), Some(0x4141414141414141)];
@@ -521,10 +466,7 @@ mod tests {
         let a = 0x7f0000000030;
         let (_, members) = resolve_arenas(&r, &cands, &[Some(a), Some(a), Some(a), Some(a), Some(1)]);
         // Every thread's sp known: only regions holding one are stacks.
-        let threads = Threads {
-            count: 2,
-            sps: vec![0x7ffd00020000, 0x7f1000800000],
-        };
+        let threads = Threads { count: 2, sps: vec![0x7ffd00020000, 0x7f1000800000] };
         let c = classify(&r, &members, &threads);
         use Class::*;
         assert_eq!(
@@ -535,16 +477,10 @@ mod tests {
             ]
         );
         // One thread running (sp unknown): the guard pattern stands in.
-        let threads = Threads {
-            count: 3,
-            sps: vec![0x7ffd00020000],
-        };
+        let threads = Threads { count: 3, sps: vec![0x7ffd00020000] };
         let c2 = classify(&r, &members, &threads);
         assert_eq!(c2[13], Stack);
-        assert_eq!(
-            c2[8], AnonSmall,
-            "a region above an arena-like ---p is not a stack by itself"
-        );
+        assert_eq!(c2[8], AnonSmall, "a region above an arena-like ---p is not a stack by itself");
         let (by, all) = totals(&r, &c);
         assert_eq!(by[&Heap].rss_swap(), 104);
         assert_eq!(by[&Stack].regions, 2);
@@ -570,30 +506,16 @@ mod tests {
 
     #[test]
     fn advice_patterns() {
-        let alloc = Allocator {
-            name: "glibc",
-            library: None,
-        };
-        let arenas = ArenaSummary {
-            heaps: 12,
-            rss_swap: 800 * 1024,
-            arenas: (1..=12).collect(),
-            ..Default::default()
-        };
-        let total = ClassTotal {
-            rss: 1024 * 1024,
-            ..Default::default()
-        };
+        let alloc = Allocator { name: "glibc", library: None };
+        let arenas = ArenaSummary { heaps: 12, rss_swap: 800 * 1024, arenas: (1..=12).collect(), ..Default::default() };
+        let total = ClassTotal { rss: 1024 * 1024, ..Default::default() };
         let none = BTreeMap::new();
         let a = advice(&alloc, &none, &arenas, &total, false);
         assert_eq!(a.len(), 1);
         assert!(a[0].contains("MALLOC_ARENA_MAX=2") && a[0].starts_with("12 glibc"));
         let capped = BTreeMap::from([("MALLOC_ARENA_MAX".to_string(), "2".to_string())]);
         assert!(advice(&alloc, &capped, &arenas, &total, false).is_empty());
-        let small = ArenaSummary {
-            rss_swap: 1024,
-            ..arenas.clone()
-        };
+        let small = ArenaSummary { rss_swap: 1024, ..arenas.clone() };
         assert!(advice(&alloc, &none, &small, &total, false).is_empty());
 
         let u = advice(&alloc, &none, &ArenaSummary::default(), &total, true);
@@ -609,10 +531,7 @@ mod tests {
             parse_task_syscall("230 0x0 0x0 0x7ffc4c9395b0 0x7ffc4c9395f0 0x0 0x0 0x7ffc4c939598 0x7fb518075503\n"),
             Some(0x7ffc4c939598)
         );
-        assert_eq!(
-            parse_task_syscall("-1 0x7ffc4c939598 0x7fb518075503"),
-            Some(0x7ffc4c939598)
-        );
+        assert_eq!(parse_task_syscall("-1 0x7ffc4c939598 0x7fb518075503"), Some(0x7ffc4c939598));
         assert_eq!(parse_task_syscall("running\n"), None);
         assert_eq!(parse_task_syscall(""), None);
         assert_eq!(parse_task_syscall("1 zz 0x1"), None);

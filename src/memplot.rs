@@ -15,15 +15,11 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 210.0;
 const TOP: f64 = 30.0;
 const BOTTOM: f64 = 40.0;
-const COLORS: [&str; 10] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-];
+const COLORS: [&str; 10] =
+    ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 /// A tick step of 1, 2 or 5 times a power of ten giving at most about 5 ticks up to `max`.
@@ -33,27 +29,17 @@ fn nice_step(max: f64) -> f64 {
     }
     let raw = max / 5.0;
     let p = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .into_iter()
-        .map(|m| m * p)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * p)
+    [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * p).find(|s| *s >= raw).unwrap_or(10.0 * p)
 }
 
 /// Renders the chart. `times` are seconds since the first sample; series shorter than `times` are drawn over
 /// the samples they have. Series that stay at zero are left out of the chart and the legend.
 pub fn plot_svg(title: &str, times: &[f64], series: &[Series]) -> String {
-    let shown: Vec<(usize, &Series)> = series
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.values.iter().any(|&v| v > 0))
-        .collect();
+    let shown: Vec<(usize, &Series)> =
+        series.iter().enumerate().filter(|(_, s)| s.values.iter().any(|&v| v > 0)).collect();
     let t_max = times.iter().copied().fold(0.0f64, f64::max).max(1e-9);
     let mib = |kb: u64| kb as f64 / 1024.0;
-    let v_max = shown
-        .iter()
-        .flat_map(|(_, s)| s.values.iter().map(|&v| mib(v)))
-        .fold(0.0f64, f64::max);
+    let v_max = shown.iter().flat_map(|(_, s)| s.values.iter().map(|&v| mib(v))).fold(0.0f64, f64::max);
     let y_step = nice_step(v_max);
     let y_top = ((v_max / y_step).ceil() * y_step).max(y_step);
     let x_step = nice_step(t_max);
@@ -91,10 +77,7 @@ pub fn plot_svg(title: &str, times: &[f64], series: &[Series]) -> String {
             TOP + ph + 15.0
         );
     }
-    let _ = writeln!(
-        s,
-        r#"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
-    );
+    let _ = writeln!(s, r#"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#);
     let _ = writeln!(
         s,
         r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">time (s); Rss+Swap by class</text>"#,
@@ -103,16 +86,9 @@ pub fn plot_svg(title: &str, times: &[f64], series: &[Series]) -> String {
     );
     for (k, (i, ser)) in shown.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let pts: Vec<String> = times
-            .iter()
-            .zip(&ser.values)
-            .map(|(&t, &val)| format!("{:.1},{:.1}", x(t), y(mib(val))))
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
-            pts.join(" ")
-        );
+        let pts: Vec<String> =
+            times.iter().zip(&ser.values).map(|(&t, &val)| format!("{:.1},{:.1}", x(t), y(mib(val)))).collect();
+        let _ = writeln!(s, r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#, pts.join(" "));
         let ly = TOP + 10.0 + k as f64 * 16.0;
         let lx = LEFT + pw + 12.0;
         let last = ser.values.last().copied().unwrap_or(0);
@@ -138,14 +114,8 @@ mod tests {
     fn chart_has_shown_series_only() {
         let times = [0.0, 1.0, 2.0];
         let series = [
-            Series {
-                label: "anon <large>",
-                values: vec![1024, 2048, 4096],
-            },
-            Series {
-                label: "gpu",
-                values: vec![0, 0, 0],
-            },
+            Series { label: "anon <large>", values: vec![1024, 2048, 4096] },
+            Series { label: "gpu", values: vec![0, 0, 0] },
         ];
         let svg = plot_svg("pid 1 & co", &times, &series);
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
@@ -160,22 +130,8 @@ mod tests {
     fn degenerate_inputs() {
         for svg in [
             plot_svg("", &[], &[]),
-            plot_svg(
-                "",
-                &[0.0],
-                &[Series {
-                    label: "x",
-                    values: vec![5],
-                }],
-            ),
-            plot_svg(
-                "",
-                &[0.0, 1.0],
-                &[Series {
-                    label: "x",
-                    values: vec![u64::MAX],
-                }],
-            ),
+            plot_svg("", &[0.0], &[Series { label: "x", values: vec![5] }]),
+            plot_svg("", &[0.0, 1.0], &[Series { label: "x", values: vec![u64::MAX] }]),
         ] {
             assert!(svg.ends_with("</svg>\n"));
             assert!(!svg.contains("NaN"));

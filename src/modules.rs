@@ -28,12 +28,7 @@ pub fn group_modules(maps: &[Mapping]) -> Vec<ModuleMap> {
                     last.first = m.clone();
                 }
             }
-            _ => out.push(ModuleMap {
-                path: m.path.clone(),
-                start: m.start,
-                end: m.end,
-                first: m.clone(),
-            }),
+            _ => out.push(ModuleMap { path: m.path.clone(), start: m.start, end: m.end, first: m.clone() }),
         }
     }
     out
@@ -80,12 +75,7 @@ impl Module {
         // The mapping starts at file offset `off`, which the segment places at vaddr - (seg_off - off).
         let vaddr_at_start = seg.address().wrapping_sub(seg_off.wrapping_sub(off));
         let bias = map.first.start.wrapping_sub(vaddr_at_start);
-        Ok(Module {
-            map,
-            bias,
-            build_id,
-            data,
-        })
+        Ok(Module { map, bias, build_id, data })
     }
 
     pub fn object(&self) -> Option<object::File<'_>> {

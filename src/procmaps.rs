@@ -56,15 +56,7 @@ pub fn parse_maps_line(line: &str) -> Option<Mapping> {
     if end < start || perms.len() != 4 {
         return None;
     }
-    Some(Mapping {
-        start,
-        end,
-        perms,
-        offset,
-        dev,
-        inode,
-        path,
-    })
+    Some(Mapping { start, end, perms, offset, dev, inode, path })
 }
 
 /// Parses the whole maps text, skipping malformed lines.

@@ -49,21 +49,13 @@ pub fn find_libc(maps: &[Mapping]) -> Option<ModuleMap> {
 /// The address and the file's code bytes of a `syscall()`-style wrapper `symbol` in `module`; checks that a
 /// `syscall` instruction follows its entry, which a matching hit is stepped through.
 pub fn wrapper_code(module: &Module, symbol: &str) -> Result<(u64, Vec<u8>)> {
-    let (addr, _) = module.find_symbol(symbol).ok_or_else(|| {
-        anyhow!(
-            "{}: no symbol `{symbol}` in its symbol tables; is this glibc?",
-            module.map.path
-        )
-    })?;
+    let (addr, _) = module
+        .find_symbol(symbol)
+        .ok_or_else(|| anyhow!("{}: no symbol `{symbol}` in its symbol tables; is this glibc?", module.map.path))?;
     let code = module
         .file_bytes(addr, 64)
         .or_else(|| module.file_bytes(addr, 16))
-        .ok_or_else(|| {
-            anyhow!(
-                "{}: `{symbol}` at {addr:#x} is outside the file's segments",
-                module.map.path
-            )
-        })?;
+        .ok_or_else(|| anyhow!("{}: `{symbol}` at {addr:#x} is outside the file's segments", module.map.path))?;
     let cs = breakpoints::disassembler().ok_or_else(|| anyhow!("capstone failed to initialise"))?;
     let decoded = breakpoints::decode(&cs, code, addr, 16);
     match decoded.iter().position(|d| d.insn == Some(Insn::Syscall)) {

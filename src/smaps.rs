@@ -77,10 +77,7 @@ pub fn parse_smaps(text: &str) -> Vec<SmapsRegion> {
                 set_field(r, key, value);
             }
         } else if let Some(map) = parse_maps_line(line) {
-            out.push(SmapsRegion {
-                map,
-                ..SmapsRegion::default()
-            });
+            out.push(SmapsRegion { map, ..SmapsRegion::default() });
         }
     }
     out
@@ -100,12 +97,7 @@ pub fn previous_rss_swap(before: &[SmapsRegion], after: &[SmapsRegion]) -> Vec<O
             .iter()
             .take_while(|r| r.map.start < old.map.end)
             .enumerate()
-            .max_by_key(|(_, r)| {
-                r.map
-                    .end
-                    .min(old.map.end)
-                    .saturating_sub(r.map.start.max(old.map.start))
-            })
+            .max_by_key(|(_, r)| r.map.end.min(old.map.end).saturating_sub(r.map.start.max(old.map.start)))
             .map(|(i, _)| from + i);
         if let Some(slot) = best.and_then(|i| prev.get_mut(i)) {
             *slot = Some(slot.unwrap_or(0).saturating_add(old.rss_swap()));

@@ -35,15 +35,8 @@ pub fn plan(
     syscall_at: u64,
     branch_targets: &[u64],
 ) -> Result<PatchPlan, String> {
-    let first = prefix
-        .first()
-        .ok_or("the wrapper has no instructions before `syscall`")?;
-    if first.insn
-        != Some(Insn::MovRegReg {
-            dst: Reg::Rax,
-            src: Reg::Rdi,
-        })
-    {
+    let first = prefix.first().ok_or("the wrapper has no instructions before `syscall`")?;
+    if first.insn != Some(Insn::MovRegReg { dst: Reg::Rax, src: Reg::Rdi }) {
         return Err("the wrapper does not start with `mov %rdi,%rax`".into());
     }
     let writes_rax = |d: &Decoded| match d.insn {
@@ -60,17 +53,11 @@ pub fn plan(
         let position_independent = matches!(d.insn, Some(Insn::Load { .. }) | Some(Insn::MovRegReg { .. }));
         if d.len >= 5 && position_independent {
             let start = (d.addr - entry) as usize;
-            let orig = code
-                .get(start..start + d.len as usize)
-                .ok_or("instruction outside the code read")?;
+            let orig = code.get(start..start + d.len as usize).ok_or("instruction outside the code read")?;
             if branch_targets.iter().any(|&t| t > d.addr && t < d.addr + d.len as u64) {
                 return Err("a branch targets the middle of the patched instruction".into());
             }
-            return Ok(PatchPlan {
-                at: d.addr,
-                orig: orig.to_vec(),
-                syscall_at,
-            });
+            return Ok(PatchPlan { at: d.addr, orig: orig.to_vec(), syscall_at });
         }
     }
     Err("no instruction of 5 bytes or more can be replaced before `syscall`".into())
@@ -128,14 +115,12 @@ pub fn branch_target(insn_bytes: &[u8], addr: u64) -> Option<u64> {
     // Short and near jumps and calls: enough for the straight-line wrappers this is used on.
     match insn_bytes {
         [0x70..=0x7f | 0xeb, d, ..] => Some(addr.wrapping_add(2).wrapping_add(*d as i8 as u64)),
-        [0x0f, 0x80..=0x8f, a, b, c, d, ..] => Some(
-            addr.wrapping_add(6)
-                .wrapping_add(i32::from_le_bytes([*a, *b, *c, *d]) as u64),
-        ),
-        [0xe8 | 0xe9, a, b, c, d, ..] => Some(
-            addr.wrapping_add(5)
-                .wrapping_add(i32::from_le_bytes([*a, *b, *c, *d]) as u64),
-        ),
+        [0x0f, 0x80..=0x8f, a, b, c, d, ..] => {
+            Some(addr.wrapping_add(6).wrapping_add(i32::from_le_bytes([*a, *b, *c, *d]) as u64))
+        }
+        [0xe8 | 0xe9, a, b, c, d, ..] => {
+            Some(addr.wrapping_add(5).wrapping_add(i32::from_le_bytes([*a, *b, *c, *d]) as u64))
+        }
         _ => None,
     }
 }
@@ -172,11 +157,7 @@ mod tests {
             .disasm_all(&code, page)
             .unwrap()
             .iter()
-            .map(|i| {
-                format!("{} {}", i.mnemonic().unwrap(), i.op_str().unwrap())
-                    .trim()
-                    .to_string()
-            })
+            .map(|i| format!("{} {}", i.mnemonic().unwrap(), i.op_str().unwrap()).trim().to_string())
             .collect();
         assert_eq!(text[0], "cmp rax, 9");
         assert!(text[1].starts_with("je "));

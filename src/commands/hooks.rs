@@ -44,11 +44,7 @@ pub fn run(args: &HooksArgs) -> Result<i32> {
         eprintln!("syscatch: warning: {w}");
     }
     let count = |s: Status| report.got.iter().filter(|r| r.status == s).count();
-    let entries = report
-        .inline
-        .iter()
-        .filter(|r| matches!(r.status, hooks::EntryStatus::Patched(_)))
-        .count();
+    let entries = report.inline.iter().filter(|r| matches!(r.status, hooks::EntryStatus::Patched(_))).count();
     eprintln!(
         "syscatch: process {}: {} GOT slots checked in {} modules: {} patched at run time, {} interposed at load, \
          {} unresolved; {} function entries checked, {} patched",

@@ -38,9 +38,7 @@ struct Sample {
 
 pub fn run(args: &MemArgs) -> Result<i32> {
     if args.watch.is_none() && (args.duration.is_some() || args.plot.is_some()) {
-        return Err(crate::app::usage(
-            "--for and --plot go with --watch INTERVAL (e.g. --watch 2s)",
-        ));
+        return Err(crate::app::usage("--for and --plot go with --watch INTERVAL (e.g. --watch 2s)"));
     }
     let pid = args.pid;
     let name = check_pid(pid)?;
@@ -48,9 +46,7 @@ pub fn run(args: &MemArgs) -> Result<i32> {
     let mem = ProcMem::open(pid).ok();
     let start = Instant::now();
     let first = read_sample(pid, mem.as_ref(), 0.0)?;
-    let env = procfs::read_environ(pid)
-        .map(|raw| memclass::parse_environ(&raw))
-        .unwrap_or_default();
+    let env = procfs::read_environ(pid).map(|raw| memclass::parse_environ(&raw)).unwrap_or_default();
     let alloc = memclass::detect_allocator(&first.regions);
     let ucx = memclass::ucx_hooks_mapped(&first.regions);
     let advice = memclass::advice(&alloc, &env, &first.arenas, &first.total, ucx);
@@ -59,11 +55,7 @@ pub fn run(args: &MemArgs) -> Result<i32> {
 
     let Some(interval) = args.watch else {
         if args.json {
-            line(
-                &mut out,
-                "mem",
-                mem_json(pid, &name, &first, &alloc, &env, &advice, None),
-            )?;
+            line(&mut out, "mem", mem_json(pid, &name, &first, &alloc, &env, &advice, None))?;
         } else {
             write_report(&mut out, pid, &name, &first, &alloc, &env, &advice)?;
         }
@@ -95,10 +87,8 @@ pub fn run(args: &MemArgs) -> Result<i32> {
                 break;
             }
         }
-        let advice = samples
-            .last()
-            .map(|s| memclass::advice(&alloc, &env, &s.arenas, &s.total, ucx))
-            .unwrap_or_default();
+        let advice =
+            samples.last().map(|s| memclass::advice(&alloc, &env, &s.arenas, &s.total, ucx)).unwrap_or_default();
         emit_watch(&mut out, args.json, tty, pid, &name, &samples, &alloc, &env, &advice)?;
         if last_one {
             break;
@@ -111,11 +101,7 @@ pub fn run(args: &MemArgs) -> Result<i32> {
     if let Some(path) = &args.plot {
         let svg = plot(pid, &name, &samples);
         std::fs::write(path, svg).with_context(|| format!("cannot write the plot to {}", path.display()))?;
-        eprintln!(
-            "syscatch: plot of {} samples written to {}",
-            samples.len(),
-            path.display()
-        );
+        eprintln!("syscatch: plot of {} samples written to {}", samples.len(), path.display());
     }
     Ok(0)
 }
@@ -139,18 +125,10 @@ fn check_pid(pid: Tid) -> Result<String> {
     let text = procfs::read_status(pid).map_err(|_| anyhow!("no process with pid {pid}"))?;
     let st = procinfo::parse_status(&text);
     if st.tgid != pid {
-        bail!(
-            "{pid} is a thread of process {} ({}); use --pid {}",
-            st.tgid,
-            st.name,
-            st.tgid
-        );
+        bail!("{pid} is a thread of process {} ({}); use --pid {}", st.tgid, st.name, st.tgid);
     }
     if st.state == 'Z' || st.state == 'X' {
-        bail!(
-            "process {pid} ({}) is a zombie: it has exited and has no memory left",
-            st.name
-        );
+        bail!("process {pid} ({}) is a zombie: it has exited and has no memory left", st.name);
     }
     if !st.has_vm {
         bail!("process {pid} ({}) is a kernel thread: it has no user memory", st.name);
@@ -171,23 +149,12 @@ fn read_sample(pid: Tid, mem: Option<&ProcMem>, time: f64) -> Result<Sample> {
         bail!("process {pid} has no memory mapped (it is exiting)");
     }
     let cands = memclass::find_heap_candidates(&regions);
-    let ptrs: Vec<Option<u64>> = cands
-        .iter()
-        .map(|c| mem.and_then(|m| m.read_u64(c.start).ok()))
-        .collect();
+    let ptrs: Vec<Option<u64>> = cands.iter().map(|c| mem.and_then(|m| m.read_u64(c.start).ok())).collect();
     let (arenas, members) = memclass::resolve_arenas(&regions, &cands, &ptrs);
     let threads = read_threads(pid);
     let classes = memclass::classify(&regions, &members, &threads);
     let (by_class, total) = memclass::totals(&regions, &classes);
-    Ok(Sample {
-        time,
-        regions,
-        classes,
-        by_class,
-        total,
-        arenas,
-        threads,
-    })
+    Ok(Sample { time, regions, classes, by_class, total, arenas, threads })
 }
 
 fn read_threads(pid: Tid) -> Threads {
@@ -242,11 +209,7 @@ fn write_report(
         human(s.total.swap),
         s.total.regions
     )?;
-    writeln!(
-        w,
-        "{:<40} {:>7} {:>11} {:>11} {:>11}",
-        "class", "regions", "Rss", "Swap", "Rss+Swap"
-    )?;
+    writeln!(w, "{:<40} {:>7} {:>11} {:>11} {:>11}", "class", "regions", "Rss", "Swap", "Rss+Swap")?;
     for c in Class::ALL {
         let t = s.by_class.get(&c).copied().unwrap_or_default();
         if t.regions == 0 {
@@ -287,11 +250,7 @@ fn write_report(
 }
 
 fn region_name(r: &SmapsRegion) -> String {
-    if r.map.path.is_empty() {
-        "[anon]".to_string()
-    } else {
-        r.map.path.clone()
-    }
+    if r.map.path.is_empty() { "[anon]".to_string() } else { r.map.path.clone() }
 }
 
 /// A region's growth since the first sample, in kB (the whole region when it is new).
@@ -318,11 +277,7 @@ fn growth<'a>(first: &Sample, last: &'a Sample) -> Vec<Growth<'a>> {
         })
         .filter(|x| x.growth > 0)
         .collect();
-    g.sort_by(|a, b| {
-        b.growth
-            .cmp(&a.growth)
-            .then(a.region.map.start.cmp(&b.region.map.start))
-    });
+    g.sort_by(|a, b| b.growth.cmp(&a.growth).then(a.region.map.start.cmp(&b.region.map.start)));
     g
 }
 
@@ -349,11 +304,7 @@ fn emit_watch(
     let g = growth(first, last);
     if json {
         let top: Vec<Value> = g.iter().take(TOP_REGIONS).map(growth_json).collect();
-        line(
-            w,
-            "mem",
-            mem_json(pid, name, last, alloc, env, advice, Some((samples.len(), top))),
-        )?;
+        line(w, "mem", mem_json(pid, name, last, alloc, env, advice, Some((samples.len(), top))))?;
         return w.flush();
     }
     if tty {
@@ -363,16 +314,8 @@ fn emit_watch(
         writeln!(w, "--- sample {} at {:.1}s", samples.len(), last.time)?;
     }
     write_report(w, pid, name, last, alloc, env, advice)?;
-    writeln!(
-        w,
-        "regions by growth since the first sample ({:.1}s ago):",
-        last.time - first.time
-    )?;
-    writeln!(
-        w,
-        "{:>12} {:>11}  {:<33} {:<4} {:<14} path",
-        "growth", "Rss+Swap", "range", "perm", "class"
-    )?;
+    writeln!(w, "regions by growth since the first sample ({:.1}s ago):", last.time - first.time)?;
+    writeln!(w, "{:>12} {:>11}  {:<33} {:<4} {:<14} path", "growth", "Rss+Swap", "range", "perm", "class")?;
     if g.is_empty() {
         writeln!(w, "(no region grew)")?;
     }
@@ -476,10 +419,7 @@ fn plot(pid: Tid, name: &str, samples: &[Sample]) -> String {
         .iter()
         .map(|&c| Series {
             label: c.describe(),
-            values: samples
-                .iter()
-                .map(|s| s.by_class.get(&c).map(|t| t.rss_swap()).unwrap_or(0))
-                .collect(),
+            values: samples.iter().map(|s| s.by_class.get(&c).map(|t| t.rss_swap()).unwrap_or(0)).collect(),
         })
         .collect();
     memplot::plot_svg(&format!("pid {pid} ({name}): Rss+Swap by class"), &times, &series)

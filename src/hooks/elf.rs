@@ -125,9 +125,7 @@ impl ElfInfo {
             }
         }
 
-        let dynsym = sections
-            .symbols(endian, data, elf::SHT_DYNSYM)
-            .map_err(|e| e.to_string())?;
+        let dynsym = sections.symbols(endian, data, elf::SHT_DYNSYM).map_err(|e| e.to_string())?;
         let versions = sections.versions(endian, data).ok().flatten();
         let version_of = |i: SymbolIndex| -> (Option<String>, bool) {
             let Some(v) = &versions else { return (None, false) };
@@ -147,10 +145,7 @@ impl ElfInfo {
                 continue;
             }
             let ty = sym.st_type();
-            if !matches!(
-                ty,
-                elf::STT_FUNC | elf::STT_GNU_IFUNC | elf::STT_OBJECT | elf::STT_NOTYPE
-            ) {
+            if !matches!(ty, elf::STT_FUNC | elf::STT_GNU_IFUNC | elf::STT_OBJECT | elf::STT_NOTYPE) {
                 continue;
             }
             let (version, hidden) = version_of(i);
@@ -163,9 +158,7 @@ impl ElfInfo {
             });
         }
 
-        let symtab = sections
-            .symbols(endian, data, elf::SHT_SYMTAB)
-            .map_err(|e| e.to_string())?;
+        let symtab = sections.symbols(endian, data, elf::SHT_SYMTAB).map_err(|e| e.to_string())?;
         for table in [&dynsym, &symtab] {
             for sym in table.iter() {
                 let ty = sym.st_type();
@@ -178,11 +171,7 @@ impl ElfInfo {
                 if name.is_empty() {
                     continue;
                 }
-                info.names.push(Named {
-                    addr: sym.st_value(endian),
-                    size: sym.st_size(endian),
-                    name: s(name),
-                });
+                info.names.push(Named { addr: sym.st_value(endian), size: sym.st_size(endian), name: s(name) });
             }
         }
         info.names.sort_by(|a, b| (a.addr, &a.name).cmp(&(b.addr, &b.name)));
@@ -355,21 +344,15 @@ mod tests {
         assert!(info.slots.iter().any(|s| s.symbol == "malloc"), "{:?}", info.slots);
         assert!(info.needed.iter().any(|n| n.starts_with("libc.so")));
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let libc = maps
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(5))
-            .find(|p| crate::resolve::is_libc(p))
-            .unwrap();
+        let libc =
+            maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| crate::resolve::is_libc(p)).unwrap();
         let libc = ElfInfo::parse(&std::fs::read(libc).unwrap()).unwrap();
         let d = libc.lookup("malloc", Some("GLIBC_2.2.5")).unwrap();
         assert!(!d.ifunc && d.addr != 0);
         // memcpy@@GLIBC_2.14 is an IFUNC; the old hidden memcpy@GLIBC_2.2.5 is not what an unversioned lookup gets.
         let m = libc.lookup("memcpy", None).unwrap();
         assert!(m.ifunc && !m.hidden, "{m:?}");
-        assert_eq!(
-            libc.name_of(d.addr, "malloc").map(|(n, o)| (n.to_string(), o)),
-            Some(("malloc".into(), 0))
-        );
+        assert_eq!(libc.name_of(d.addr, "malloc").map(|(n, o)| (n.to_string(), o)), Some(("malloc".into(), 0)));
         assert!(libc.lookup("no_such_function_here", None).is_none());
     }
 

@@ -25,9 +25,7 @@ pub fn first_difference(memory: &[u8], file: &[u8]) -> Option<usize> {
 }
 
 fn text(i: &capstone::Insn) -> String {
-    format!("{} {}", i.mnemonic().unwrap_or("?"), i.op_str().unwrap_or(""))
-        .trim()
-        .to_string()
+    format!("{} {}", i.mnemonic().unwrap_or("?"), i.op_str().unwrap_or("")).trim().to_string()
 }
 
 fn operands(cs: &Capstone, i: &capstone::Insn) -> Vec<X86OperandType> {
@@ -62,9 +60,7 @@ pub fn decode_patch(
     let diff_addr = addr.saturating_add(diff as u64);
     // The instruction that holds the first changed byte: the redirect starts there (or at an instruction
     // before it, when the patch only changed the operand of an existing jump).
-    let Some(start) = all
-        .iter()
-        .position(|i| i.address() <= diff_addr && diff_addr < i.address() + i.len() as u64)
+    let Some(start) = all.iter().position(|i| i.address() <= diff_addr && diff_addr < i.address() + i.len() as u64)
     else {
         return Patch::Other { insns: String::new() };
     };
@@ -79,10 +75,7 @@ pub fn decode_patch(
         let is_branch = matches!(mnemonic, "jmp" | "call");
         match (mnemonic, ops.as_slice()) {
             (_, [X86OperandType::Imm(t)]) if is_branch => {
-                return Patch::Jump {
-                    insn: text(i),
-                    target: *t as u64,
-                };
+                return Patch::Jump { insn: text(i), target: *t as u64 };
             }
             (_, [X86OperandType::Mem(m)]) if is_branch => {
                 if cs.reg_name(m.base()).as_deref() == Some("rip") && m.index() == capstone::RegId(0) {
@@ -98,10 +91,7 @@ pub fn decode_patch(
                 if let Some((reg, v)) = reg_imm
                     && reg == *r
                 {
-                    return Patch::Jump {
-                        insn: text(i),
-                        target: v,
-                    };
+                    return Patch::Jump { insn: text(i), target: v };
                 }
                 break;
             }
@@ -109,22 +99,14 @@ pub fn decode_patch(
             ("push", [X86OperandType::Imm(v)]) => pushed = Some(*v as u64),
             ("ret", []) => {
                 if let Some(target) = pushed {
-                    return Patch::Jump {
-                        insn: "push; ret".into(),
-                        target,
-                    };
+                    return Patch::Jump { insn: "push; ret".into(), target };
                 }
                 break;
             }
             _ => break,
         }
     }
-    let insns = all[start..]
-        .iter()
-        .take(4)
-        .map(|i| text(i))
-        .collect::<Vec<_>>()
-        .join("; ");
+    let insns = all[start..].iter().take(4).map(|i| text(i)).collect::<Vec<_>>().join("; ");
     Patch::Other { insns }
 }
 
@@ -145,55 +127,25 @@ mod tests {
     fn redirects() {
         // jmp rel32 to ADDR + 5 + 0x100.
         let p = decode(&[0xe9, 0x00, 0x01, 0x00, 0x00, 0x90], 0);
-        assert!(
-            matches!(p, Patch::Jump { target, .. } if target == ADDR + 0x105),
-            "{p:?}"
-        );
+        assert!(matches!(p, Patch::Jump { target, .. } if target == ADDR + 0x105), "{p:?}");
         // jmp qword ptr [rip+0]; the pointer follows.
         let p = decode(&[0xff, 0x25, 0, 0, 0, 0, 0xef, 0xbe, 0xad, 0xde, 0, 0x7f, 0, 0], 0);
-        assert_eq!(
-            p,
-            Patch::Jump {
-                insn: "jmp qword ptr [rip]".into(),
-                target: 0x7f00_dead_beef
-            }
-        );
+        assert_eq!(p, Patch::Jump { insn: "jmp qword ptr [rip]".into(), target: 0x7f00_dead_beef });
         // movabs rax, imm64; jmp rax.
         let mut b = vec![0x48, 0xb8];
         b.extend_from_slice(&0x1122_3344_5566u64.to_le_bytes());
         b.extend_from_slice(&[0xff, 0xe0]);
         let p = decode(&b, 1);
-        assert!(
-            matches!(
-                p,
-                Patch::Jump {
-                    target: 0x1122_3344_5566,
-                    ..
-                }
-            ),
-            "{p:?}"
-        );
+        assert!(matches!(p, Patch::Jump { target: 0x1122_3344_5566, .. }), "{p:?}");
         // push imm32; ret.
         let p = decode(&[0x68, 0x78, 0x56, 0x34, 0x12, 0xc3], 0);
-        assert!(
-            matches!(
-                p,
-                Patch::Jump {
-                    target: 0x1234_5678,
-                    ..
-                }
-            ),
-            "{p:?}"
-        );
+        assert!(matches!(p, Patch::Jump { target: 0x1234_5678, .. }), "{p:?}");
         // A breakpoint after an endbr64.
         let p = decode(&[0xf3, 0x0f, 0x1e, 0xfa, 0xcc, 0x89, 0xf8], 4);
         assert_eq!(p, Patch::Breakpoint);
         // Something else: a changed immediate.
         let p = decode(&[0xb8, 0x09, 0x00, 0x00, 0x00, 0x0f, 0x05], 1);
-        assert!(
-            matches!(&p, Patch::Other { insns } if insns.starts_with("mov eax, 9")),
-            "{p:?}"
-        );
+        assert!(matches!(&p, Patch::Other { insns } if insns.starts_with("mov eax, 9")), "{p:?}");
         // Garbage and an offset past the end never panic.
         let _ = decode(&[0xff, 0xff, 0xff], 0);
         let _ = decode(&[0x90], 5);

@@ -238,21 +238,12 @@ fn closure(p: &Process, roots: &[usize]) -> Vec<usize> {
 fn scopes(p: &Process) -> Scopes {
     let from_main: HashSet<usize> = closure(p, &[p.main]).into_iter().collect();
     // glibc loads preloads right after the program, before its dependencies.
-    let preload: Vec<usize> = p
-        .link_order
-        .iter()
-        .copied()
-        .skip_while(|&i| i == p.main)
-        .take_while(|i| !from_main.contains(i))
-        .collect();
+    let preload: Vec<usize> =
+        p.link_order.iter().copied().skip_while(|&i| i == p.main).take_while(|i| !from_main.contains(i)).collect();
     let mut startup: HashSet<usize> = from_main;
     startup.extend(closure(p, &preload));
     let global = p.link_order.iter().copied().filter(|i| startup.contains(i)).collect();
-    Scopes {
-        global,
-        startup,
-        preload: preload.into_iter().collect(),
-    }
+    Scopes { global, startup, preload: preload.into_iter().collect() }
 }
 
 impl Scopes {
@@ -274,14 +265,7 @@ impl Scopes {
 
 /// Names an address: the image and symbol containing it, else the mapping.
 pub fn place(p: &Process, addr: u64, prefer: &str) -> Place {
-    let mut pl = Place {
-        addr,
-        module: None,
-        symbol: None,
-        offset: 0,
-        plt: false,
-        unmapped: false,
-    };
+    let mut pl = Place { addr, module: None, symbol: None, offset: 0, plt: false, unmapped: false };
     if let Some(img) = p.images.iter().find(|i| i.contains(addr)) {
         pl.module = Some(img.path().to_string());
         if let Some(stated) = addr.checked_sub(img.module.bias) {
@@ -328,19 +312,13 @@ pub fn analyze(p: &Process, functions: &[String], entry_modules: &[usize], mem: 
     }
     for (i, img) in p.images.iter().enumerate() {
         if !p.link_order.contains(&i) && img.module.map.first.is_exec() {
-            report.warnings.push(format!(
-                "{} is mapped but not in the dynamic linker's list: its GOT is not checked",
-                img.path()
-            ));
+            report
+                .warnings
+                .push(format!("{} is mapped but not in the dynamic linker's list: its GOT is not checked", img.path()));
         }
     }
-    let mut entry_images: Vec<usize> = p
-        .images
-        .iter()
-        .enumerate()
-        .filter(|(_, im)| crate::resolve::is_libc(im.path()))
-        .map(|(i, _)| i)
-        .collect();
+    let mut entry_images: Vec<usize> =
+        p.images.iter().enumerate().filter(|(_, im)| crate::resolve::is_libc(im.path())).map(|(i, _)| i).collect();
     for &i in entry_modules {
         if !entry_images.contains(&i) {
             entry_images.push(i);
@@ -377,8 +355,7 @@ fn classify_slot(p: &Process, sc: &Scopes, scope: &[usize], from: usize, slot: &
             let matches = v == want
                 || (is_ifunc
                     && p.images[definer].contains(v)
-                    && v.checked_sub(p.images[definer].module.bias)
-                        .is_some_and(|s| p.images[definer].info.is_exec(s)));
+                    && v.checked_sub(p.images[definer].module.bias).is_some_and(|s| p.images[definer].info.is_exec(s)));
             match (matches, shadows) {
                 (true, true) => Status::InterposedAtLoad,
                 (true, false) => Status::Ok,
@@ -439,11 +416,7 @@ fn check_entry(p: &Process, i: usize, function: &str, mem: &dyn Memory, cs: &Cap
         Some(d) => {
             // Decode past the 16 compared bytes when memory allows: a redirect may straddle them.
             let mut longer = vec![0u8; 32];
-            let code = if mem.read(addr, &mut longer).is_some() {
-                &longer
-            } else {
-                &got
-            };
+            let code = if mem.read(addr, &mut longer).is_some() { &longer } else { &got };
             let patch = inline::decode_patch(cs, code, addr, d, &|a| mem.read_u64(a));
             if let Patch::Jump { target, .. } = &patch {
                 row.target = Some(place(p, *target, ""));

@@ -59,11 +59,7 @@ pub fn read_link_map(mem: &dyn Memory, r_debug: u64) -> Vec<LinkMapEntry> {
         let Some((addr, name_ptr, ld, next)) = elf::parse_link_map_head(&head) else {
             break;
         };
-        let name = if name_ptr == 0 {
-            String::new()
-        } else {
-            read_c_string(mem, name_ptr).unwrap_or_default()
-        };
+        let name = if name_ptr == 0 { String::new() } else { read_c_string(mem, name_ptr).unwrap_or_default() };
         out.push(LinkMapEntry { addr, name, ld });
         at = next;
     }
@@ -84,19 +80,13 @@ fn find_r_debug(images: &[Image], main: usize, mem: &dyn Memory) -> Option<u64> 
         let at = m.module.bias.wrapping_add(dynamic);
         // Read in 16-byte entries until DT_NULL: the section's size in memory is not known here.
         let mut n = 0;
-        while n < MAX_DYNAMIC
-            && mem
-                .read(at.wrapping_add(n as u64 * 16), &mut bytes[n * 16..n * 16 + 16])
-                .is_some()
-        {
+        while n < MAX_DYNAMIC && mem.read(at.wrapping_add(n as u64 * 16), &mut bytes[n * 16..n * 16 + 16]).is_some() {
             n += 1;
             if bytes[(n - 1) * 16..(n - 1) * 16 + 8] == [0; 8] {
                 break;
             }
         }
-        let found = elf::parse_dynamic(&bytes[..n * 16])
-            .into_iter()
-            .find(|&(t, v)| t == elf::DT_DEBUG && v != 0);
+        let found = elf::parse_dynamic(&bytes[..n * 16]).into_iter().find(|&(t, v)| t == elf::DT_DEBUG && v != 0);
         if let Some((_, v)) = found {
             return Some(v);
         }
@@ -112,10 +102,7 @@ pub fn read_process(pid: Tid) -> Result<(Process, ProcMemory)> {
     let status = procfs::read_status(pid).map_err(|_| anyhow!("no process with pid {pid}"))?;
     let st = procinfo::parse_status(&status);
     if st.state == 'Z' || st.state == 'X' {
-        bail!(
-            "process {pid} ({}) is a zombie: it has exited and has no memory left",
-            st.name
-        );
+        bail!("process {pid} ({}) is a zombie: it has exited and has no memory left", st.name);
     }
     if !st.has_vm {
         bail!("process {pid} ({}) is a kernel thread: it has no user memory", st.name);
@@ -133,11 +120,7 @@ pub fn read_process(pid: Tid) -> Result<(Process, ProcMemory)> {
             .with_context(|| format!("process {pid}: a mapped module cannot be checked"))?;
         let info = ElfInfo::parse(&module.data)
             .map_err(|e| anyhow!("{}: corrupt ELF file ({e}); cannot check its GOT", map.path))?;
-        images.push(Image {
-            module,
-            info,
-            link_name: String::new(),
-        });
+        images.push(Image { module, info, link_name: String::new() });
     }
     let auxv = procfs::read_auxv(pid).with_context(|| format!("cannot read /proc/{pid}/auxv"))?;
     let phdr = elf::parse_auxv(&auxv)
@@ -146,22 +129,13 @@ pub fn read_process(pid: Tid) -> Result<(Process, ProcMemory)> {
         .map(|(_, v)| v)
         .ok_or_else(|| anyhow!("process {pid} ({}): no AT_PHDR in its auxiliary vector", st.name))?;
     let Some(main) = images.iter().position(|i| i.contains(phdr)) else {
-        bail!(
-            "process {pid} ({}): its program headers ({phdr:#x}) are in no mapped ELF file",
-            st.name
-        );
+        bail!("process {pid} ({}): its program headers ({phdr:#x}) are in no mapped ELF file", st.name);
     };
     if !images[main].info.interp || images[main].info.dynamic.is_none() {
-        bail!(
-            "process {pid} ({}) is statically linked: it has no dynamic linker and no GOT to check",
-            st.name
-        );
+        bail!("process {pid} ({}) is statically linked: it has no dynamic linker and no GOT to check", st.name);
     }
     let r_debug = find_r_debug(&images, main, &memory).ok_or_else(|| {
-        anyhow!(
-            "process {pid} ({}): the dynamic linker's r_debug is not set (is it still starting?)",
-            st.name
-        )
+        anyhow!("process {pid} ({}): the dynamic linker's r_debug is not set (is it still starting?)", st.name)
     })?;
     let mut link_order = Vec::new();
     for entry in read_link_map(&memory, r_debug) {
@@ -180,16 +154,7 @@ pub fn read_process(pid: Tid) -> Result<(Process, ProcMemory)> {
             st.name
         );
     }
-    Ok((
-        Process {
-            pid,
-            images,
-            main,
-            link_order,
-            maps,
-        },
-        memory,
-    ))
+    Ok((Process { pid, images, main, link_order, maps }, memory))
 }
 
 /// The images a `--module` argument names: the exact path, the file name, or a file-name prefix.

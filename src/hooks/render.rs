@@ -96,9 +96,7 @@ pub struct Verdict {
 }
 
 fn or_unknown(p: &Option<Place>) -> String {
-    p.as_ref()
-        .map(|p| p.to_string())
-        .unwrap_or_else(|| "nothing (0)".into())
+    p.as_ref().map(|p| p.to_string()).unwrap_or_else(|| "nothing (0)".into())
 }
 
 /// Slots of one function with the same outcome.
@@ -123,11 +121,7 @@ impl Group {
                 format!("calls from {from} go to {to}, patched at run time (the dynamic linker gave {exp})")
             }
             Status::InterposedAtLoad => {
-                let how = if self.by == Some(Interposer::Preload) {
-                    "LD_PRELOAD"
-                } else {
-                    "link order"
-                };
+                let how = if self.by == Some(Interposer::Preload) { "LD_PRELOAD" } else { "link order" };
                 format!("calls from {from} go to {to}, interposed at load ({how})")
             }
             Status::Ok => format!("calls from {from} go to {to}, as linked"),
@@ -184,11 +178,7 @@ pub fn verdicts(report: &Report, functions: &[String]) -> Vec<Verdict> {
             }
             clauses.push(describe(e));
         }
-        out.push(Verdict {
-            function: f.clone(),
-            status,
-            text: format!("{f}: {}", clauses.join("; ")),
-        });
+        out.push(Verdict { function: f.clone(), status, text: format!("{f}: {}", clauses.join("; ")) });
     }
     out
 }
@@ -208,11 +198,7 @@ pub fn json(w: &mut impl Write, report: &Report, functions: &[String]) -> std::i
         line(w, "hook", inline_json(r))?;
     }
     for v in verdicts(report, functions) {
-        line(
-            w,
-            "verdict",
-            json!({"function": v.function, "status": v.status.name(), "text": v.text}),
-        )?;
+        line(w, "verdict", json!({"function": v.function, "status": v.status.name(), "text": v.text}))?;
     }
     w.flush()
 }

@@ -20,15 +20,7 @@ impl Memory for FakeMem {
 }
 
 fn mapping(path: &str, start: u64, end: u64) -> Mapping {
-    Mapping {
-        start,
-        end,
-        perms: "r-xp".into(),
-        offset: 0,
-        dev: "08:01".into(),
-        inode: 1,
-        path: path.into(),
-    }
+    Mapping { start, end, perms: "r-xp".into(), offset: 0, dev: "08:01".into(), inode: 1, path: path.into() }
 }
 
 /// An image at `start` (bias = start) with code at stated 0x1000..0x8000 and the PLT at 0x1000..0x1100.
@@ -44,47 +36,17 @@ fn image(path: &str, start: u64, needed: &[&str], defs: &[(&str, u64, bool)], sl
         ..Default::default()
     };
     for &(name, addr, ifunc) in defs {
-        info.defs.entry(name.into()).or_default().push(Def {
-            addr,
-            size: 0x40,
-            ifunc,
-            version: None,
-            hidden: false,
-        });
-        info.names.push(Named {
-            addr,
-            size: 0x40,
-            name: name.into(),
-        });
+        info.defs.entry(name.into()).or_default().push(Def { addr, size: 0x40, ifunc, version: None, hidden: false });
+        info.names.push(Named { addr, size: 0x40, name: name.into() });
     }
     info.names.sort_by_key(|n| n.addr);
-    let map = ModuleMap {
-        path: path.into(),
-        start,
-        end: start + 0x10000,
-        first: mapping(path, start, start + 0x10000),
-    };
-    Image {
-        module: Module {
-            map,
-            bias: start,
-            build_id: None,
-            data: Vec::new().into(),
-        },
-        info,
-        link_name: path.into(),
-    }
+    let map =
+        ModuleMap { path: path.into(), start, end: start + 0x10000, first: mapping(path, start, start + 0x10000) };
+    Image { module: Module { map, bias: start, build_id: None, data: Vec::new().into() }, info, link_name: path.into() }
 }
 
 fn slot(symbol: &str, addr: u64, kind: SlotKind, initial: u64) -> Slot {
-    Slot {
-        addr,
-        kind,
-        symbol: symbol.into(),
-        version: None,
-        weak: false,
-        initial,
-    }
+    Slot { addr, kind, symbol: symbol.into(), version: None, weak: false, initial }
 }
 
 const PROG: u64 = 0x10_0000;
@@ -109,13 +71,7 @@ fn process() -> Process {
             slot("only_local", 0x9120, GlobDat, 0),
         ],
     );
-    let jem = image(
-        "/lib/libjem.so",
-        JEM,
-        &["libc.so.6"],
-        &[("malloc", 0x2000, false)],
-        vec![],
-    );
+    let jem = image("/lib/libjem.so", JEM, &["libc.so.6"], &[("malloc", 0x2000, false)], vec![]);
     let libc = image(
         "/lib/libc.so.6",
         LIBC,
@@ -129,22 +85,13 @@ fn process() -> Process {
         ],
         vec![slot("malloc", 0x9100, GlobDat, 0)],
     );
-    let hook = image(
-        "/lib/libhook.so",
-        HOOK,
-        &["libc.so.6"],
-        &[("hook_mmap", 0x2000, false)],
-        vec![],
-    );
+    let hook = image("/lib/libhook.so", HOOK, &["libc.so.6"], &[("hook_mmap", 0x2000, false)], vec![]);
     let plug = image(
         "/opt/libplug.so",
         PLUG,
         &["libdep.so"],
         &[],
-        vec![
-            slot("only_local", 0x9100, GlobDat, 0),
-            slot("malloc", 0x9108, GlobDat, 0),
-        ],
+        vec![slot("only_local", 0x9100, GlobDat, 0), slot("malloc", 0x9108, GlobDat, 0)],
     );
     let dep = image("/opt/libdep.so", DEP, &[], &[("only_local", 0x2000, false)], vec![]);
     let images = vec![prog, jem, libc, hook, plug, dep];
@@ -180,9 +127,7 @@ fn row<'a>(r: &'a Report, module: &str, function: &str) -> &'a GotRow {
 }
 
 fn functions() -> Vec<String> {
-    ["mmap", "malloc", "calloc", "memcpy", "only_local"]
-        .map(String::from)
-        .to_vec()
+    ["mmap", "malloc", "calloc", "memcpy", "only_local"].map(String::from).to_vec()
 }
 
 #[test]
@@ -206,11 +151,7 @@ fn classifies_every_kind_of_slot() {
     assert!(calloc.at.as_ref().unwrap().plt);
 
     let memcpy = row(&r, "/bin/prog", "memcpy");
-    assert_eq!(
-        memcpy.status,
-        Status::Ok,
-        "an IFUNC's slot may hold any code address of its definer"
-    );
+    assert_eq!(memcpy.status, Status::Ok, "an IFUNC's slot may hold any code address of its definer");
     assert!(memcpy.ifunc);
     assert_eq!(memcpy.at.as_ref().unwrap().symbol.as_deref(), Some("__memmove_avx"));
 
@@ -236,11 +177,7 @@ fn classifies_every_kind_of_slot() {
         "malloc: calls from libplug.so go to libc.so.6:malloc, patched at run time (the dynamic linker gave \
          libjem.so:malloc); calls from prog, libc.so.6 go to libjem.so:malloc, interposed at load (LD_PRELOAD); entry in libc.so.6 at 0x303000 unreadable"
     );
-    assert!(
-        text[2].starts_with("calloc: calls from prog are unresolved"),
-        "{}",
-        text[2]
-    );
+    assert!(text[2].starts_with("calloc: calls from prog are unresolved"), "{}", text[2]);
     assert_eq!(v[2].status, Status::Unresolved);
 }
 

@@ -13,10 +13,7 @@ pub struct ProcMem {
 
 impl ProcMem {
     pub fn open(pid: Tid) -> io::Result<ProcMem> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/{pid}/mem"))?;
+        let file = OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem"))?;
         Ok(ProcMem { file, pid })
     }
 
@@ -44,14 +41,8 @@ impl ProcMem {
 /// page, so the result may be shorter (empty if `addr` itself is unmapped).
 pub fn read_upto(pid: Tid, addr: u64, len: usize) -> Vec<u8> {
     let mut buf = vec![0u8; len];
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: len,
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: len,
-    };
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: len };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len };
     // SAFETY: `local` describes `buf`, which lives until after the call; the remote iovec is only an address in
     // the other process and is never dereferenced here.
     let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };

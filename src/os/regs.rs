@@ -123,10 +123,6 @@ impl Regs {
 
 impl std::fmt::Debug for Regs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "rip={:#x} rsp={:#x} rax={:#x} rdi={:#x}",
-            self.0.rip, self.0.rsp, self.0.rax, self.0.rdi
-        )
+        write!(f, "rip={:#x} rsp={:#x} rax={:#x} rdi={:#x}", self.0.rip, self.0.rsp, self.0.rax, self.0.rdi)
     }
 }

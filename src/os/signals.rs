@@ -28,14 +28,8 @@ pub fn install_handlers(tick_ms: u64) {
         install(sig, on_stop);
     }
     install(libc::SIGALRM, on_alarm);
-    let tv = libc::timeval {
-        tv_sec: (tick_ms / 1000) as _,
-        tv_usec: ((tick_ms % 1000) * 1000) as _,
-    };
-    let it = libc::itimerval {
-        it_interval: tv,
-        it_value: tv,
-    };
+    let tv = libc::timeval { tv_sec: (tick_ms / 1000) as _, tv_usec: ((tick_ms % 1000) * 1000) as _ };
+    let it = libc::itimerval { it_interval: tv, it_value: tv };
     // SAFETY: `it` is a valid itimerval; the old value is not wanted.
     unsafe { libc::setitimer(libc::ITIMER_REAL, &it, std::ptr::null_mut()) };
 }

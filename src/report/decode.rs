@@ -47,11 +47,7 @@ fn flags(v: u64, table: &[(u64, &str)], none: &str) -> String {
     if left != 0 {
         names.push(format!("{left:#x}"));
     }
-    if names.is_empty() {
-        none.to_string()
-    } else {
-        names.join("|")
-    }
+    if names.is_empty() { none.to_string() } else { names.join("|") }
 }
 
 /// `addr=0x0, len=4096, prot=PROT_READ|PROT_WRITE, ...` for known syscalls, hex arguments otherwise.
@@ -75,12 +71,7 @@ pub fn args(nr: u64, a: &[u64; 6]) -> String {
             flags(a[3], MREMAP, "0"),
             a[4]
         ),
-        10 => format!(
-            "addr={:#x}, len={}, prot={}",
-            a[0],
-            a[1],
-            flags(a[2], PROT, "PROT_NONE")
-        ),
+        10 => format!("addr={:#x}, len={}, prot={}", a[0], a[1], flags(a[2], PROT, "PROT_NONE")),
         12 => format!("addr={:#x}", a[0]),
         28 => format!("addr={:#x}, len={}, advice={}", a[0], a[1], a[2]),
         _ => a.iter().map(|v| format!("{v:#x}")).collect::<Vec<_>>().join(", "),

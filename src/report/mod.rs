@@ -22,15 +22,9 @@ pub fn errno_of(ret: u64) -> Option<i32> {
 /// `ENOMEM` for 12.
 pub fn errno_name(e: i32) -> String {
     let name = format!("{:?}", nix::errno::Errno::from_raw(e));
-    if name == "UnknownErrno" {
-        format!("errno {e}")
-    } else {
-        name
-    }
+    if name == "UnknownErrno" { format!("errno {e}") } else { name }
 }
 
 pub fn syscall_name(nr: u64) -> String {
-    crate::syscalls::name(nr)
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("syscall_{nr}"))
+    crate::syscalls::name(nr).map(str::to_string).unwrap_or_else(|| format!("syscall_{nr}"))
 }

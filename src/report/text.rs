@@ -49,18 +49,9 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             }
             None => format!("{}({})", syscall_name(ev.nr), decode::args(ev.nr, &ev.args)),
         };
-        let regs: String = ev
-            .regs
-            .iter()
-            .map(|(r, v)| format!(" {}={v:#x}", format!("{r:?}").to_lowercase()))
-            .collect();
-        writeln!(
-            self.out,
-            "{:>10.6} {:>7} {probe}{call} = {}{regs}",
-            ev.time,
-            ev.tid,
-            ret_text(ev)
-        )?;
+        let regs: String =
+            ev.regs.iter().map(|(r, v)| format!(" {}={v:#x}", format!("{r:?}").to_lowercase())).collect();
+        writeln!(self.out, "{:>10.6} {:>7} {probe}{call} = {}{regs}", ev.time, ev.tid, ret_text(ev))?;
         if let Some(stack) = stack {
             for (i, f) in stack.frames.iter().enumerate() {
                 writeln!(self.out, "    #{i:<2} {:#018x} {}", f.addr, frame_text(f))?;
@@ -91,11 +82,7 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             s.hits,
             s.matching,
             s.events_by_tid.values().sum::<u64>(),
-            if per_thread.is_empty() {
-                "none".to_string()
-            } else {
-                format!("by tid {}", per_thread.join(" "))
-            },
+            if per_thread.is_empty() { "none".to_string() } else { format!("by tid {}", per_thread.join(" ")) },
             s.threads_seen,
             s.stopped.as_secs_f64() * 1e3,
             s.slow_path,

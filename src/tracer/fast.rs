@@ -53,9 +53,7 @@ impl Tracer<'_> {
             .collect();
         let plan = trampoline::plan(entry, code, &w.prefix, w.syscall_at, &targets)?;
         let mut in_mem = vec![0u8; code.len()];
-        self.mem
-            .read_exact(entry, &mut in_mem)
-            .map_err(|e| format!("cannot read the wrapper: {e}"))?;
+        self.mem.read_exact(entry, &mut in_mem).map_err(|e| format!("cannot read the wrapper: {e}"))?;
         if in_mem != code {
             return Err("the wrapper in memory differs from the file (another tool has patched it)".into());
         }
@@ -103,19 +101,9 @@ impl Tracer<'_> {
         let page = page.ok_or("no free page within reach of libc for the trampoline")?;
         let (code, int3s) = trampoline::assemble(&plan, page, numbers).ok_or("the trampoline does not fit or reach")?;
         let jump = trampoline::patch_bytes(&plan, page).ok_or("the trampoline page is out of jump range")?;
-        self.mem
-            .write_all(page, &code)
-            .map_err(|e| format!("cannot write the trampoline: {e}"))?;
-        self.mem
-            .write_all(plan.at, &jump)
-            .map_err(|e| format!("cannot patch the wrapper: {e}"))?;
-        self.fast = Some(Fast {
-            plan,
-            jump,
-            entry,
-            int3s,
-            page,
-        });
+        self.mem.write_all(page, &code).map_err(|e| format!("cannot write the trampoline: {e}"))?;
+        self.mem.write_all(plan.at, &jump).map_err(|e| format!("cannot patch the wrapper: {e}"))?;
+        self.fast = Some(Fast { plan, jump, entry, int3s, page });
         self.armed = true;
         self.start = Instant::now();
         Ok(())
@@ -166,11 +154,8 @@ impl Tracer<'_> {
         // The wrapper pushes nothing before `syscall`: the stack is as at its entry, so frame 0 is the wrapper.
         let mut at_entry = *regs;
         at_entry.0.rip = entry;
-        let stack = if self.cfg.stack_bytes > 0 {
-            mem::read_upto(tid, regs.sp(), self.cfg.stack_bytes)
-        } else {
-            Vec::new()
-        };
+        let stack =
+            if self.cfg.stack_bytes > 0 { mem::read_upto(tid, regs.sp(), self.cfg.stack_bytes) } else { Vec::new() };
         let asked = self.cfg.stack_bytes;
         Some(Event {
             time: self.start.elapsed().as_secs_f64(),
@@ -182,15 +167,7 @@ impl Tracer<'_> {
             regs: Vec::new(),
             ret: Some(g.rax),
             ret_missing: None,
-            capture: if stack.is_empty() {
-                None
-            } else {
-                Some(StackCapture {
-                    regs: at_entry,
-                    stack,
-                    asked,
-                })
-            },
+            capture: if stack.is_empty() { None } else { Some(StackCapture { regs: at_entry, stack, asked }) },
         })
     }
 
@@ -207,9 +184,7 @@ impl Tracer<'_> {
         match self.mem.read_exact(fast.plan.at, &mut now) {
             Ok(()) if now == fast.jump => {
                 if let Err(e) = self.mem.write_all(fast.plan.at, &fast.plan.orig) {
-                    self.summary
-                        .warnings
-                        .push(format!("could not restore the wrapper at {:#x}: {e}", fast.plan.at));
+                    self.summary.warnings.push(format!("could not restore the wrapper at {:#x}: {e}", fast.plan.at));
                 }
             }
             Ok(()) => self.summary.warnings.push(format!(

@@ -20,10 +20,7 @@ impl Tracer<'_> {
             }
         }
         let give_up = Instant::now() + Duration::from_secs(10);
-        while self
-            .threads
-            .iter()
-            .any(|(&t, th)| Some(t) != except && !matches!(th.state, State::Held { .. }))
+        while self.threads.iter().any(|(&t, th)| Some(t) != except && !matches!(th.state, State::Held { .. }))
             && Instant::now() < give_up
         {
             match ptrace::wait_any(false) {
@@ -45,9 +42,7 @@ impl Tracer<'_> {
     /// One stop while holding: record it, keep the thread stopped.
     fn hold(&mut self, tid: Tid, stop: Stop) {
         if !self.threads.contains_key(&tid) {
-            let status = procfs::read_status(tid)
-                .map(|s| procinfo::parse_status(&s))
-                .unwrap_or_default();
+            let status = procfs::read_status(tid).map(|s| procinfo::parse_status(&s)).unwrap_or_default();
             if status.tgid != self.cfg.pid {
                 self.early.insert(tid, stop);
                 return;
@@ -182,6 +177,7 @@ impl Tracer<'_> {
             return;
         }
         self.detached = true;
+        let started = Instant::now();
         signals::stop_timer();
         self.hold_all(None);
         let tids: Vec<Tid> = self.threads.keys().copied().collect();
@@ -189,11 +185,7 @@ impl Tracer<'_> {
             self.drain_traps(tid);
         }
         for &tid in &tids {
-            let Some(Thread {
-                state: State::Held { prev, .. },
-                ..
-            }) = self.threads.get_mut(&tid)
-            else {
+            let Some(Thread { state: State::Held { prev, .. }, .. }) = self.threads.get_mut(&tid) else {
                 continue;
             };
             if let State::Stepping { ev, .. } = std::mem::replace(prev.as_mut(), State::Running) {
@@ -220,6 +212,7 @@ impl Tracer<'_> {
             let _ = ptrace::detach(tid, sig);
         }
         self.threads.clear();
+        self.summary.detach = started.elapsed();
     }
 
     /// Puts every original byte back, but only where the byte is still our int3.
@@ -280,11 +273,7 @@ impl Tracer<'_> {
                         continue;
                     }
                     let ours = self.planted(r.ip().wrapping_sub(1)) || self.retired.contains(&r.ip().wrapping_sub(1));
-                    let Some(Thread {
-                        state: State::Held { sig, prev, .. },
-                        ..
-                    }) = self.threads.get_mut(&tid)
-                    else {
+                    let Some(Thread { state: State::Held { sig, prev, .. }, .. }) = self.threads.get_mut(&tid) else {
                         return;
                     };
                     match prev.as_mut() {
@@ -301,11 +290,7 @@ impl Tracer<'_> {
                     }
                 }
                 Stop::Signal(s) => {
-                    if let Some(Thread {
-                        state: State::Held { sig, .. },
-                        ..
-                    }) = self.threads.get_mut(&tid)
-                    {
+                    if let Some(Thread { state: State::Held { sig, .. }, .. }) = self.threads.get_mut(&tid) {
                         *sig = s;
                     }
                     return;

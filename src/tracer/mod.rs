@@ -78,8 +78,7 @@ impl Probe {
     /// Counts a match; whether it is kept after `sample 1 in N`.
     fn sample(&mut self) -> bool {
         self.matched += 1;
-        self.sample_one_in
-            .is_none_or(|n| n <= 1 || (self.matched - 1).is_multiple_of(n))
+        self.sample_one_in.is_none_or(|n| n <= 1 || (self.matched - 1).is_multiple_of(n))
     }
 }
 
@@ -108,6 +107,9 @@ struct Site {
     orig: u8,
     /// The displaced instruction: emulated when possible, else stepped with every other thread stopped.
     first: Decoded,
+    /// The site holds `48 89 f8` (`mov %rdi,%rax`): the two bytes after our int3 are `mov %edi,%eax`, which gives
+    /// the same rax whenever rdi < 2^32, so such a hit resumes from where it stopped with no register write.
+    cont_past: bool,
     wrapper: Option<Wrapper>,
     probes: Vec<Probe>,
     /// Calls waiting for their return here: (thread, stack pointer after the return, the event).
@@ -227,6 +229,7 @@ impl<'a> Tracer<'a> {
                 addr: spec.addr,
                 orig: spec.code[0],
                 first,
+                cont_past: spec.code.starts_with(&[0x48, 0x89, 0xf8]),
                 wrapper: None,
                 probes: Vec::new(),
                 waiting: Vec::new(),
@@ -255,6 +258,7 @@ impl<'a> Tracer<'a> {
     /// Seizes every thread of `cfg.pid` (no stop: a seized thread is traced, and threads it creates are traced
     /// from birth), rescanning `/proc/PID/task` until a pass finds no new thread.
     pub fn attach(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
+        let started = Instant::now();
         let pid = cfg.pid;
         let mut t = Tracer::new(cfg, specs, sink)?;
         loop {
@@ -279,6 +283,7 @@ impl<'a> Tracer<'a> {
                 return Err(Errno::ESRCH);
             }
             if new == 0 {
+                t.summary.attach = started.elapsed();
                 return Ok(t);
             }
         }
@@ -293,13 +298,7 @@ impl<'a> Tracer<'a> {
     }
 
     fn add_thread(&mut self, tid: Tid, shared_child: bool) {
-        self.threads.insert(
-            tid,
-            Thread {
-                state: State::Running,
-                shared_child,
-            },
-        );
+        self.threads.insert(tid, Thread { state: State::Running, shared_child });
         if !shared_child {
             self.summary.threads_seen += 1;
         }
@@ -310,9 +309,7 @@ impl<'a> Tracer<'a> {
     pub fn arm(&mut self) -> Result<(), String> {
         for site in self.sites.values() {
             let mut b = [0u8; 1];
-            self.mem
-                .read_exact(site.addr, &mut b)
-                .map_err(|e| format!("cannot read the target's memory: {e}"))?;
+            self.mem.read_exact(site.addr, &mut b).map_err(|e| format!("cannot read the target's memory: {e}"))?;
             if b[0] != site.orig {
                 return Err(format!(
                     "the byte at {:#x} is {:#04x} in memory but {:#04x} in the file: another debugger, uprobe or \
@@ -389,12 +386,7 @@ impl<'a> Tracer<'a> {
         let left = self
             .cfg
             .deadline
-            .map(|d| {
-                format!(
-                    ", {:.0}s left",
-                    d.saturating_duration_since(Instant::now()).as_secs_f64()
-                )
-            })
+            .map(|d| format!(", {:.0}s left", d.saturating_duration_since(Instant::now()).as_secs_f64()))
             .unwrap_or_default();
         eprint!(
             "\r\x1b[K{} hits, {} matching, {} threads{}",
@@ -409,11 +401,7 @@ impl<'a> Tracer<'a> {
     fn resume(&mut self, tid: Tid, sig: i32) {
         let stepping = matches!(self.threads.get(&tid).map(|t| &t.state), Some(State::Stepping { .. }));
         // An error is ESRCH: killed (SIGKILL) while stopped; waitpid reports its exit.
-        let _ = if stepping {
-            ptrace::step(tid, sig)
-        } else {
-            ptrace::cont(tid, sig)
-        };
+        let _ = if stepping { ptrace::step(tid, sig) } else { ptrace::cont(tid, sig) };
         if sig != 0 {
             self.summary.signals_forwarded += 1;
         }
@@ -444,9 +432,7 @@ impl<'a> Tracer<'a> {
     /// A stop from a tid we have not seen: a new thread whose first stop beat its parent's clone event, or a
     /// child process whose parent's event is still to come. Returns whether to handle the stop now.
     fn adopt_unknown(&mut self, tid: Tid, stop: Stop) -> bool {
-        let status = procfs::read_status(tid)
-            .map(|s| procinfo::parse_status(&s))
-            .unwrap_or_default();
+        let status = procfs::read_status(tid).map(|s| procinfo::parse_status(&s)).unwrap_or_default();
         if status.tgid == self.cfg.pid {
             self.add_thread(tid, false);
             return true;
@@ -502,11 +488,7 @@ impl<'a> Tracer<'a> {
 
     fn on_trap(&mut self, tid: Tid, seen: Instant) {
         let Ok(mut regs) = ptrace::get_regs(tid) else { return };
-        if let Some(Thread {
-            state: State::Stepping { after, .. },
-            ..
-        }) = self.threads.get(&tid)
-        {
+        if let Some(Thread { state: State::Stepping { after, .. }, .. }) = self.threads.get(&tid) {
             let after = *after;
             if regs.ip() == after {
                 let Some(t) = self.threads.get_mut(&tid) else { return };
@@ -591,12 +573,14 @@ impl<'a> Tracer<'a> {
             }
             return;
         };
+        if site.cont_past && regs.0.rdi >> 32 == 0 {
+            // rip is still just past the int3: the rest of the instruction does what the whole one would.
+            self.summary.stopped += seen.elapsed();
+            self.resume(tid, 0);
+            return;
+        }
         let first = site.first;
-        let m = CapturedMem {
-            sp: regs.sp(),
-            stack: &[],
-            mem: &self.mem,
-        };
+        let m = CapturedMem { sp: regs.sp(), stack: &[], mem: &self.mem };
         let mut emulated = regs;
         if breakpoints::emulate(&first, &mut emulated, &m).is_some() {
             if ptrace::set_regs(tid, &emulated).is_ok() {
@@ -650,31 +634,16 @@ impl<'a> Tracer<'a> {
         } else {
             Vec::new()
         };
-        let m = CapturedMem {
-            sp: regs.sp(),
-            stack: &stack,
-            mem: &self.mem,
-        };
+        let m = CapturedMem { sp: regs.sp(), stack: &stack, mem: &self.mem };
         let g = &regs.0;
         let args = if is_wrapper {
-            [
-                g.rsi,
-                g.rdx,
-                g.rcx,
-                g.r8,
-                g.r9,
-                m.read_u64(regs.sp().wrapping_add(8)).unwrap_or(0),
-            ]
+            [g.rsi, g.rdx, g.rcx, g.r8, g.r9, m.read_u64(regs.sp().wrapping_add(8)).unwrap_or(0)]
         } else {
             [g.rdi, g.rsi, g.rdx, g.rcx, g.r8, g.r9]
         };
         let ret_addr = m.read_u64(regs.sp());
         let asked = self.cfg.stack_bytes;
-        let capture = if stack.is_empty() {
-            None
-        } else {
-            Some(StackCapture { regs, stack, asked })
-        };
+        let capture = if stack.is_empty() { None } else { Some(StackCapture { regs, stack, asked }) };
         let first = matched[0];
         let p = &site.probes[first];
         let ev = Event {
@@ -684,10 +653,7 @@ impl<'a> Tracer<'a> {
             func: p.label.clone(),
             nr: if is_wrapper { g.rdi } else { 0 },
             args,
-            regs: matched
-                .iter()
-                .flat_map(|&i| site.probes[i].regs.iter().map(|&r| (r, regs.get(r))))
-                .collect(),
+            regs: matched.iter().flat_map(|&i| site.probes[i].regs.iter().map(|&r| (r, regs.get(r)))).collect(),
             ret: None,
             ret_missing: None,
             capture,
@@ -730,11 +696,7 @@ impl<'a> Tracer<'a> {
         let first = site.first;
         let entry = regs;
         let stack: &[u8] = ev.capture.as_ref().map(|c| c.stack.as_slice()).unwrap_or(&[]);
-        let m = CapturedMem {
-            sp: regs.sp(),
-            stack,
-            mem: &self.mem,
-        };
+        let m = CapturedMem { sp: regs.sp(), stack, mem: &self.mem };
         let mut ok = breakpoints::emulate(&first, &mut regs, &m).is_some();
         match &w.rest {
             Some(rest) => {
@@ -752,11 +714,7 @@ impl<'a> Tracer<'a> {
         }
         self.summary.stopped += seen.elapsed();
         if let Some(t) = self.threads.get_mut(&tid) {
-            t.state = State::Stepping {
-                ev: Box::new(ev),
-                after: w.syscall_at + 2,
-                entry: Box::new(entry),
-            };
+            t.state = State::Stepping { ev: Box::new(ev), after: w.syscall_at + 2, entry: Box::new(entry) };
         }
         self.resume(tid, 0);
     }
@@ -790,6 +748,7 @@ impl<'a> Tracer<'a> {
                 addr: ret_addr,
                 orig: code[0],
                 first,
+                cont_past: false,
                 wrapper: None,
                 probes: Vec::new(),
                 waiting: vec![(tid, sp_after, Box::new(ev))],
@@ -835,9 +794,7 @@ impl<'a> Tracer<'a> {
         if new <= 0 || self.threads.contains_key(&new) {
             return;
         }
-        let status = procfs::read_status(new)
-            .map(|s| procinfo::parse_status(&s))
-            .unwrap_or_default();
+        let status = procfs::read_status(new).map(|s| procinfo::parse_status(&s)).unwrap_or_default();
         if status.tgid == self.cfg.pid {
             self.add_thread(new, false);
             if let Some(stop) = self.early.remove(&new) {
@@ -893,11 +850,7 @@ impl<'a> Tracer<'a> {
         }
         self.leader_status = Some(End::Exec);
         if let Some(th) = self.threads.get_mut(&self.cfg.pid) {
-            th.state = State::Held {
-                sig: 0,
-                group: false,
-                prev: Box::new(State::Running),
-            };
+            th.state = State::Held { sig: 0, group: false, prev: Box::new(State::Running) };
         }
     }
 }

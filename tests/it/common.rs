@@ -22,9 +22,7 @@ pub fn require_ptrace() {
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(0);
-    let is_root = status
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    let is_root = status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
     assert!(
         is_root || cap_eff & (1 << 19) != 0,
         "these tests trace real processes: run them as root or with CAP_SYS_PTRACE"
@@ -47,10 +45,7 @@ pub fn testprog(name: &str) -> PathBuf {
 pub fn testprog_with(name: &str, extra: &[&str]) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let key = format!("{name} {}", extra.join(" "));
-    let mut built = BUILT
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = built.get(&key) {
         return p.clone();
     }
@@ -87,11 +82,7 @@ impl Lines {
                 }
             }
         });
-        Lines {
-            rx,
-            what: what.to_string(),
-            seen: Vec::new(),
-        }
+        Lines { rx, what: what.to_string(), seen: Vec::new() }
     }
 
     /// The next line; panics after the timeout or at end of stream.
@@ -144,18 +135,11 @@ impl Target {
     }
 
     pub fn start_cmd(cmd: &mut Command) -> Target {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("target starts");
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("target starts");
         let stdin = child.stdin.take();
         let mut out = Lines::new(child.stdout.take().unwrap(), "target stdout");
         let first = out.next();
-        let pid = first
-            .strip_prefix("pid ")
-            .and_then(|p| p.trim().parse().ok())
-            .expect("target prints its pid first");
+        let pid = first.strip_prefix("pid ").and_then(|p| p.trim().parse().ok()).expect("target prints its pid first");
         Target { child, stdin, out, pid }
     }
 
@@ -244,11 +228,7 @@ impl Syscatch {
 
 /// Runs syscatch to completion with `args` (for bad-input cases).
 pub fn run_syscatch(args: &[&str]) -> (i32, String, String) {
-    let o = syscatch_cmd()
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("syscatch runs");
+    let o = syscatch_cmd().args(args).stdin(Stdio::null()).output().expect("syscatch runs");
     (
         o.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -271,11 +251,7 @@ pub fn truth_mmaps(lines: &[String]) -> Vec<(u64, u64)> {
 
 /// Parses syscatch's JSON Lines output into values.
 pub fn json_lines(lines: &[String]) -> Vec<serde_json::Value> {
-    lines
-        .iter()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).expect("valid JSON line"))
-        .collect()
+    lines.iter().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).expect("valid JSON line")).collect()
 }
 
 /// The `(ret, len)` of each mmap event in JSON output.
@@ -305,10 +281,7 @@ pub fn read_mem(pid: i32, addr: u64, len: usize) -> Vec<u8> {
 /// once per test run.
 pub fn shared_lib(name: &str) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
-    let mut built = BUILT
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = built.get(name) {
         return p.clone();
     }

@@ -5,10 +5,7 @@ use crate::common::*;
 
 /// The breakpoint address syscatch reports in its "attached" line.
 fn site_of(err: &[String]) -> u64 {
-    let l = err
-        .iter()
-        .find(|l| l.contains("breakpoint on syscall() at"))
-        .expect("attached line");
+    let l = err.iter().find(|l| l.contains("breakpoint on syscall() at")).expect("attached line");
     u64::from_str_radix(l.rsplit("0x").next().unwrap().trim(), 16).unwrap()
 }
 
@@ -51,17 +48,9 @@ fn captures_every_mmap_of_every_thread_exactly() {
     let mut want = truth.clone();
     got.sort();
     want.sort();
-    assert_eq!(
-        got, want,
-        "every matching call captured exactly once with its address and length"
-    );
+    assert_eq!(got, want, "every matching call captured exactly once with its address and length");
     // Nothing else was reported: getpid and futex went through syscall() too, glibc mmap() did not.
-    assert!(
-        values
-            .iter()
-            .filter(|v| v["type"] == "event")
-            .all(|v| v["data"]["syscall"] == "mmap")
-    );
+    assert!(values.iter().filter(|v| v["type"] == "event").all(|v| v["data"]["syscall"] == "mmap"));
     let summary = values.last().unwrap();
     assert_eq!(summary["type"], "summary");
     assert_eq!(summary["data"]["end"], "signal");
@@ -122,12 +111,7 @@ fn summary(values: &[serde_json::Value]) -> &serde_json::Value {
 
 fn tracer_of(pid: i32) -> i32 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("TracerPid:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    s.lines().find_map(|l| l.strip_prefix("TracerPid:")).unwrap().trim().parse().unwrap()
 }
 
 #[test]
@@ -136,10 +120,7 @@ fn fork_children_never_inherit_the_breakpoint() {
     let before = truth_mmaps(&s.cmd("mmap 2"));
     let kids = s.cmd("fork 8");
     let want: Vec<String> = (0..8).map(|i| format!("child {i} status {}", 40 + i)).collect();
-    assert_eq!(
-        kids, want,
-        "every fork child ran its syscall() calls and exited normally"
-    );
+    assert_eq!(kids, want, "every fork child ran its syscall() calls and exited normally");
     let after = truth_mmaps(&s.cmd("mmap 2"));
     let (mut t, values, err, code) = s.stop(libc::SIGINT);
     assert_eq!(code, 0, "{err:#?}");
@@ -155,10 +136,7 @@ fn fork_children_never_inherit_the_breakpoint() {
 fn vfork_and_posix_spawn_children_run_and_the_parent_keeps_its_breakpoint() {
     let mut s = Session::start(&[]);
     assert_eq!(s.cmd("vfork"), ["vfork status 0"]);
-    assert_eq!(
-        s.cmd("spawn 5"),
-        (0..5).map(|i| format!("spawn {i} status 0")).collect::<Vec<_>>()
-    );
+    assert_eq!(s.cmd("spawn 5"), (0..5).map(|i| format!("spawn {i} status 0")).collect::<Vec<_>>());
     let truth = truth_mmaps(&s.cmd("mmap 3"));
     let (t, values, _, code) = s.stop(libc::SIGTERM);
     assert_eq!(code, 0);
@@ -179,15 +157,9 @@ fn signals_are_delivered_exactly_once() {
     let spun = s.cmd("stop");
     assert!(spun[0].starts_with("spun "), "{spun:?}");
     let counts = s.cmd("signals");
-    assert!(
-        counts[0].starts_with("signals 400 "),
-        "every queued real-time signal handled once: {counts:?}"
-    );
+    assert!(counts[0].starts_with("signals 400 "), "every queued real-time signal handled once: {counts:?}");
     let usr1: u64 = counts[0].rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(
-        usr1 >= 1,
-        "standard signals coalesce, but at least one SIGUSR1 was handled"
-    );
+    assert!(usr1 >= 1, "standard signals coalesce, but at least one SIGUSR1 was handled");
     for i in usr1 + 1..=usr1 + 20 {
         unsafe { libc::kill(pid, libc::SIGUSR1) };
         // The handler has run once the target answers: a handshake per signal.
@@ -210,10 +182,7 @@ fn signals_are_delivered_exactly_once() {
     let spun_mmaps: usize = spun[0].split_whitespace().nth(2).unwrap().parse().unwrap();
     let events: Vec<&serde_json::Value> = values.iter().filter(|v| v["type"] == "event").collect();
     assert_eq!(events.len(), spun_mmaps, "one event per mmap call");
-    assert!(
-        events.iter().all(|v| v["data"]["ret"].is_string()),
-        "every event has its return value"
-    );
+    assert!(events.iter().all(|v| v["data"]["ret"].is_string()), "every event has its return value");
 }
 
 fn thread_states(pid: i32) -> Vec<char> {
@@ -222,9 +191,7 @@ fn thread_states(pid: i32) -> Vec<char> {
     };
     dir.filter_map(|e| {
         let s = std::fs::read_to_string(e.ok()?.path().join("status")).ok()?;
-        s.lines()
-            .find_map(|l| l.strip_prefix("State:"))
-            .and_then(|v| v.trim().chars().next())
+        s.lines().find_map(|l| l.strip_prefix("State:")).and_then(|v| v.trim().chars().next())
     })
     .collect()
 }
@@ -248,11 +215,7 @@ fn job_control_still_works_while_traced() {
     s.cmd("spin 2");
     let pid = s.t.pid;
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    assert!(
-        wait_states(pid, &['T', 't']),
-        "SIGSTOP stopped every thread: {:?}",
-        thread_states(pid)
-    );
+    assert!(wait_states(pid, &['T', 't']), "SIGSTOP stopped every thread: {:?}", thread_states(pid));
     // Ask for work while stopped: it must not happen until SIGCONT.
     s.t.send("mmap 2");
     assert!(wait_states(pid, &['T', 't']), "still stopped");
@@ -269,11 +232,7 @@ fn job_control_still_works_while_traced() {
     assert_eq!(code, 0);
     let got = captured_mmaps(&values);
     assert!(truth.iter().all(|m| got.contains(m)), "{truth:?} captured in {got:?}");
-    assert!(
-        wait_states(pid, &['T']),
-        "a stopped target stays stopped after detach: {:?}",
-        thread_states(pid)
-    );
+    assert!(wait_states(pid, &['T']), "a stopped target stays stopped after detach: {:?}", thread_states(pid));
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert_eq!(cmd(&mut t, "mmap 1").len(), 1);
     assert_eq!(tracer_of(pid), 0);
@@ -295,10 +254,7 @@ fn sibling_processes_are_never_touched() {
         assert_eq!(tracer_of(w.pid) != 0, expect_traced, "worker {i}");
     }
     // The siblings keep making progress during the trace.
-    let progress: Vec<String> = [0, 2]
-        .iter()
-        .map(|&i| cmd(&mut workers[i], "signals")[0].clone())
-        .collect();
+    let progress: Vec<String> = [0, 2].iter().map(|&i| cmd(&mut workers[i], "signals")[0].clone()).collect();
     assert_eq!(progress.len(), 2);
     sc.signal(libc::SIGINT);
     let (status, _, _) = sc.finish();
@@ -345,11 +301,7 @@ fn interrupt_rounds(extra: &[&str], rounds: usize) {
         assert!(status.success(), "seed {seed} round {round}: {err:#?}");
         let site = site_of(&err);
         assert_eq!(tracer_of(t.pid), 0, "seed {seed} round {round}");
-        assert_eq!(
-            read_mem(t.pid, site, 32),
-            libc_bytes_untraced(site, t.pid, 32),
-            "seed {seed} round {round}"
-        );
+        assert_eq!(read_mem(t.pid, site, 32), libc_bytes_untraced(site, t.pid, 32), "seed {seed} round {round}");
         let spun = cmd(&mut t, "stop");
         assert!(spun[0].starts_with("spun "), "seed {seed} round {round}: {spun:?}");
     }
@@ -370,10 +322,7 @@ fn fast_mode_captures_exactly_without_stopping_other_calls() {
     sc.signal(libc::SIGINT);
     let (status, out, err) = sc.finish();
     assert!(status.success(), "{err:#?}");
-    assert!(
-        !err.iter().any(|l| l.contains("not possible")),
-        "--fast was installed: {err:#?}"
-    );
+    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
     let values = json_lines(&out);
     let mut got = captured_mmaps(&values);
     let mut want = truth.clone();
@@ -384,11 +333,7 @@ fn fast_mode_captures_exactly_without_stopping_other_calls() {
     assert_eq!(sum["matching"], 40);
     assert_eq!(sum["hits"], 40, "getpid and futex through syscall() never stopped");
     let site = site_of(&err);
-    assert_eq!(
-        read_mem(t.pid, site, 32),
-        libc_bytes_untraced(site, t.pid, 32),
-        "the wrapper is restored"
-    );
+    assert_eq!(read_mem(t.pid, site, 32), libc_bytes_untraced(site, t.pid, 32), "the wrapper is restored");
     assert_eq!(tracer_of(t.pid), 0);
     t.send("exit");
     assert_eq!(t.wait().code(), Some(7));
@@ -398,17 +343,9 @@ fn fast_mode_captures_exactly_without_stopping_other_calls() {
 fn fast_mode_fork_vfork_and_spawn_children_run_normally() {
     let mut s = Session::start(&["--fast", "--syscall", "mmap,getpid"]);
     let before = truth_mmaps(&s.cmd("mmap 2"));
-    assert_eq!(
-        s.cmd("fork 4"),
-        (0..4)
-            .map(|i| format!("child {i} status {}", 40 + i))
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(s.cmd("fork 4"), (0..4).map(|i| format!("child {i} status {}", 40 + i)).collect::<Vec<_>>());
     assert_eq!(s.cmd("vfork"), ["vfork status 0"]);
-    assert_eq!(
-        s.cmd("spawn 3"),
-        (0..3).map(|i| format!("spawn {i} status 0")).collect::<Vec<_>>()
-    );
+    assert_eq!(s.cmd("spawn 3"), (0..3).map(|i| format!("spawn {i} status 0")).collect::<Vec<_>>());
     let after = truth_mmaps(&s.cmd("mmap 2"));
     let (t, values, _, code) = s.stop(libc::SIGINT);
     assert_eq!(code, 0);
@@ -436,11 +373,7 @@ fn target_exit_and_exec_end_the_trace_cleanly() {
     assert!(status.success());
     assert_eq!(summary(&json_lines(&out))["end"], "target_exec");
     assert_eq!(tracer_of(s.t.pid), 0);
-    assert_eq!(
-        truth_mmaps(&cmd(&mut s.t, "mmap 2")).len(),
-        2,
-        "the new program runs untraced"
-    );
+    assert_eq!(truth_mmaps(&cmd(&mut s.t, "mmap 2")).len(), 2, "the new program runs untraced");
 }
 
 /// Runs syscatch expecting one clear error line and the given exit code; returns that line.
@@ -484,19 +417,13 @@ fn bad_input_is_refused_with_one_line_and_the_target_untouched() {
         .expect("setpriv runs");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("permission denied") && err.contains("CAP_SYS_PTRACE"),
-        "{err}"
-    );
+    assert!(err.contains("permission denied") && err.contains("CAP_SYS_PTRACE"), "{err}");
 
     // Already traced: the error names the tracer; the first trace goes on unaffected.
     let mut first = Syscatch::start(&["--pid", &pid.to_string(), "--json"]);
     first.wait_attached();
     let line = refused(&["--pid", &pid.to_string()], 1);
-    assert!(
-        line.contains("already traced by process") && line.contains("syscatch"),
-        "{line}"
-    );
+    assert!(line.contains("already traced by process") && line.contains("syscatch"), "{line}");
     cmd(&mut t, "stop");
     let truth = truth_mmaps(&cmd(&mut t, "mmap 2"));
     first.signal(libc::SIGINT);
@@ -553,9 +480,6 @@ fn demo_runs_and_catches_the_leak() {
     let lines: Vec<String> = err.lines().map(str::to_string).collect();
     let values = json_lines(&lines);
     let mmaps = captured_mmaps(&values);
-    assert!(
-        mmaps.iter().any(|&(_, len)| len == 1 << 20),
-        "the 1 MiB pool growth is caught: {mmaps:?}"
-    );
+    assert!(mmaps.iter().any(|&(_, len)| len == 1 << 20), "the 1 MiB pool growth is caught: {mmaps:?}");
     assert!(mmaps.iter().all(|&(ret, _)| ret % 4096 == 0 && ret != 0));
 }

@@ -66,31 +66,17 @@ fn got_rewritten_at_load_is_patched_and_trace_still_catches_the_hooked_mmaps() {
         assert_eq!(rows.len(), 1, "one slot for {function} in the program: {rows:#?}");
         let r = rows[0];
         assert_eq!(r["status"], "patched_at_run_time", "{r:#}");
-        assert!(
-            r["target"]["module"]
-                .as_str()
-                .unwrap()
-                .ends_with(&format!("/{lib_name}")),
-            "{r:#}"
-        );
+        assert!(r["target"]["module"].as_str().unwrap().ends_with(&format!("/{lib_name}")), "{r:#}");
         assert_eq!(r["target"]["symbol"], hook, "{r:#}");
         assert_eq!(r["target"]["offset"], "0x0");
         assert_eq!(r["expected_target"]["symbol"], function, "{r:#}");
-        assert!(
-            r["expected_target"]["module"].as_str().unwrap().contains("libc.so"),
-            "{r:#}"
-        );
+        assert!(r["expected_target"]["module"].as_str().unwrap().contains("libc.so"), "{r:#}");
         // The slot really holds the value reported.
         let slot = u64::from_str_radix(r["slot"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
         let value = u64::from_le_bytes(read_mem(t.pid, slot, 8).try_into().unwrap());
         assert_eq!(r["value"].as_str().unwrap(), format!("{value:#x}"));
         let v = verdict(&text, function);
-        assert!(
-            v.contains(&format!(
-                "calls from {prog_name} go to {lib_name}:{hook}, patched at run time"
-            )),
-            "{v}"
-        );
+        assert!(v.contains(&format!("calls from {prog_name} go to {lib_name}:{hook}, patched at run time")), "{v}");
     }
     // Nothing else in the process is reported as patched.
     let patched: Vec<&Value> = values
@@ -167,10 +153,7 @@ fn function_entries_overwritten_with_jumps_are_named() {
 #[test]
 fn jemalloc_preloaded_is_interposed_at_load_not_patched() {
     require_ptrace();
-    assert!(
-        std::path::Path::new(JEMALLOC).exists(),
-        "{JEMALLOC} is missing: apt-get install libjemalloc2"
-    );
+    assert!(std::path::Path::new(JEMALLOC).exists(), "{JEMALLOC} is missing: apt-get install libjemalloc2");
     let prog = testprog_with("hooks_plain", &["-Wl,-z,now"]);
     let mut t = Target::start_cmd(Command::new(&prog).env("LD_PRELOAD", JEMALLOC));
     assert_eq!(t.out.next(), "ready");
@@ -187,16 +170,10 @@ fn jemalloc_preloaded_is_interposed_at_load_not_patched() {
         assert_eq!(r["target"]["symbol"], f, "{r:#}");
         assert_eq!(r["value"], r["expected"]);
         let v = verdict(&text, f);
-        assert!(
-            v.contains(&format!("go to libjemalloc.so.2:{f}, interposed at load (LD_PRELOAD)")),
-            "{v}"
-        );
+        assert!(v.contains(&format!("go to libjemalloc.so.2:{f}, interposed at load (LD_PRELOAD)")), "{v}");
         assert!(!v.contains("patched"), "{v}");
     }
-    let patched: Vec<&Value> = values
-        .iter()
-        .filter(|v| v["data"]["status"] == "patched_at_run_time")
-        .collect();
+    let patched: Vec<&Value> = values.iter().filter(|v| v["data"]["status"] == "patched_at_run_time").collect();
     assert!(patched.is_empty(), "nothing is patched: {patched:#?}");
 }
 
@@ -214,10 +191,7 @@ fn lazy_slot_not_yet_called_is_unresolved_then_bound() {
     let r = rows[0];
     assert_eq!(r["status"], "unresolved", "{r:#}");
     assert_eq!(r["reloc"], "JUMP_SLOT");
-    assert_eq!(
-        r["target"]["plt"], true,
-        "the slot points into the program's PLT: {r:#}"
-    );
+    assert_eq!(r["target"]["plt"], true, "the slot points into the program's PLT: {r:#}");
     assert_eq!(r["expected_target"]["symbol"], "calloc");
     let v = verdict(&text, "calloc");
     assert!(v.contains(&format!("calls from {prog_name} are unresolved")), "{v}");
@@ -260,12 +234,7 @@ fn bad_input_is_one_line_and_nonzero() {
     let prog = testprog("hooks_plain");
     let mut t = Target::start(&prog, &[copy.to_str().unwrap()]);
     assert_eq!(t.out.next(), "ready");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&copy)
-        .unwrap()
-        .set_len(64)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(&copy).unwrap().set_len(64).unwrap();
     check(&["--pid", &t.pid.to_string()], copy.to_str().unwrap());
     drop(t);
     let _ = std::fs::remove_file(&copy);

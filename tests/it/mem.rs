@@ -70,25 +70,15 @@ fn counts_the_thread_arenas_the_threads_report() {
     let (t, lines) = start_arenas(&["12"], &[]);
     let (arenas, heaps, _) = truth(&lines);
     assert!(arenas.len() > 1, "the target made several thread arenas: {lines:#?}");
-    assert!(
-        heaps.len() > arenas.len(),
-        "thread 0's arena grew past one heap: {lines:#?}"
-    );
+    assert!(heaps.len() > arenas.len(), "thread 0's arena grew past one heap: {lines:#?}");
 
     let d = mem_json(t.pid);
     let got: BTreeSet<u64> = d["arenas"]["addrs"].as_array().unwrap().iter().map(hex).collect();
-    assert_eq!(
-        got, arenas,
-        "the owning arenas read from the heaps are those the threads report"
-    );
+    assert_eq!(got, arenas, "the owning arenas read from the heaps are those the threads report");
     assert_eq!(d["arenas"]["count"], arenas.len());
     assert_eq!(d["arenas"]["unread_heaps"], 0);
     let heap_count = d["arenas"]["heaps"].as_u64().unwrap() as usize;
-    assert!(
-        heap_count >= heaps.len(),
-        "every heap holding a block is counted: {heap_count} < {}",
-        heaps.len()
-    );
+    assert!(heap_count >= heaps.len(), "every heap holding a block is counted: {heap_count} < {}", heaps.len());
     assert!(d["arenas"]["rss_swap_kb"].as_u64().unwrap() > 0);
     assert_eq!(class(&d, "malloc_arenas")["rss_swap_kb"], d["arenas"]["rss_swap_kb"]);
     // 12 workers asleep in pthread_cond_wait (the target waits for that) and the main thread, on its way to
@@ -98,25 +88,13 @@ fn counts_the_thread_arenas_the_threads_report() {
     assert_eq!(d["threads"]["stack_regions"], 13);
     assert_eq!(d["allocator"]["name"], "glibc");
     assert_eq!(d["pid"], t.pid);
-    let sum: u64 = d["classes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["rss_kb"].as_u64().unwrap())
-        .sum();
-    assert_eq!(
-        sum,
-        d["total"]["rss_kb"].as_u64().unwrap(),
-        "classes partition the regions"
-    );
+    let sum: u64 = d["classes"].as_array().unwrap().iter().map(|c| c["rss_kb"].as_u64().unwrap()).sum();
+    assert_eq!(sum, d["total"]["rss_kb"].as_u64().unwrap(), "classes partition the regions");
 
     // The text view says the same.
     let (code, out, _) = run_syscatch(&["mem", "--pid", &t.pid.to_string()]);
     assert_eq!(code, 0);
-    assert!(
-        out.contains(&format!("{heap_count} heaps in {} arenas", arenas.len())),
-        "{out}"
-    );
+    assert!(out.contains(&format!("{heap_count} heaps in {} arenas", arenas.len())), "{out}");
     assert_eq!(t.wait().code(), Some(0));
 }
 
@@ -126,24 +104,14 @@ fn malloc_arena_max_two_leaves_at_most_one_thread_arena() {
     let (arenas, _, main) = truth(&lines);
     // The first thread to malloc makes the one thread arena allowed; the others share it or the main arena.
     assert_eq!(arenas.len(), 1, "{lines:#?}");
-    assert_eq!(
-        main + lines
-            .iter()
-            .filter(|l| l.starts_with("arena ") && !l.ends_with("main"))
-            .count(),
-        12
-    );
+    assert_eq!(main + lines.iter().filter(|l| l.starts_with("arena ") && !l.ends_with("main")).count(), 12);
     let d = mem_json(t.pid);
     let got: BTreeSet<u64> = d["arenas"]["addrs"].as_array().unwrap().iter().map(hex).collect();
     assert_eq!(got, arenas);
     assert!(d["arenas"]["count"].as_u64().unwrap() <= 1);
     assert_eq!(d["env"]["MALLOC_ARENA_MAX"], "2");
     assert!(
-        d["advice"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|a| !a.as_str().unwrap().contains("MALLOC_ARENA_MAX")),
+        d["advice"].as_array().unwrap().iter().all(|a| !a.as_str().unwrap().contains("MALLOC_ARENA_MAX")),
         "no arena advice when the arenas are already capped: {d}"
     );
     assert_eq!(t.wait().code(), Some(0));
@@ -151,10 +119,7 @@ fn malloc_arena_max_two_leaves_at_most_one_thread_arena() {
 
 #[test]
 fn jemalloc_preloaded_is_named_with_its_malloc_conf() {
-    assert!(
-        std::path::Path::new(JEMALLOC).exists(),
-        "{JEMALLOC} is missing: apt-get install libjemalloc2"
-    );
+    assert!(std::path::Path::new(JEMALLOC).exists(), "{JEMALLOC} is missing: apt-get install libjemalloc2");
     let conf = "narenas:2,dirty_decay_ms:1000";
     let (t, _) = start_arenas(&["4", "0"], &[("LD_PRELOAD", JEMALLOC), ("MALLOC_CONF", conf)]);
     let d = mem_json(t.pid);
@@ -163,11 +128,7 @@ fn jemalloc_preloaded_is_named_with_its_malloc_conf() {
     assert_eq!(d["env"]["MALLOC_CONF"], conf);
     assert_eq!(d["env"]["LD_PRELOAD"], JEMALLOC);
     assert!(
-        d["advice"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|a| !a.as_str().unwrap().contains("MALLOC_CONF")),
+        d["advice"].as_array().unwrap().iter().all(|a| !a.as_str().unwrap().contains("MALLOC_CONF")),
         "MALLOC_CONF is in effect under jemalloc: {d}"
     );
     let (code, out, _) = run_syscatch(&["mem", "--pid", &t.pid.to_string()]);
@@ -183,23 +144,12 @@ fn watch_sees_new_memory_and_plots_it() {
     let plot = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("mem-plot-{}.svg", t.pid));
     let _ = std::fs::remove_file(&plot);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&[
-        "mem",
-        "--pid",
-        &pid,
-        "--json",
-        "--watch",
-        "100ms",
-        "--plot",
-        plot.to_str().unwrap(),
-    ]);
+    let mut sc =
+        Syscatch::start(&["mem", "--pid", &pid, "--json", "--watch", "100ms", "--plot", plot.to_str().unwrap()]);
     // The first sample is the baseline; memory mapped after it must show as growth in a later one.
     let first: Value = serde_json::from_str(&sc.out.next()).unwrap();
     assert_eq!(first["data"]["sample"], 1);
-    assert!(
-        first["data"]["growth"].as_array().unwrap().is_empty(),
-        "nothing grew against itself"
-    );
+    assert!(first["data"]["growth"].as_array().unwrap().is_empty(), "nothing grew against itself");
     t.send("grow");
     let grown = t.out.until(|l| l.starts_with("grown "));
     let addr = u64::from_str_radix(grown.last().unwrap()[6..].trim_start_matches("0x"), 16).unwrap();
