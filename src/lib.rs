@@ -10,6 +10,7 @@ pub mod commands;
 pub mod correlate;
 pub mod event;
 pub mod hooks;
+pub mod leaks;
 pub mod memclass;
 pub mod memplot;
 pub mod modules;

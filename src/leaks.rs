@@ -1,0 +1,314 @@
+//! The answer the user came for: which stack made the memory that keeps growing, and how much of it is still
+//! mapped. Fed by the analysis thread (events with their unwound stacks) and by smaps samples; renders the leak
+//! report as text, JSON Lines, collapsed stacks and a flame graph. Pure except for `read_sample`.
+
+use crate::correlate::{AddressSpace, Growing, StackId, StackStats};
+use crate::event::Event;
+use crate::os::{Tid, procfs};
+use crate::report::json::{frame_json, hex, line};
+use crate::report::text::frame_text;
+use crate::smaps::{SmapsRegion, parse_smaps};
+use crate::stack::{Frame, Stack};
+use serde_json::json;
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+/// The mapping family traced together with `--leaks`.
+pub const LEAK_SYSCALLS: [&str; 3] = ["mmap", "munmap", "mremap"];
+
+/// Reads and parses `/proc/PID/smaps` (no ptrace: the target is not stopped). Empty if it cannot be read.
+pub fn read_sample(pid: Tid) -> Vec<SmapsRegion> {
+    procfs::read_smaps(pid).map(|t| parse_smaps(&t)).unwrap_or_default()
+}
+
+/// Stacks seen so far, interned by their frame addresses.
+#[derive(Default)]
+struct Stacks {
+    ids: HashMap<Vec<u64>, StackId>,
+    stacks: Vec<Stack>,
+}
+
+impl Stacks {
+    fn intern(&mut self, stack: Option<&Stack>) -> StackId {
+        let key: Vec<u64> = stack.map(|s| s.frames.iter().map(|f| f.addr).collect()).unwrap_or_default();
+        if let Some(&id) = self.ids.get(&key) {
+            return id;
+        }
+        let id = StackId(self.stacks.len() as u32);
+        self.stacks.push(stack.cloned().unwrap_or_default());
+        self.ids.insert(key, id);
+        id
+    }
+
+    fn get(&self, id: StackId) -> Option<&Stack> {
+        self.stacks.get(id.0 as usize)
+    }
+}
+
+/// Everything needed for the leak report, built while tracing.
+#[derive(Default)]
+pub struct LeakTracker {
+    model: AddressSpace,
+    stacks: Stacks,
+    first: Option<Vec<SmapsRegion>>,
+    last: Vec<SmapsRegion>,
+}
+
+impl LeakTracker {
+    pub fn new() -> LeakTracker {
+        LeakTracker::default()
+    }
+
+    /// Records one event of the mapping family; others are ignored.
+    pub fn event(&mut self, ev: &Event, stack: Option<&Stack>) {
+        if ev.func.is_some() || ![9, 11, 25].contains(&ev.nr) {
+            return;
+        }
+        let id = self.stacks.intern(stack);
+        self.model.apply(ev, id);
+    }
+
+    /// One smaps sample: the first is the baseline; each reconciles the model (bytes no longer mapped are dropped).
+    pub fn sample(&mut self, regions: Vec<SmapsRegion>) {
+        if regions.is_empty() {
+            return;
+        }
+        self.model.reconcile(&regions);
+        if self.first.is_none() {
+            self.first = Some(regions.clone());
+        }
+        self.last = regions;
+    }
+
+    pub fn report(&self) -> LeakReport<'_> {
+        let growing = match &self.first {
+            Some(first) => self.model.growing(first, &self.last),
+            None => Vec::new(),
+        };
+        let mut leaks: Vec<(StackId, StackStats)> = self.model.stacks();
+        leaks.retain(|(_, s)| s.mapped > 0 || s.released > 0);
+        LeakReport { growing, leaks, stacks: &self.stacks }
+    }
+}
+
+pub struct LeakReport<'a> {
+    /// Growing anonymous regions, largest growth first.
+    pub growing: Vec<Growing>,
+    /// Stacks ranked by bytes still mapped, then bytes mapped.
+    pub leaks: Vec<(StackId, StackStats)>,
+    stacks: &'a Stacks,
+}
+
+/// The innermost frame worth naming: the first outside libc's `syscall()` wrapper.
+fn caller(stack: Option<&Stack>) -> String {
+    let Some(stack) = stack else { return "(no stack)".into() };
+    let f = stack.frames.iter().find(|f| f.function.as_deref() != Some("syscall")).or(stack.frames.first());
+    f.map(frame_text).unwrap_or_else(|| "(no stack)".into())
+}
+
+fn kib(bytes: u64) -> String {
+    format!("{} KiB", bytes / 1024)
+}
+
+impl LeakReport<'_> {
+    pub fn stack(&self, id: StackId) -> Option<&Stack> {
+        self.stacks.get(id)
+    }
+
+    pub fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
+        writeln!(w, "\nGrowing regions (anonymous memory whose Rss+Swap grew during the trace, largest first):")?;
+        if self.growing.is_empty() {
+            writeln!(w, "  none")?;
+        }
+        for g in &self.growing {
+            let how = if g.new { "new" } else { "grew" };
+            writeln!(
+                w,
+                "  {:#x}-{:#x}  {how} +{} KiB (Rss+Swap now {} KiB)",
+                g.start, g.end, g.growth_kb, g.rss_swap_kb
+            )?;
+            if g.created_before_trace() {
+                writeln!(w, "      mapped before the trace started (or by a call that was not traced)")?;
+            }
+            for s in &g.stacks {
+                writeln!(
+                    w,
+                    "      {} calls, {} still mapped, from {}",
+                    s.calls,
+                    kib(s.still_mapped),
+                    caller(self.stack(s.stack))
+                )?;
+            }
+        }
+        writeln!(w, "\nLeak candidates (stacks by bytes mapped and still mapped at the end):")?;
+        if self.leaks.is_empty() {
+            writeln!(w, "  none")?;
+        }
+        for (rank, (id, s)) in self.leaks.iter().enumerate() {
+            writeln!(
+                w,
+                "  #{} still mapped {} of {} mapped ({} unmapped, {} gone unseen); {} mmap, {} munmap, {} mremap, \
+                 {} failed",
+                rank + 1,
+                kib(s.still_mapped),
+                kib(s.mapped),
+                kib(s.unmapped),
+                kib(s.vanished),
+                s.mmaps,
+                s.munmaps,
+                s.mremaps,
+                s.failed
+            )?;
+            if let Some(stack) = self.stack(*id) {
+                for f in stack.frames.iter().take(12) {
+                    writeln!(w, "      {:#018x} {}", f.addr, frame_text(f))?;
+                }
+                if stack.frames.len() > 12 {
+                    writeln!(w, "      ... {} more frames", stack.frames.len() - 12)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `region` and `leak` lines, in the same JSON Lines envelope as events.
+    pub fn write_json(&self, w: &mut dyn Write) -> io::Result<()> {
+        let frames = |id: StackId| self.stack(id).map(|s| s.frames.iter().map(frame_json).collect::<Vec<_>>());
+        for g in &self.growing {
+            let stacks: Vec<_> = g
+                .stacks
+                .iter()
+                .map(|s| json!({"stack_id": s.stack.0, "calls": s.calls, "still_mapped": s.still_mapped}))
+                .collect();
+            line(
+                &mut &mut *w,
+                "region",
+                json!({
+                    "start": hex(g.start), "end": hex(g.end), "growth_kb": g.growth_kb, "rss_swap_kb": g.rss_swap_kb,
+                    "new": g.new, "before_trace": g.created_before_trace(), "stacks": stacks,
+                }),
+            )?;
+        }
+        for (id, s) in &self.leaks {
+            line(
+                &mut &mut *w,
+                "leak",
+                json!({
+                    "stack_id": id.0, "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
+                    "vanished": s.vanished, "released": s.released, "mmaps": s.mmaps, "munmaps": s.munmaps,
+                    "mremaps": s.mremaps, "failed": s.failed, "stack": frames(*id),
+                }),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Collapsed stacks (`outer;...;inner bytes`), weighted by still-mapped bytes, for any flame graph tool.
+    pub fn folded(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .leaks
+            .iter()
+            .filter(|(_, s)| s.still_mapped > 0)
+            .map(|(id, s)| {
+                let names: Vec<String> = match self.stack(*id) {
+                    Some(st) if !st.frames.is_empty() => st.frames.iter().rev().map(folded_name).collect(),
+                    _ => vec!["(no stack)".into()],
+                };
+                format!("{} {}", names.join(";"), s.still_mapped)
+            })
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    /// A flame graph of still-mapped bytes by stack (SVG).
+    pub fn flamegraph(&self, w: &mut dyn Write) -> io::Result<()> {
+        let lines = self.folded();
+        let mut opts = inferno::flamegraph::Options::default();
+        opts.title = "Bytes still mapped, by the stack that mapped them".into();
+        opts.count_name = "bytes".into();
+        if lines.is_empty() {
+            opts.title = "No bytes still mapped by a traced call".into();
+        }
+        let placeholder = ["(nothing) 1".to_string()];
+        let lines = if lines.is_empty() { &placeholder[..] } else { &lines[..] };
+        inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+}
+
+/// A frame's name in collapsed stacks: no `;` or spaces, which the format uses as separators.
+fn folded_name(f: &Frame) -> String {
+    let name = match (&f.function, &f.module) {
+        (Some(func), _) => func.clone(),
+        (None, Some(m)) => format!("{m}+{:#x}", f.offset.unwrap_or(0)),
+        (None, None) => format!("{:#x}", f.addr),
+    };
+    name.replace([';', ' '], "_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::procmaps::Mapping;
+
+    fn frame(addr: u64, name: &str) -> Frame {
+        Frame { addr, function: Some(name.into()), module: Some("prog".into()), ..Frame::default() }
+    }
+
+    fn ev(nr: u64, args: [u64; 6], ret: u64) -> Event {
+        Event {
+            time: 0.0,
+            tid: 1,
+            probe: None,
+            func: None,
+            nr,
+            args,
+            regs: Vec::new(),
+            ret: Some(ret),
+            ret_missing: None,
+            capture: None,
+        }
+    }
+
+    fn region(start: u64, end: u64, rss_kb: u64) -> SmapsRegion {
+        let map =
+            Mapping { start, end, perms: "rw-p".into(), offset: 0, dev: "00:00".into(), inode: 0, path: String::new() };
+        let mut r = SmapsRegion { map, ..SmapsRegion::default() };
+        r.rss = rss_kb;
+        r
+    }
+
+    #[test]
+    fn ranks_the_leaking_stack_and_folds_it() {
+        let leak = Stack {
+            frames: vec![frame(0x10, "syscall"), frame(0x20, "pool_grow"), frame(0x30, "main")],
+            truncated: None,
+        };
+        let fine = Stack {
+            frames: vec![frame(0x10, "syscall"), frame(0x40, "scratch"), frame(0x30, "main")],
+            truncated: None,
+        };
+        let mut t = LeakTracker::new();
+        t.sample(vec![region(0x7000_0000, 0x7000_1000, 4)]);
+        t.event(&ev(9, [0, 0x2000, 3, 0x22, u64::MAX, 0], 0x1000_0000), Some(&leak));
+        t.event(&ev(9, [0, 0x4000, 3, 0x22, u64::MAX, 0], 0x2000_0000), Some(&fine));
+        t.event(&ev(11, [0x2000_0000, 0x4000, 0, 0, 0, 0], 0), Some(&fine));
+        t.sample(vec![region(0x1000_0000, 0x1000_2000, 8), region(0x7000_0000, 0x7000_1000, 4)]);
+        let r = t.report();
+        assert_eq!(r.leaks[0].1.still_mapped, 0x2000);
+        assert_eq!(r.stack(r.leaks[0].0).unwrap().frames[1].function.as_deref(), Some("pool_grow"));
+        assert_eq!(r.leaks[1].1.still_mapped, 0);
+        assert_eq!(r.folded(), ["main;pool_grow;syscall 8192"]);
+        assert_eq!(r.growing.len(), 1);
+        assert!(r.growing[0].new);
+        let mut text = Vec::new();
+        r.write_text(&mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("pool_grow"), "{text}");
+        let mut svg = Vec::new();
+        r.flamegraph(&mut svg).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(svg.starts_with("<?xml") && svg.contains("pool_grow") && svg.trim_end().ends_with("</svg>"));
+    }
+}
