@@ -10,6 +10,7 @@ pub mod commands;
 pub mod event;
 pub mod modules;
 pub mod os;
+pub mod probe;
 pub mod procinfo;
 pub mod procmaps;
 pub mod report;
