@@ -274,3 +274,94 @@ pub fn apply(op: BinOp, a: u64, b: u64) -> u64 {
         Or => (a != 0 || b != 0) as u64,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int(v: u64) -> Box<Expr> {
+        Box::new(Expr::Int(v))
+    }
+    fn bin(op: BinOp, a: u64, b: u64) -> u64 {
+        eval(&Expr::Binary(op, int(a), int(b)), &|_| 0)
+    }
+
+    #[test]
+    fn operators() {
+        use BinOp::*;
+        let cases: &[(BinOp, u64, u64, u64)] = &[
+            (Mul, u64::MAX, 2, u64::MAX - 1),
+            (Div, 7, 2, 3),
+            (Div, 7, 0, 0),
+            (Rem, 7, 0, 0),
+            (Rem, 7, 4, 3),
+            (Add, u64::MAX, 2, 1),
+            (Sub, 0, 1, u64::MAX),
+            (Shl, 1, 63, 1 << 63),
+            (Shl, 1, 64, 0),
+            (Shl, 1, u64::MAX, 0),
+            (Shr, 1 << 63, 63, 1),
+            (Shr, 1, 1 << 40, 0),
+            (Lt, 1, u64::MAX, 1),
+            (Le, 2, 2, 1),
+            (Gt, 2, 2, 0),
+            (Ge, 2, 3, 0),
+            (Eq, 5, 5, 1),
+            (Ne, 5, 5, 0),
+            (BitAnd, 0b1100, 0b1010, 0b1000),
+            (BitXor, 0b1100, 0b1010, 0b0110),
+            (BitOr, 0b1100, 0b1010, 0b1110),
+            (And, 2, 3, 1),
+            (And, 2, 0, 0),
+            (Or, 0, 0, 0),
+            (Or, 0, 7, 1),
+        ];
+        for &(op, a, b, want) in cases {
+            assert_eq!(bin(op, a, b), want, "{a} {} {b}", op.symbol());
+        }
+        let un = |op, v| eval(&Expr::Unary(op, int(v)), &|_| 0);
+        assert_eq!(un(UnOp::Not, 0), 1);
+        assert_eq!(un(UnOp::Not, 9), 0);
+        assert_eq!(un(UnOp::BitNot, 0), u64::MAX);
+        assert_eq!(un(UnOp::Neg, 1), u64::MAX);
+        assert_eq!(un(UnOp::Neg, 0), 0);
+    }
+
+    #[test]
+    fn variables_and_short_circuit() {
+        use std::cell::Cell;
+        let reads = Cell::new(0);
+        let get = |v: Var| {
+            reads.set(reads.get() + 1);
+            match v {
+                Var::Nr => 9,
+                Var::Arg(n) => 100 + n as u64,
+                Var::Reg(r) => r as u64,
+            }
+        };
+        let var = |v| Box::new(Expr::Var(v));
+        // nr == 9 && arg1 >= 101
+        let e = Expr::Binary(
+            BinOp::And,
+            Box::new(Expr::Binary(BinOp::Eq, var(Var::Nr), int(9))),
+            Box::new(Expr::Binary(BinOp::Ge, var(Var::Arg(1)), int(101))),
+        );
+        assert_eq!(eval(&e, &get), 1);
+        assert_eq!(reads.get(), 2);
+        // 0 && arg0: the right side is not read; 1 || arg0 neither.
+        reads.set(0);
+        assert_eq!(eval(&Expr::Binary(BinOp::And, int(0), var(Var::Arg(0))), &get), 0);
+        assert_eq!(eval(&Expr::Binary(BinOp::Or, int(5), var(Var::Arg(0))), &get), 1);
+        assert_eq!(reads.get(), 0);
+        assert_eq!(eval(&Expr::Var(Var::Reg(Reg::Rdi)), &get), Reg::Rdi as u64);
+    }
+
+    #[test]
+    fn spans_do_not_take_part_in_equality() {
+        assert_eq!(Span { line: 1, col: 2 }, Span { line: 30, col: 4 });
+        assert!(
+            REGS.iter()
+                .all(|(n, r)| Reg::from_name(n) == Some(*r) && reg_name(*r) == *n)
+        );
+    }
+}

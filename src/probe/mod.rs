@@ -13,3 +13,6 @@ pub use ast::*;
 pub use check::{CheckError, ResolveError, ResolvedProbe, check_script, resolve_locations};
 pub use parse::{ParseError, parse, parse_str};
 pub use print::print;
+
+#[cfg(test)]
+mod tests;

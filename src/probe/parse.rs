@@ -476,7 +476,8 @@ impl<'a> Parser<'a> {
             return Ok(Location::Address(parse_int(&n).map_err(|m| self.err_at(start, m))?));
         }
         // `syscall(...)`; a bare `syscall` is the function.
-        if let (Tok::Ident(s), _, end) = self.peek()?
+        if is_ident_start(c)
+            && let (Tok::Ident(s), _, end) = self.peek()?
             && s == "syscall"
         {
             self.pos = end;
@@ -752,29 +753,29 @@ impl<'a> Parser<'a> {
         }
     }
 
-    // Expressions: one function per C precedence level; each returns the tree and its depth.
+    // Expressions, by precedence climbing (one frame per operator or parenthesis, not per C level); each
+    // returns the tree and its depth.
 
     fn expr(&mut self) -> R<(Expr, usize)> {
         self.binary(1)
     }
 
-    fn binary(&mut self, level: u8) -> R<(Expr, usize)> {
-        if level > 10 {
-            return self.unary();
-        }
-        let mut left = self.binary(level + 1)?;
+    /// An expression of operators binding at least as tightly as `min`.
+    fn binary(&mut self, min: u8) -> R<(Expr, usize)> {
+        let mut left = self.unary()?;
         loop {
             let (t, at, end) = self.peek()?;
             let Tok::Punct(p) = t else { break };
             let Some(op) = BinOp::ALL
                 .into_iter()
-                .find(|o| o.symbol() == p && o.precedence() == level)
+                .find(|o| o.symbol() == p && o.precedence() >= min)
             else {
                 break;
             };
             self.pos = end;
             let right_at = self.peek()?.1;
-            let right = self.binary(level + 1)?;
+            // Left-associative: the right operand takes only operators that bind tighter.
+            let right = self.nested(at, |p| p.binary(op.precedence() + 1))?;
             if let Some(m) = check::divisor_problem(op, &right.0) {
                 return Err(self.err_at(right_at, m));
             }

@@ -55,7 +55,11 @@ pub fn body(p: &ProbeDecl) -> Vec<String> {
         items.push("ret".to_string());
     }
     if let Some(d) = c.stack {
-        items.push(format!("stack({d})"));
+        items.push(if d == DEFAULT_STACK_DEPTH {
+            "stack".to_string()
+        } else {
+            format!("stack({d})")
+        });
     }
     if !c.regs.is_empty() {
         let regs: Vec<&str> = c.regs.iter().map(|r| reg_name(*r)).collect();
