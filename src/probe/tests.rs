@@ -91,7 +91,7 @@ fn settings() {
     let s = parse_str("probe at foo {}\nset format text\nset duration 2m").unwrap();
     assert_eq!(s.settings.json, Some(false));
     assert_eq!(s.settings.duration, Some(Duration::from_secs(120)));
-    for (d, want) in [("1h", 3600_000), ("3", 3000), ("250us", 0), ("7ns", 0)] {
+    for (d, want) in [("1h", 3_600_000), ("3", 3000), ("250us", 0), ("7ns", 0)] {
         let s = parse_str(&format!("set duration {d}\nprobe at f {{}}")).unwrap();
         if want > 0 {
             assert_eq!(s.settings.duration, Some(Duration::from_millis(want)));
