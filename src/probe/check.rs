@@ -312,6 +312,7 @@ impl Resolver {
         ];
         let pick = |found: Vec<usize>, mods: &[ModuleMap]| -> Option<Result<usize, String>> {
             let mut paths: Vec<&str> = found.iter().map(|&i| mods[i].path.as_str()).collect();
+            paths.sort_unstable();
             paths.dedup();
             match paths.len() {
                 0 => None,
@@ -368,6 +369,7 @@ impl Resolver {
             }
         }
         let mut paths: Vec<&str> = found.iter().map(|&(i, ..)| self.mods[i].path.as_str()).collect();
+        paths.sort_unstable();
         paths.dedup();
         if paths.len() > 1 {
             return Err(format!(
