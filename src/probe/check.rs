@@ -7,6 +7,7 @@ use super::ast::*;
 use super::parse::syscall_label;
 use crate::modules::{self, Module, ModuleMap};
 use crate::os::Tid;
+use crate::os::mem::ProcMem;
 use crate::resolve;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -218,6 +219,8 @@ pub fn resolve_locations(pid: Tid, script: &Script) -> Result<Vec<ResolvedProbe>
     let maps = resolve::read_maps(pid).map_err(ResolveError::Process)?;
     let mut r = Resolver {
         pid,
+        // Reading memory needs no attach; without it (no permission) the build-id check is skipped.
+        mem: ProcMem::open(pid).ok(),
         mods: modules::group_modules(&maps),
         maps,
         read: HashMap::new(),
@@ -237,6 +240,7 @@ pub fn resolve_locations(pid: Tid, script: &Script) -> Result<Vec<ResolvedProbe>
 
 struct Resolver {
     pid: Tid,
+    mem: Option<ProcMem>,
     maps: Vec<crate::procmaps::Mapping>,
     mods: Vec<ModuleMap>,
     /// Modules read so far, by index in `mods`; an error is kept so it is reported once per module.
@@ -245,10 +249,10 @@ struct Resolver {
 
 impl Resolver {
     fn module(&mut self, i: usize) -> Result<&Module, String> {
-        let (pid, map) = (self.pid, &self.mods[i]);
+        let (pid, map, mem) = (self.pid, &self.mods[i], self.mem.as_ref());
         self.read
             .entry(i)
-            .or_insert_with(|| resolve::read_module(pid, map, None).map_err(|e| format!("{e:#}")))
+            .or_insert_with(|| resolve::read_module(pid, map, mem).map_err(|e| format!("{e:#}")))
             .as_ref()
             .map_err(|e| e.clone())
     }
