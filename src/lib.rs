@@ -15,6 +15,7 @@ pub mod memclass;
 pub mod memplot;
 pub mod modules;
 pub mod os;
+pub mod probe;
 pub mod procinfo;
 pub mod procmaps;
 pub mod report;

@@ -313,3 +313,43 @@ pub fn testprog_linked(name: &str, libs: &[&Path], extra: &[&str]) -> PathBuf {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     testprog_with(name, &flags)
 }
+
+/// Compiles C `source` into a shared library `file` (e.g. `libfoo1.so`) in Cargo's tmp dir, once per test run,
+/// with `soname` as its DT_SONAME when given; returns its path.
+pub fn shared_lib_src(file: &str, soname: Option<&str>, source: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(file) {
+        return p.clone();
+    }
+    let dir = tmpdir().join("libs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(format!("{file}.c"));
+    std::fs::write(&src, source).unwrap();
+    let out = dir.join(file);
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-shared", "-fPIC", "-O2", "-g", "-o"]).arg(&out).arg(&src);
+    if let Some(s) = soname {
+        cmd.arg(format!("-Wl,-soname,{s}"));
+    }
+    assert!(cmd.status().expect("gcc runs").success(), "gcc failed on {}", src.display());
+    // The loader finds a library by its soname (the link records it), as the usual symlink does.
+    if let Some(s) = soname.filter(|s| *s != file) {
+        let link = dir.join(s);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(file, &link).unwrap();
+    }
+    built.insert(file.to_string(), out.clone());
+    out
+}
+
+/// `testprogs/NAME.c` linked against the shared libraries `libs` (loaded at start even if unused).
+pub fn testprog_with_libs(name: &str, libs: &[PathBuf]) -> PathBuf {
+    let mut flags: Vec<String> = vec!["-Wl,--no-as-needed".into()];
+    flags.extend(libs.iter().map(|l| l.display().to_string()));
+    for l in libs {
+        flags.push(format!("-Wl,-rpath,{}", l.parent().unwrap().display()));
+    }
+    let flags: Vec<&str> = flags.iter().map(|s| s.as_str()).collect();
+    testprog_with(name, &flags)
+}
