@@ -206,7 +206,12 @@ impl SymModule {
     /// The frames (inlined calls first) of one address of this module, mapped with `bias`.
     pub fn resolve(&self, module: &str, bias: u64, f: &RawFrame) -> Vec<Frame> {
         let svma = f.lookup.wrapping_sub(bias);
-        let sym = self.syms.find(svma);
+        // A signal trampoline is entered by a return to its first byte: pc-1 falls before its symbol.
+        let sym = self.syms.find(svma).or_else(|| {
+            self.syms
+                .find(f.pc.wrapping_sub(bias))
+                .filter(|s| s.start == f.pc.wrapping_sub(bias))
+        });
         let mut dwarf = self.dwarf.as_ref().map(|d| d.frames(svma)).unwrap_or_default();
         let base = Frame {
             addr: f.pc,

@@ -513,7 +513,7 @@ fn step(regs: &UnwindRegs, frame: RawFrame, stack: &StackWindow, modules: &mut d
             Ok(Step {
                 regs,
                 signal,
-                how: How::Cfi,
+                how: if signal { How::Signal } else { How::Cfi },
             })
         }
         Lookup::Bad(why) => Err(trunc(why)),

@@ -222,3 +222,128 @@ fn stack_command_agrees_with_gdb_frame_by_frame() {
     t.send("exit");
     assert_eq!(t.wait().code(), Some(0));
 }
+
+/// Traces `mmap` in a started target (args), sends "go", waits for "done", and returns the events' data.
+fn trace_events(t: &mut Target) -> Vec<Value> {
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    sc.wait_attached();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    assert!(!truth_mmaps(&lines).is_empty());
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "syscatch failed: {err:#?}");
+    let events: Vec<Value> = json_lines(&out)
+        .into_iter()
+        .filter(|v| v["type"] == "event")
+        .map(|v| v["data"].clone())
+        .collect();
+    assert_eq!(events.len(), truth_mmaps(&lines).len(), "{out:#?}");
+    events
+}
+
+#[test]
+fn signal_handler_stack_goes_through_restore_rt() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("sig_stack"), &[]);
+    let events = trace_events(&mut t);
+    let f = functions(&events[0]["stack"]);
+    assert_consecutive(
+        &f,
+        &[
+            "syscall",
+            "handler_inner",
+            "on_usr1",
+            "__restore_rt",
+            "spinner",
+            "interrupted_caller",
+            "main",
+            "__libc_start_call_main",
+        ],
+    );
+    assert!(events[0]["stack_truncated"].is_null());
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(0));
+}
+
+#[test]
+fn debug_frame_only_module_unwinds() {
+    require_ptrace();
+    let prog = testprog_with("deep_stack", &["-fno-asynchronous-unwind-tables"]);
+    // The premise: the functions' CFI is in .debug_frame, and .eh_frame does not cover them.
+    let data = std::fs::read(&prog).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    use object::{Object, ObjectSection, ObjectSymbol};
+    assert!(
+        elf.section_by_name(".debug_frame").is_some(),
+        "gcc wrote no .debug_frame"
+    );
+    let level4 = elf.symbols().find(|s| s.name() == Ok("level4")).unwrap().address();
+    let eh = elf
+        .section_by_name(".eh_frame")
+        .map(|s| s.data().unwrap().to_vec())
+        .unwrap_or_default();
+    let eh_addr = elf.section_by_name(".eh_frame").map(|s| s.address()).unwrap_or(0);
+    let mut cfi = gimli::EhFrame::new(&eh, gimli::LittleEndian);
+    cfi.set_address_size(8);
+    let bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
+    let mut ctx = gimli::UnwindContext::new();
+    use gimli::UnwindSection;
+    assert!(
+        cfi.unwind_info_for_address(&bases, &mut ctx, level4, gimli::EhFrame::cie_from_offset)
+            .is_err(),
+        ".eh_frame covers level4: the test would not test .debug_frame"
+    );
+    let mut t = Target::start(&prog, &["2"]);
+    for ev in trace_events(&mut t) {
+        let f = functions(&ev["stack"]);
+        assert_consecutive(
+            &f,
+            &[
+                "syscall", "level7", "level6", "level5", "level4", "level3", "level2", "level1", "main",
+            ],
+        );
+        assert!(f.iter().any(|n| n == "__libc_start_call_main"), "{f:#?}");
+    }
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(0));
+}
+
+#[test]
+fn python_ctypes_stack_reaches_the_eval_loop() {
+    require_ptrace();
+    let script = repo().join("testprogs/ctypes_mmap.py");
+    let mut t = Target::start(std::path::Path::new("python3"), &[script.to_str().unwrap()]);
+    let events = trace_events(&mut t);
+    let stack = events[0]["stack"].as_array().unwrap();
+    let f = functions(&events[0]["stack"]);
+    assert_eq!(f[0], "syscall");
+    let ffi = stack
+        .iter()
+        .position(|fr| fr["module"].as_str().is_some_and(|m| m.starts_with("libffi")))
+        .unwrap_or_else(|| panic!("no libffi frame: {f:#?}"));
+    let eval = f
+        .iter()
+        .position(|n| n == "_PyEval_EvalFrameDefault")
+        .unwrap_or_else(|| panic!("no eval loop: {f:#?}"));
+    let start = f
+        .iter()
+        .position(|n| n == "__libc_start_call_main")
+        .unwrap_or_else(|| panic!("does not reach __libc_start_call_main: {f:#?}"));
+    assert!(ffi == 1 && ffi < eval && eval < start, "{f:#?}");
+    // main, unless the executable's main is a bare `jmp Py_BytesMain` (a tail call: main has no frame, gdb shows
+    // none either) or the executable is stripped (then the frame is named by module+offset).
+    let before = &stack[start - 1];
+    let exe = std::fs::read_link(format!("/proc/{}/exe", t.pid)).unwrap();
+    let exe_name = exe.file_name().unwrap().to_str().unwrap();
+    assert!(
+        before["function"] == "main"
+            || before["function"] == "Py_BytesMain"
+            || (before["function"].is_null() && before["module"] == exe_name),
+        "frame before __libc_start_call_main: {before}"
+    );
+    assert!(events[0]["stack_truncated"].is_null());
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(0));
+}
