@@ -849,7 +849,7 @@ mod tests {
             Some(eh),
             None,
             vec![(0..CODE as u64, 0)],
-            [0x4c80..0x4d00].to_vec(),
+            std::iter::once(0x4c80..0x4d00).collect(),
         );
         MappedCfi {
             bias: BIAS,
