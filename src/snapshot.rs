@@ -53,6 +53,7 @@ pub fn read_thread(tid: Tid, stack_bytes: usize) -> Result<ThreadSnapshot, Snaps
         return Err(gone(e));
     }
     let deadline = Instant::now() + STOP_TIMEOUT;
+    let spin_until = Instant::now() + Duration::from_millis(2);
     let seen = loop {
         match ptrace::wait_for(tid, true) {
             Ok(Some((_, stop))) => match stop {
@@ -61,7 +62,10 @@ pub fn read_thread(tid: Tid, stack_bytes: usize) -> Result<ThreadSnapshot, Snaps
                 Stop::GroupStop(sig) => break Seen::GroupStop(sig),
                 _ => break Seen::Interrupted,
             },
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(200)),
+            // The stop usually comes within microseconds: spin briefly (the thread is stopped meanwhile, so
+            // latency here is the target's), then back off.
+            Ok(None) if Instant::now() < spin_until => std::thread::yield_now(),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(100)),
             Ok(None) => return Err(SnapshotError::Timeout(tid, STOP_TIMEOUT)),
             Err(e) => return Err(gone(e)),
         }

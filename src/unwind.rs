@@ -125,7 +125,7 @@ pub struct ModuleCfi {
 #[derive(Clone, Debug)]
 enum Lookup {
     Row {
-        row: Box<UnwindTableRow<usize>>,
+        row: Arc<UnwindTableRow<usize>>,
         from_debug: bool,
         signal: bool,
     },
@@ -303,7 +303,7 @@ impl ModuleCfi {
                 Ok(fde) => {
                     return match fde.unwind_info_for_address(&eh, &bases, &mut ctx, svma) {
                         Ok(row) => Lookup::Row {
-                            row: Box::new(row.clone()),
+                            row: Arc::new(row.clone()),
                             from_debug: false,
                             signal: fde.is_signal_trampoline(),
                         },
@@ -319,7 +319,7 @@ impl ModuleCfi {
                 Ok(fde) => {
                     return match fde.unwind_info_for_address(&df, &bases, &mut ctx, svma) {
                         Ok(row) => Lookup::Row {
-                            row: Box::new(row.clone()),
+                            row: Arc::new(row.clone()),
                             from_debug: true,
                             signal: fde.is_signal_trampoline(),
                         },
@@ -519,7 +519,7 @@ struct Step {
 fn step(regs: &UnwindRegs, frame: RawFrame, stack: &StackWindow, modules: &mut dyn ModuleLookup) -> Result<Step, End> {
     let trunc = |s: String| End::Truncated(s);
     let Some(m) = modules.find(frame.lookup) else {
-        return frame_pointer(regs, stack)
+        return frame_pointer(regs, stack, modules)
             .map_err(|e| trunc(format!("{:#x} is in no module, and {e}", frame.pc)))
             .map(|regs| Step {
                 regs,
@@ -565,7 +565,7 @@ fn step(regs: &UnwindRegs, frame: RawFrame, stack: &StackWindow, modules: &mut d
                     how: How::Plt,
                 });
             }
-            frame_pointer(regs, stack)
+            frame_pointer(regs, stack, modules)
                 .map_err(|e| trunc(format!("no CFI covers {:#x}, and {e}", frame.pc)))
                 .map(|regs| Step {
                     regs,
@@ -584,8 +584,10 @@ fn callee_saved_only(regs: &UnwindRegs) -> UnwindRegs {
     next
 }
 
-/// The classic frame-pointer step: `[rbp]` is the caller's rbp, `[rbp+8]` the return address.
-fn frame_pointer(regs: &UnwindRegs, stack: &StackWindow) -> Result<UnwindRegs, String> {
+/// The classic frame-pointer step: `[rbp]` is the caller's rbp, `[rbp+8]` the return address. rbp is only a
+/// guess in code built without frame pointers, so the return address must land in a known module: a chain that
+/// leads nowhere ends the walk instead of inventing frames.
+fn frame_pointer(regs: &UnwindRegs, stack: &StackWindow, modules: &mut dyn ModuleLookup) -> Result<UnwindRegs, String> {
     let rbp = regs.get(RBP).ok_or("no frame pointer is known")?;
     let sp = regs.get(RSP).ok_or("the stack pointer is unknown")?;
     if rbp < sp || rbp % 8 != 0 {
@@ -593,6 +595,11 @@ fn frame_pointer(regs: &UnwindRegs, stack: &StackWindow) -> Result<UnwindRegs, S
     }
     let saved_rbp = stack.read_u64(rbp)?;
     let ra = stack.read_u64(rbp.checked_add(8).ok_or("rbp overflow")?)?;
+    if ra.checked_sub(1).and_then(|l| modules.find(l)).is_none() {
+        return Err(format!(
+            "the frame-pointer guess (rbp {rbp:#x}) gives {ra:#x}, which is in no module"
+        ));
+    }
     let mut next = callee_saved_only(regs);
     next.0[RBP] = Some(saved_rbp);
     next.0[RA] = Some(ra);

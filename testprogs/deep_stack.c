@@ -2,7 +2,9 @@
  * stacks unwound without frame pointers. Built -O2 -fomit-frame-pointer (the harness's flags); `noipa` keeps gcc
  * from inlining, cloning or turning the calls into tail calls' jumps across the chain.
  * Usage: deep_stack [CALLS]. Prints "pid N", waits for "go", makes CALLS mmaps from level7, prints
- * "mmap ADDR LEN" for each and "done", waits for a line and exits 0. */
+ * "mmap ADDR LEN" for each and "done", waits for a line and exits 0.
+ * deep_stack spin: prints "pid N" and "spinning", then spins forever in level7 (no system call, all frames in
+ * this executable up to main): the state recorded for the unwinder's snapshot fixture. */
 #include "common.h"
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -10,8 +12,13 @@
 #define NOI __attribute__((noinline, noipa))
 
 static volatile int sink;
+static int spin_mode;
 
 NOI void *level7(size_t len) {
+    if (spin_mode) {
+        say("spinning\n");
+        for (;;) sink++;
+    }
     void *p = (void *)syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     sink++;
     return p;
@@ -24,9 +31,11 @@ NOI void *level2(size_t len) { void *p = level3(len + 4096); sink++; return p; }
 NOI void *level1(size_t len) { void *p = level2(len + 4096); sink++; return p; }
 
 int main(int argc, char **argv) {
-    int calls = argc > 1 ? atoi(argv[1]) : 3;
+    spin_mode = argc > 1 && strcmp(argv[1], "spin") == 0;
+    int calls = argc > 1 && !spin_mode ? atoi(argv[1]) : 3;
     char buf[64];
     say("pid %d\n", getpid());
+    if (spin_mode) level1(0);
     if (!wait_line(buf, sizeof buf)) return 2;
     for (int i = 0; i < calls; i++) {
         size_t len = 4096 * (size_t)(1 + i);

@@ -347,3 +347,154 @@ fn python_ctypes_stack_reaches_the_eval_loop() {
     t.send("exit");
     assert_eq!(t.wait().code(), Some(0));
 }
+
+/// Rough costs, printed, not asserted (`cargo test --release --test it bench_stack -- --ignored --nocapture`):
+/// capture of one thread, unwind per frame (cold, then cached), symbolization per address (cold, then with the
+/// tables loaded).
+#[test]
+#[ignore]
+fn bench_stack() {
+    use std::time::Instant;
+    use syscatch::unwind_modules::StackResolver;
+    require_ptrace();
+    let mut t = Target::start(&testprog("parked"), &[]);
+    let _ = [t.out.next(), t.out.next()];
+    wait_blocked_in_read(t.pid, t.pid, 0);
+    let n = 200;
+    let t0 = Instant::now();
+    let mut snap = None;
+    for _ in 0..n {
+        snap = Some(syscatch::snapshot::read_thread(t.pid, 65536).unwrap());
+    }
+    let capture = t0.elapsed() / n;
+    let c = snap.unwrap().capture;
+    let t0 = Instant::now();
+    let mut r = StackResolver::new(t.pid, 128);
+    let load = t0.elapsed();
+    let t0 = Instant::now();
+    let u = r.unwind(&c);
+    let cold = t0.elapsed();
+    let frames = u.frames.len() as u32;
+    let t0 = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(r.unwind(&c));
+    }
+    let cached = t0.elapsed() / n / frames;
+    let t0 = Instant::now();
+    let s = r.symbolize(&u);
+    let sym_cold = t0.elapsed();
+    r.symbolizer = Default::default();
+    let t0 = Instant::now();
+    std::hint::black_box(r.symbolize(&u));
+    let sym_new = t0.elapsed() / frames;
+    let t0 = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(r.symbolize(&u));
+    }
+    let sym_hit = t0.elapsed() / n / frames;
+    eprintln!(
+        "{frames} frames ({} with inlined): capture {capture:?}/thread (seize..detach, 64 KiB copy); module list \
+         {load:?}; unwind cold {cold:?} (CFI lookups), cached {cached:?}/frame; symbolize cold {sym_cold:?} \
+         (tables + DWARF), new address {sym_new:?}/address, cached {sym_hit:?}/address",
+        s.frames.len()
+    );
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(0));
+}
+
+/// Where the recorded snapshot lives. Re-record (after changing deep_stack.c) with
+/// `cargo test --test it record_spin_fixture -- --ignored`: it runs `deep_stack spin`, captures its main thread
+/// with the same code as `syscatch stack` (snapshot::read_thread), and writes the executable, the registers, the
+/// load address and the first 4 KiB of stack.
+fn fixture_dir() -> std::path::PathBuf {
+    repo().join("tests/fixtures/stack")
+}
+
+#[test]
+#[ignore]
+fn record_spin_fixture() {
+    use syscatch::unwind::UnwindRegs;
+    require_ptrace();
+    let prog = testprog("deep_stack");
+    let mut t = Target::start(&prog, &["spin"]);
+    assert_eq!(t.out.next(), "spinning");
+    let snap = syscatch::snapshot::read_thread(t.pid, 4096).unwrap();
+    let mut modules = syscatch::unwind_modules::Modules::new(t.pid);
+    let m = modules
+        .module_at(snap.capture.regs.ip())
+        .expect("spinning in the executable")
+        .clone();
+    let regs = UnwindRegs::from_regs(&snap.capture.regs);
+    let dir = fixture_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&prog, dir.join("deep_stack")).unwrap();
+    std::fs::write(dir.join("spin.stack"), &snap.capture.stack).unwrap();
+    let meta = serde_json::json!({
+        "how": "cargo test --test it record_spin_fixture -- --ignored (deep_stack spin, syscatch::snapshot)",
+        "regs_dwarf_order": regs.0.iter().map(|r| format!("{:#x}", r.unwrap())).collect::<Vec<_>>(),
+        "module_start": format!("{:#x}", m.start),
+        "module_end": format!("{:#x}", m.end),
+        "bias": format!("{:#x}", m.bias),
+        "asked": 4096,
+    });
+    std::fs::write(
+        dir.join("spin.json"),
+        serde_json::to_string_pretty(&meta).unwrap() + "\n",
+    )
+    .unwrap();
+}
+
+/// Replays the recorded snapshot offline: only the executable is in the fixture, so the walk goes level7 ..
+/// main by the executable's CFI and stops, with its reason, at the first libc frame.
+#[test]
+fn recorded_snapshot_unwinds_offline() {
+    use std::sync::Arc;
+    use syscatch::unwind::{End, MappedCfi, ModuleCfi, ModuleLookup, StackWindow, UnwindRegs, unwind};
+    let dir = fixture_dir();
+    let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("spin.json")).unwrap()).unwrap();
+    let data: Arc<[u8]> = std::fs::read(dir.join("deep_stack")).unwrap().into();
+    let stack = std::fs::read(dir.join("spin.stack")).unwrap();
+    let mut regs = UnwindRegs::default();
+    for (i, v) in meta["regs_dwarf_order"].as_array().unwrap().iter().enumerate() {
+        regs.0[i] = Some(hex(v));
+    }
+    let (start, end, bias) = (hex(&meta["module_start"]), hex(&meta["module_end"]), hex(&meta["bias"]));
+    struct Exe(u64, u64, MappedCfi);
+    impl ModuleLookup for Exe {
+        fn find(&mut self, addr: u64) -> Option<MappedCfi> {
+            (self.0..self.1).contains(&addr).then(|| self.2.clone())
+        }
+    }
+    let cfi = Arc::new(ModuleCfi::parse(data.clone(), None).unwrap());
+    let mut exe = Exe(start, end, MappedCfi { bias, cfi });
+    let window = StackWindow {
+        base: regs.0[7].unwrap(),
+        bytes: &stack,
+        asked: meta["asked"].as_u64().unwrap() as usize,
+    };
+    let u = unwind(regs, &window, &mut exe, 128);
+    let syms = syscatch::symbolize::SymModule::parse(&data, None);
+    let names: Vec<String> = u
+        .frames
+        .iter()
+        .flat_map(|f| syms.resolve("deep_stack", bias, f))
+        .map(|f| f.function.unwrap_or_default())
+        .collect();
+    assert_eq!(
+        names[..8],
+        [
+            "level7", "level6", "level5", "level4", "level3", "level2", "level1", "main"
+        ],
+        "{names:?}"
+    );
+    assert_eq!(
+        u.frames.len(),
+        9,
+        "main's return address into libc is the last frame: {names:?}"
+    );
+    assert!(
+        matches!(&u.end, End::Truncated(w) if w.contains("in no module")),
+        "the walk stops at libc, absent from the fixture: {:?}",
+        u.end
+    );
+}
