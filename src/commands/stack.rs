@@ -84,9 +84,16 @@ pub fn run(args: &StackArgs) -> Result<i32> {
             }
         }
     }
+    let unreadable: Vec<String> = resolver
+        .modules
+        .failed
+        .iter()
+        .map(|((path, _), why)| format!("{path}: frames in it are shown as addresses only: {why}"))
+        .collect();
+    let errors: Vec<String> = errors.iter().map(|e| e.to_string()).chain(unreadable).collect();
     for e in &errors {
         if args.json {
-            line(&mut out, "warning", json!({ "message": e.to_string() }))?;
+            line(&mut out, "warning", json!({ "message": e }))?;
         } else {
             eprintln!("syscatch: {e}");
         }

@@ -498,3 +498,55 @@ fn recorded_snapshot_unwinds_offline() {
         u.end
     );
 }
+
+/// The state letter of every thread of `pid` (from /proc/PID/task/TID/stat).
+fn thread_states(pid: i32) -> Vec<char> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let stat = std::fs::read_to_string(e.unwrap().path().join("stat")).unwrap_or_default();
+        if let Some(c) = stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()) {
+            v.push(c);
+        }
+    }
+    v
+}
+
+#[test]
+fn stack_of_a_stopped_process_leaves_it_stopped() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("parked"), &[]);
+    let _ = [t.out.next(), t.out.next()];
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(t.pid, libc::SIGSTOP) };
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while thread_states(t.pid).iter().any(|&c| c != 'T') {
+        assert!(std::time::Instant::now() < deadline, "target never stopped");
+        std::thread::yield_now();
+    }
+    let (code, out, err) = run_syscatch(&["stack", "--pid", &t.pid.to_string(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let threads: Vec<Value> = json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>())
+        .into_iter()
+        .filter(|v| v["type"] == "thread")
+        .collect();
+    assert_eq!(threads.len(), 2, "{out}");
+    for th in &threads {
+        assert!(
+            th["data"]["stopped_in"].as_str().unwrap().starts_with("group-stopped"),
+            "{th}"
+        );
+        assert!(functions(&th["data"]["stack"]).len() >= 5, "{th}");
+    }
+    // Job control is not cancelled: the process is still stopped, untraced, and runs on SIGCONT.
+    assert!(
+        thread_states(t.pid).iter().all(|&c| c == 'T'),
+        "{:?}",
+        thread_states(t.pid)
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", t.pid)).unwrap();
+    assert!(status.contains("TracerPid:\t0"));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(t.pid, libc::SIGCONT) };
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(0));
+}
