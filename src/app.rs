@@ -122,10 +122,18 @@ impl Sink for ChannelSink {
     }
 }
 
-/// Renders events as they arrive; returns the renderer for the summary.
-fn analysis(rx: mpsc::Receiver<Event>, mut r: Box<dyn Renderer + Send>) -> Box<dyn Renderer + Send> {
+/// Unwinds, symbolizes and renders events as they arrive, off the tracer's thread; returns the renderer for the
+/// summary.
+fn analysis(
+    rx: mpsc::Receiver<Event>,
+    mut r: Box<dyn Renderer + Send>,
+    pid: Tid,
+    stack_depth: usize,
+) -> Box<dyn Renderer + Send> {
+    // Reads the module list first, while the target surely still runs.
+    let mut resolver = crate::unwind_modules::StackResolver::new(pid, stack_depth);
     for ev in rx {
-        let stack: Option<Stack> = None;
+        let stack: Option<Stack> = ev.capture.as_ref().map(|c| resolver.resolve_stack(c).0);
         if r.event(&ev, stack.as_ref()).is_err() {
             break;
         }
@@ -198,7 +206,8 @@ fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Wrapper, start: Star
         probes: vec![Probe::new(None, None, Box::new(Numbers(numbers)))],
     }];
     let (tx, rx) = mpsc::channel();
-    let worker = std::thread::spawn(move || analysis(rx, renderer));
+    let stack_depth = args.stack_depth;
+    let worker = std::thread::spawn(move || analysis(rx, renderer, pid, stack_depth));
     let cfg = Config {
         pid,
         stack_bytes: args.stack_bytes,

@@ -7,6 +7,7 @@ pub mod ptrace;
 pub mod regs;
 pub mod signals;
 pub mod spawn;
+pub mod task;
 
 /// A thread id (or process id: the id of a thread group's leader).
 pub type Tid = i32;

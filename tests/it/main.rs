@@ -7,3 +7,4 @@ mod core;
 mod hooks;
 mod mem;
 mod probe;
+mod stack;
