@@ -7,14 +7,16 @@ use crate::os::{Tid, procfs, ptrace, signals};
 use crate::report::Renderer;
 use crate::report::json::Json;
 use crate::report::text::Text;
-use crate::stack::Stack;
 use crate::tracer::{Config, Numbers, Probe, SiteSpec, Tracer};
-use crate::{procinfo, resolve, syscalls};
+use crate::{analysis, procinfo, resolve, syscalls};
 use anyhow::{Context, Result, anyhow, bail};
 use nix::errno::Errno;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::mpsc;
+use std::time::Duration;
 use std::time::Instant;
 
 /// A usage error: exit status 2.
@@ -103,8 +105,8 @@ pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Wrapper> 
 }
 
 /// Where events are rendered: stdout, or stderr when a spawned command owns stdout, or a file.
-fn event_writer(args: &TraceArgs, spawned: bool) -> Result<Box<dyn Write + Send>> {
-    Ok(match &args.output {
+fn event_writer(path: Option<&std::path::Path>, spawned: bool) -> Result<Box<dyn Write + Send>> {
+    Ok(match path {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
         )),
@@ -114,7 +116,7 @@ fn event_writer(args: &TraceArgs, spawned: bool) -> Result<Box<dyn Write + Send>
 }
 
 /// Sends events to the analysis thread; the tracer never waits on rendering.
-struct ChannelSink(mpsc::Sender<Event>);
+struct ChannelSink(mpsc::SyncSender<Event>);
 
 impl Sink for ChannelSink {
     fn event(&mut self, ev: Event) {
@@ -122,41 +124,85 @@ impl Sink for ChannelSink {
     }
 }
 
-/// Unwinds, symbolizes and renders events as they arrive, off the tracer's thread; returns the renderer for the
-/// summary.
-fn analysis(
-    rx: mpsc::Receiver<Event>,
-    mut r: Box<dyn Renderer + Send>,
-    pid: Tid,
-    stack_depth: usize,
-) -> Box<dyn Renderer + Send> {
-    // Reads the module list first, while the target surely still runs.
-    let mut resolver = crate::unwind_modules::StackResolver::new(pid, stack_depth);
-    for ev in rx {
-        let stack: Option<Stack> = ev.capture.as_ref().map(|c| resolver.resolve_stack(c).0);
-        if r.event(&ev, stack.as_ref()).is_err() {
-            break;
+/// What a trace produces, whichever command started it.
+pub struct Output {
+    pub json: bool,
+    pub path: Option<PathBuf>,
+    pub stack_bytes: usize,
+    pub stack_depth: usize,
+    pub duration: Option<Duration>,
+    /// Leak tracking, sampling smaps this often.
+    pub leaks: Option<Duration>,
+    pub folded: Option<PathBuf>,
+    pub flamegraph: Option<PathBuf>,
+}
+
+/// Where to stop and what for.
+pub struct Plan {
+    pub specs: Vec<SiteSpec>,
+    /// `--fast`: the wanted syscall numbers on this wrapper.
+    pub fast: Option<(Vec<u64>, Wrapper)>,
+    /// Says what was planted, in the "attached" line.
+    pub what: String,
+    /// A probe's own `stack(N)` limit, by probe name.
+    pub depths: HashMap<Arc<str>, usize>,
+}
+
+impl Output {
+    fn from_trace(args: &TraceArgs) -> Output {
+        let leaks = args.leaks || args.folded.is_some() || args.flamegraph.is_some();
+        Output {
+            json: args.json,
+            path: args.output.clone(),
+            stack_bytes: args.stack_bytes,
+            stack_depth: args.stack_depth,
+            duration: args.duration,
+            leaks: leaks.then_some(args.smaps_every),
+            folded: args.folded.clone(),
+            flamegraph: args.flamegraph.clone(),
         }
     }
-    r
+}
+
+/// The plan of `--syscall`: one breakpoint (or the `--fast` filter) on libc's `syscall()`.
+fn syscall_plan(numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Plan {
+    let mut wanted: Vec<u64> = numbers.iter().copied().collect();
+    wanted.sort_unstable();
+    Plan {
+        specs: vec![SiteSpec {
+            addr: site.addr,
+            code: site.code.clone(),
+            wrapper: true,
+            probes: vec![Probe::new(None, None, Box::new(Numbers(numbers)))],
+        }],
+        what: format!("breakpoint on syscall() at {:#x}", site.addr),
+        fast: fast.then_some((wanted, site)),
+        depths: HashMap::new(),
+    }
 }
 
 /// Runs a trace as the command line asks. Returns the exit status.
 pub fn trace(args: &TraceArgs) -> Result<i32> {
-    let numbers = syscall_numbers(&args.syscall)?;
+    let mut numbers = syscall_numbers(&args.syscall)?;
+    let out = Output::from_trace(args);
+    if out.leaks.is_some() {
+        numbers.extend(crate::leaks::LEAK_SYSCALLS.iter().filter_map(|s| syscalls::parse(s)));
+        if out.stack_bytes == 0 {
+            return Err(usage("--leaks attributes memory to stacks: it needs --stack-bytes above 0"));
+        }
+    }
+    if out.leaks.is_some_and(|d| d.is_zero()) {
+        return Err(usage("--smaps-every must be positive"));
+    }
     match (args.pid, args.cmd.is_empty()) {
         (Some(_), false) => Err(usage("give either --pid or a command after --, not both")),
         (None, true) => Err(usage("nothing to trace: give --pid N, or a command after --")),
         (Some(pid), true) => {
             check_target(pid)?;
-            let mem = crate::os::mem::ProcMem::open(pid).map_err(|e| match e.raw_os_error() {
-                Some(libc::EACCES) | Some(libc::EPERM) => attach_error(pid, Errno::EPERM),
-                _ => anyhow!("cannot open process {pid}'s memory: {e}"),
-            })?;
+            let mem = open_mem(pid)?;
             let site = syscall_site(pid, &mem)?;
             drop(mem);
-            let end = run_trace(args, numbers, site, Start::Attach(pid))?;
-            let _ = end;
+            run_trace(&out, syscall_plan(numbers, site, args.fast), Start::Attach(pid))?;
             Ok(0)
         }
         (None, false) => {
@@ -168,7 +214,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
                     return Err(e);
                 }
             };
-            let end = run_trace(args, numbers, site, Start::Adopt(pid))?;
+            let end = run_trace(&out, syscall_plan(numbers, site, args.fast), Start::Adopt(pid))?;
             // The command is our child: once detached it runs on, and its own status is ours (as strace does).
             let end = match end {
                 End::Exited(_) | End::Killed(_) => end,
@@ -183,58 +229,59 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
     }
 }
 
-enum Start {
+/// Opens the target's memory, turning a permission error into the one-line explanation.
+pub fn open_mem(pid: Tid) -> Result<crate::os::mem::ProcMem> {
+    crate::os::mem::ProcMem::open(pid).map_err(|e| match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => attach_error(pid, Errno::EPERM),
+        _ => anyhow!("cannot open process {pid}'s memory: {e}"),
+    })
+}
+
+pub enum Start {
     Attach(Tid),
     Adopt(Tid),
 }
 
-fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Wrapper, start: Start) -> Result<End> {
+/// Attach (or adopt), arm, trace, detach; the analysis thread renders as events arrive, then the leak report
+/// and the summary.
+pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let (pid, spawned) = match start {
         Start::Attach(p) => (p, false),
         Start::Adopt(p) => (p, true),
     };
-    let out = event_writer(args, spawned)?;
+    let w = event_writer(out.path.as_deref(), spawned)?;
     let renderer: Box<dyn Renderer + Send> =
-        if args.json { Box::new(Json { out }) } else { Box::new(Text { out, err: std::io::stderr() }) };
-    let site_addr = site.addr;
-    let mut wanted: Vec<u64> = numbers.iter().copied().collect();
-    wanted.sort_unstable();
-    let specs = vec![SiteSpec {
-        addr: site_addr,
-        code: site.code.clone(),
-        wrapper: true,
-        probes: vec![Probe::new(None, None, Box::new(Numbers(numbers)))],
-    }];
-    let (tx, rx) = mpsc::channel();
-    let stack_depth = args.stack_depth;
-    let worker = std::thread::spawn(move || analysis(rx, renderer, pid, stack_depth));
+        if out.json { Box::new(Json { out: w }) } else { Box::new(Text { out: w, err: std::io::stderr() }) };
+    // Bounded: a burst of captures (each up to --stack-bytes) waits for the analysis thread instead of growing
+    // syscatch's memory without limit.
+    let (tx, rx) = mpsc::sync_channel(1024);
+    // The baseline of growth is taken before anything is armed: the first call may come right after.
+    let baseline = if out.leaks.is_some() { crate::leaks::read_sample(pid) } else { Vec::new() };
+    let acfg = analysis::Config { pid, stack_depth: out.stack_depth, depths: plan.depths, leaks: out.leaks, baseline };
+    let worker = std::thread::spawn(move || analysis::run(rx, renderer, acfg));
     let cfg = Config {
         pid,
-        stack_bytes: args.stack_bytes,
-        deadline: args.duration.map(|d| Instant::now() + d),
+        stack_bytes: out.stack_bytes,
+        deadline: out.duration.map(|d| Instant::now() + d),
         live_status: std::io::stderr().is_terminal() && !spawned,
     };
     signals::install_handlers(50);
     let mut sink = ChannelSink(tx);
-    let summary: Summary;
+    let mut summary: Summary;
     let end;
     {
         let mut tracer = match start {
-            Start::Attach(_) => Tracer::attach(cfg, specs, &mut sink).map_err(|e| attach_error(pid, e))?,
-            Start::Adopt(_) => Tracer::adopt(cfg, specs, &mut sink).map_err(|e| attach_error(pid, e))?,
+            Start::Attach(_) => Tracer::attach(cfg, plan.specs, &mut sink).map_err(|e| attach_error(pid, e))?,
+            Start::Adopt(_) => Tracer::adopt(cfg, plan.specs, &mut sink).map_err(|e| attach_error(pid, e))?,
         };
         let arming = Instant::now();
-        if args.fast {
-            tracer.arm_preferring_fast(&wanted, site.addr, &site.code, site.lib_start)
-        } else {
-            tracer.arm()
+        match &plan.fast {
+            Some((wanted, site)) => tracer.arm_preferring_fast(wanted, site.addr, &site.code, site.lib_start),
+            None => tracer.arm(),
         }
         .map_err(|e| anyhow!("process {pid}: {e}"))?;
         tracer.summary.arm = arming.elapsed();
-        eprintln!(
-            "syscatch: attached to {} thread(s) of process {pid}; breakpoint on syscall() at {:#x}",
-            tracer.summary.threads_seen, site_addr
-        );
+        eprintln!("syscatch: attached to {} thread(s) of process {pid}; {}", tracer.summary.threads_seen, plan.what);
         if spawned {
             // The spawned program is held at its entry point; let it go.
             let _ = ptrace::cont(pid, 0);
@@ -243,9 +290,29 @@ fn run_trace(args: &TraceArgs, numbers: HashSet<u64>, site: Wrapper, start: Star
         summary = tracer.summary.clone();
     }
     drop(sink);
-    let mut renderer = worker.join().map_err(|_| anyhow!("the analysis thread panicked"))?;
+    let done = worker.join().map_err(|_| anyhow!("the analysis thread panicked"))?;
+    let mut renderer = done.renderer;
+    summary.unwind_ns_per_frame = done.costs.unwind_ns_per_frame();
+    summary.symbolize_first_ns_per_frame = done.costs.symbolize_first_ns_per_frame();
+    summary.symbolize_cached_ns_per_frame = done.costs.symbolize_cached_ns_per_frame();
+    if let Some(mut tracker) = done.leaks {
+        // The last sample, after detach: the target runs on untouched.
+        tracker.sample(crate::leaks::read_sample(pid));
+        let report = tracker.report();
+        renderer.leaks(&report)?;
+        if let Some(path) = &out.folded {
+            let text: String = report.folded().iter().map(|l| format!("{l}\n")).collect();
+            std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let Some(path) = &out.flamegraph {
+            let mut f = std::io::BufWriter::new(
+                std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+            );
+            report.flamegraph(&mut f).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
     renderer.summary(&summary)?;
-    if args.json {
+    if out.json {
         // People still want the one-line summary on stderr.
         Text { out: std::io::sink(), err: std::io::stderr() }.summary(&summary)?;
     }

@@ -60,10 +60,17 @@ pub struct TraceArgs {
     /// Bytes of stack copied per captured call (0: no stacks).
     #[arg(long, default_value_t = 65536)]
     pub stack_bytes: usize,
-    /// Write collapsed stacks (for flame graph tools) to FILE.
+    /// Trace mmap, munmap and mremap together, sample /proc/PID/smaps, and report which stacks made the memory
+    /// that grew and how much of it is still mapped.
+    #[arg(long)]
+    pub leaks: bool,
+    /// With --leaks: how often to sample /proc/PID/smaps.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    pub smaps_every: Duration,
+    /// Write collapsed stacks weighted by still-mapped bytes (for flame graph tools) to FILE (implies --leaks).
     #[arg(long)]
     pub folded: Option<PathBuf>,
-    /// Write a flame graph SVG to FILE.
+    /// Write a flame graph SVG of still-mapped bytes by stack to FILE (implies --leaks).
     #[arg(long)]
     pub flamegraph: Option<PathBuf>,
     /// In-process filter: non-matching calls never stop (a trampoline page near libc; falls back to int3).
@@ -118,13 +125,22 @@ pub struct HooksArgs {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    /// The probe script.
     pub file: PathBuf,
     #[arg(short, long)]
     pub pid: i32,
+    /// Overrides the script's `set duration`.
     #[arg(long = "for", value_parser = parse_duration)]
     pub duration: Option<Duration>,
+    /// Overrides the script's `set format`.
     #[arg(long)]
     pub json: bool,
+    /// Write events to FILE instead of stdout.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Bytes of stack copied per captured call.
+    #[arg(long, default_value_t = 65536)]
+    pub stack_bytes: usize,
 }
 
 #[derive(Args, Debug)]

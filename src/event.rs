@@ -74,6 +74,11 @@ pub struct Summary {
     pub attach: Duration,
     pub arm: Duration,
     pub detach: Duration,
+    /// Analysis costs, measured off the tracer's thread: unwinding (per frame), symbolizing a frame whose address
+    /// was new, and one seen before.
+    pub unwind_ns_per_frame: Option<f64>,
+    pub symbolize_first_ns_per_frame: Option<f64>,
+    pub symbolize_cached_ns_per_frame: Option<f64>,
     /// Problems that must be shown loudly (a breakpoint byte that was not ours at detach, ...).
     pub warnings: Vec<String>,
 }

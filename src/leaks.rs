@@ -99,10 +99,11 @@ pub struct LeakReport<'a> {
     stacks: &'a Stacks,
 }
 
-/// The innermost frame worth naming: the first outside libc's `syscall()` wrapper.
+/// The innermost frame worth naming: the first real (not inlined) frame outside libc's `syscall()` wrapper.
 fn caller(stack: Option<&Stack>) -> String {
     let Some(stack) = stack else { return "(no stack)".into() };
-    let f = stack.frames.iter().find(|f| f.function.as_deref() != Some("syscall")).or(stack.frames.first());
+    let f =
+        stack.frames.iter().find(|f| f.function.as_deref() != Some("syscall") && !f.inlined).or(stack.frames.first());
     f.map(frame_text).unwrap_or_else(|| "(no stack)".into())
 }
 

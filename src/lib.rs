@@ -3,6 +3,7 @@
 //! Data flow: `cli` -> `app` (the pipeline) -> `os` (the only code touching the kernel) -> `tracer` (event loop)
 //! -> [`event::Event`]s -> `report` renderers. Everything after capture works on plain data.
 
+pub mod analysis;
 pub mod app;
 pub mod breakpoints;
 pub mod cli;

@@ -82,13 +82,5 @@ pub fn read_thread(tid: Tid, stack_bytes: usize) -> Result<ThreadSnapshot, Snaps
     let detached = ptrace::detach(tid, sig);
     let regs = regs.map_err(gone)?;
     detached.map_err(gone)?;
-    Ok(ThreadSnapshot {
-        tid,
-        capture: StackCapture {
-            regs,
-            stack,
-            asked: stack_bytes,
-        },
-        seen,
-    })
+    Ok(ThreadSnapshot { tid, capture: StackCapture { regs, stack, asked: stack_bytes }, seen })
 }

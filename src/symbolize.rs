@@ -81,11 +81,7 @@ impl Dwarf {
     pub fn load(data: &[u8]) -> Option<Dwarf> {
         let file = object::File::parse(data).ok()?;
         file.section_by_name(".debug_info")?;
-        let endian = if file.is_little_endian() {
-            gimli::RunTimeEndian::Little
-        } else {
-            gimli::RunTimeEndian::Big
-        };
+        let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
         let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
             let bytes: Arc<[u8]> = match file.section_by_name(id.name()) {
                 Some(s) => match s.uncompressed_data() {
@@ -108,11 +104,7 @@ impl Dwarf {
         };
         // Bounded: corrupt DWARF must not make this spin.
         while let Ok(Some(f)) = it.next() {
-            let name = f
-                .function
-                .as_ref()
-                .and_then(|n| n.demangle().ok())
-                .map(|n| n.into_owned());
+            let name = f.function.as_ref().and_then(|n| n.demangle().ok()).map(|n| n.into_owned());
             let (file, line) = match f.location {
                 Some(l) => (l.file.map(str::to_string), l.line),
                 None => (None, None),
@@ -197,37 +189,23 @@ impl SymModule {
     pub fn parse(data: &[u8], debug: Option<&[u8]>) -> SymModule {
         let mut files = vec![data];
         files.extend(debug);
-        SymModule {
-            syms: SymTable::parse(&files),
-            dwarf: debug.and_then(Dwarf::load).or_else(|| Dwarf::load(data)),
-        }
+        SymModule { syms: SymTable::parse(&files), dwarf: debug.and_then(Dwarf::load).or_else(|| Dwarf::load(data)) }
     }
 
     /// The frames (inlined calls first) of one address of this module, mapped with `bias`.
     pub fn resolve(&self, module: &str, bias: u64, f: &RawFrame) -> Vec<Frame> {
         let svma = f.lookup.wrapping_sub(bias);
         // A signal trampoline is entered by a return to its first byte: pc-1 falls before its symbol.
-        let sym = self.syms.find(svma).or_else(|| {
-            self.syms
-                .find(f.pc.wrapping_sub(bias))
-                .filter(|s| s.start == f.pc.wrapping_sub(bias))
-        });
+        let sym = self
+            .syms
+            .find(svma)
+            .or_else(|| self.syms.find(f.pc.wrapping_sub(bias)).filter(|s| s.start == f.pc.wrapping_sub(bias)));
         let mut dwarf = self.dwarf.as_ref().map(|d| d.frames(svma)).unwrap_or_default();
-        let base = Frame {
-            addr: f.pc,
-            module: Some(module.to_string()),
-            ..Frame::default()
-        };
+        let base = Frame { addr: f.pc, module: Some(module.to_string()), ..Frame::default() };
         let outer = dwarf.pop();
         let mut out: Vec<Frame> = dwarf
             .into_iter()
-            .map(|(function, file, line)| Frame {
-                function,
-                file,
-                line,
-                inlined: true,
-                ..base.clone()
-            })
+            .map(|(function, file, line)| Frame { function, file, line, inlined: true, ..base.clone() })
             .collect();
         let (dw_name, file, line) = outer.unwrap_or_default();
         let last = match sym {
@@ -240,11 +218,7 @@ impl SymModule {
             },
             // No symbol: the DWARF name if any, else module+offset (the offset into the file's addresses).
             None => Frame {
-                offset: if dw_name.is_none() {
-                    Some(f.pc.wrapping_sub(bias))
-                } else {
-                    None
-                },
+                offset: if dw_name.is_none() { Some(f.pc.wrapping_sub(bias)) } else { None },
                 function: dw_name,
                 file,
                 line,
@@ -268,10 +242,7 @@ impl Symbolizer {
     pub fn frames(&mut self, f: &RawFrame, module: impl FnOnce() -> Option<(String, u64, Rc<SymModule>)>) -> &[Frame] {
         self.cache.entry((f.pc, f.lookup)).or_insert_with(|| match module() {
             Some((name, bias, m)) => m.resolve(&name, bias, f),
-            None => vec![Frame {
-                addr: f.pc,
-                ..Frame::default()
-            }],
+            None => vec![Frame { addr: f.pc, ..Frame::default() }],
         })
     }
 
@@ -295,12 +266,8 @@ mod tests {
 
     #[test]
     fn candidates_by_build_id_and_debuglink() {
-        let c = debug_file_candidates(
-            "/proc/9/root",
-            "/usr/lib/libx.so",
-            Some(&[0xab, 0xcd, 0xef]),
-            Some("libx.debug"),
-        );
+        let c =
+            debug_file_candidates("/proc/9/root", "/usr/lib/libx.so", Some(&[0xab, 0xcd, 0xef]), Some("libx.debug"));
         assert_eq!(c[0], "/proc/9/root/usr/lib/debug/.build-id/ab/cdef.debug");
         assert_eq!(c[1], "/usr/lib/debug/.build-id/ab/cdef.debug");
         assert!(c.contains(&"/proc/9/root/usr/lib/.debug/libx.debug".to_string()));
@@ -313,10 +280,7 @@ mod tests {
         let exe = std::fs::read("/proc/self/exe").unwrap();
         let t = SymTable::parse(&[&exe]);
         assert!(!t.is_empty());
-        let s =
-            t.0.iter()
-                .find(|s| s.name.contains("symbols_of_own_executable"))
-                .unwrap();
+        let s = t.0.iter().find(|s| s.name.contains("symbols_of_own_executable")).unwrap();
         // Demangled, without the hash.
         assert!(s.name.ends_with("tests::symbols_of_own_executable"), "{}", s.name);
         assert_eq!(t.find(s.start + 1).map(|f| &f.name), Some(&s.name));

@@ -70,15 +70,10 @@ impl StackWindow<'_> {
     /// The 8 bytes at `addr`, or why they are not known.
     pub fn read_u64(&self, addr: u64) -> Result<u64, String> {
         let end = self.base.saturating_add(self.bytes.len() as u64);
-        let off = addr.checked_sub(self.base).ok_or_else(|| {
-            format!(
-                "stack read at {addr:#x} is below the captured stack pointer {:#x}",
-                self.base
-            )
-        })?;
-        let slice = usize::try_from(off)
-            .ok()
-            .and_then(|o| self.bytes.get(o..o.checked_add(8)?));
+        let off = addr
+            .checked_sub(self.base)
+            .ok_or_else(|| format!("stack read at {addr:#x} is below the captured stack pointer {:#x}", self.base))?;
+        let slice = usize::try_from(off).ok().and_then(|o| self.bytes.get(o..o.checked_add(8)?));
         match slice {
             Some(b) => Ok(u64::from_le_bytes(b.try_into().map_err(|_| "short read".to_string())?)),
             None if self.bytes.len() >= self.asked && addr < end.saturating_add(1 << 24) => Err(format!(
@@ -124,11 +119,7 @@ pub struct ModuleCfi {
 /// The result of looking up one address, cached.
 #[derive(Clone, Debug)]
 enum Lookup {
-    Row {
-        row: Arc<UnwindTableRow<usize>>,
-        from_debug: bool,
-        signal: bool,
-    },
+    Row { row: Arc<UnwindTableRow<usize>>, from_debug: bool, signal: bool },
     NoCfi,
     Bad(String),
 }
@@ -144,10 +135,7 @@ impl ModuleCfi {
             let (off, size) = s.file_range()?;
             let start = usize::try_from(off).ok()?;
             let end = start.checked_add(usize::try_from(size).ok()?)?;
-            (end <= data.len()).then_some(Sect {
-                range: start..end,
-                svma: s.address(),
-            })
+            (end <= data.len()).then_some(Sect { range: start..end, svma: s.address() })
         };
         let addr_of = |name: &str| file.section_by_name(name).map(|s| s.address()).unwrap_or(0);
         let plt = [".plt", ".plt.got", ".plt.sec"]
@@ -164,10 +152,7 @@ impl ModuleCfi {
                     .filter(|p| p.p_type(e) == object::elf::PT_LOAD && p.p_flags(e).0 & object::elf::PF_X.0 != 0)
                     .filter_map(|p| {
                         let start = p.p_vaddr(e);
-                        Some((
-                            start..start.checked_add(p.p_filesz(e))?,
-                            usize::try_from(p.p_offset(e)).ok()?,
-                        ))
+                        Some((start..start.checked_add(p.p_filesz(e))?, usize::try_from(p.p_offset(e)).ok()?))
                     })
                     .collect()
             }
@@ -291,12 +276,10 @@ impl ModuleCfi {
         let mut ctx = UnwindContext::new();
         if let Some(eh) = self.eh() {
             let fde = match self.eh_frame_hdr.as_ref().and_then(|h| self.data.get(h.range.clone())) {
-                Some(hdr) => EhFrameHdr::new(hdr, LittleEndian)
-                    .parse(&bases, 8)
-                    .and_then(|p| match p.table() {
-                        Some(t) => t.fde_for_address(&eh, &bases, svma, EhFrame::cie_from_offset),
-                        None => Err(gimli::Error::NoUnwindInfoForAddress),
-                    }),
+                Some(hdr) => EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).and_then(|p| match p.table() {
+                    Some(t) => t.fde_for_address(&eh, &bases, svma, EhFrame::cie_from_offset),
+                    None => Err(gimli::Error::NoUnwindInfoForAddress),
+                }),
                 None => self.indexed_fde(&self.eh_index, &eh, &bases, svma),
             };
             match fde {
@@ -361,10 +344,8 @@ impl ModuleCfi {
             v
         });
         let i = idx.partition_point(|&(start, _, _)| start <= svma);
-        let &(start, end, off) = i
-            .checked_sub(1)
-            .and_then(|i| idx.get(i))
-            .ok_or(gimli::Error::NoUnwindInfoForAddress)?;
+        let &(start, end, off) =
+            i.checked_sub(1).and_then(|i| idx.get(i)).ok_or(gimli::Error::NoUnwindInfoForAddress)?;
         if !(start..end).contains(&svma) {
             return Err(gimli::Error::NoUnwindInfoForAddress);
         }
@@ -454,11 +435,7 @@ fn walk(
     let Some(pc) = regs.get(RA) else {
         return End::Truncated("no rip".into());
     };
-    let mut frame = RawFrame {
-        pc,
-        lookup: pc,
-        how: How::Regs,
-    };
+    let mut frame = RawFrame { pc, lookup: pc, how: How::Regs };
     let mut seen = HashSet::new();
     loop {
         if frames.len() >= max_depth {
@@ -500,11 +477,7 @@ fn walk(
                 None => return End::Truncated("return address underflow".into()),
             }
         };
-        frame = RawFrame {
-            pc: next_pc,
-            lookup,
-            how: step.how,
-        };
+        frame = RawFrame { pc: next_pc, lookup, how: step.how };
         regs = step.regs;
     }
 }
@@ -521,25 +494,13 @@ fn step(regs: &UnwindRegs, frame: RawFrame, stack: &StackWindow, modules: &mut d
     let Some(m) = modules.find(frame.lookup) else {
         return frame_pointer(regs, stack, modules)
             .map_err(|e| trunc(format!("{:#x} is in no module, and {e}", frame.pc)))
-            .map(|regs| Step {
-                regs,
-                signal: false,
-                how: How::FramePointer,
-            });
+            .map(|regs| Step { regs, signal: false, how: How::FramePointer });
     };
     let svma = frame.lookup.wrapping_sub(m.bias);
     match m.cfi.lookup(svma) {
-        Lookup::Row {
-            row,
-            from_debug,
-            signal,
-        } => {
+        Lookup::Row { row, from_debug, signal } => {
             let regs = apply_row(&row, regs, stack, &m.cfi, from_debug)?;
-            Ok(Step {
-                regs,
-                signal,
-                how: if signal { How::Signal } else { How::Cfi },
-            })
+            Ok(Step { regs, signal, how: if signal { How::Signal } else { How::Cfi } })
         }
         Lookup::Bad(why) => Err(trunc(why)),
         Lookup::NoCfi => {
@@ -552,26 +513,16 @@ fn step(regs: &UnwindRegs, frame: RawFrame, stack: &StackWindow, modules: &mut d
                 });
             }
             if m.cfi.in_plt(svma) {
-                let sp = regs
-                    .get(RSP)
-                    .ok_or_else(|| trunc("stack pointer unknown in a PLT stub".into()))?;
+                let sp = regs.get(RSP).ok_or_else(|| trunc("stack pointer unknown in a PLT stub".into()))?;
                 let ra = stack.read_u64(sp).map_err(trunc)?;
                 let mut next = callee_saved_only(regs);
                 next.0[RA] = Some(ra);
                 next.0[RSP] = sp.checked_add(8);
-                return Ok(Step {
-                    regs: next,
-                    signal: false,
-                    how: How::Plt,
-                });
+                return Ok(Step { regs: next, signal: false, how: How::Plt });
             }
             frame_pointer(regs, stack, modules)
                 .map_err(|e| trunc(format!("no CFI covers {:#x}, and {e}", frame.pc)))
-                .map(|regs| Step {
-                    regs,
-                    signal: false,
-                    how: How::FramePointer,
-                })
+                .map(|regs| Step { regs, signal: false, how: How::FramePointer })
         }
     }
 }
@@ -596,9 +547,7 @@ fn frame_pointer(regs: &UnwindRegs, stack: &StackWindow, modules: &mut dyn Modul
     let saved_rbp = stack.read_u64(rbp)?;
     let ra = stack.read_u64(rbp.checked_add(8).ok_or("rbp overflow")?)?;
     if ra.checked_sub(1).and_then(|l| modules.find(l)).is_none() {
-        return Err(format!(
-            "the frame-pointer guess (rbp {rbp:#x}) gives {ra:#x}, which is in no module"
-        ));
+        return Err(format!("the frame-pointer guess (rbp {rbp:#x}) gives {ra:#x}, which is in no module"));
     }
     let mut next = callee_saved_only(regs);
     next.0[RBP] = Some(saved_rbp);
@@ -629,26 +578,16 @@ fn apply_row(
 ) -> Result<UnwindRegs, End> {
     let trunc = End::Truncated;
     let eval = |e: &gimli::UnwindExpression<usize>, initial: Option<u64>| -> Result<u64, String> {
-        let expr = if from_debug {
-            cfi.debug().map(|s| e.get(&s))
-        } else {
-            cfi.eh().map(|s| e.get(&s))
-        };
-        let expr = expr
-            .ok_or("CFI section vanished")?
-            .map_err(|e| format!("bad CFI expression: {e}"))?;
+        let expr = if from_debug { cfi.debug().map(|s| e.get(&s)) } else { cfi.eh().map(|s| e.get(&s)) };
+        let expr = expr.ok_or("CFI section vanished")?.map_err(|e| format!("bad CFI expression: {e}"))?;
         evaluate(expr, initial, regs, stack)
     };
     let cfa = match row.cfa() {
         CfaRule::RegisterAndOffset { register, offset } => {
             let base = regs.get(register.0 as usize).ok_or_else(|| {
-                trunc(format!(
-                    "CFA needs {} which is not known in this frame",
-                    UnwindRegs::name(register.0 as usize)
-                ))
+                trunc(format!("CFA needs {} which is not known in this frame", UnwindRegs::name(register.0 as usize)))
             })?;
-            base.checked_add_signed(*offset)
-                .ok_or_else(|| trunc("CFA overflows".into()))?
+            base.checked_add_signed(*offset).ok_or_else(|| trunc("CFA overflows".into()))?
         }
         CfaRule::Expression(e) => eval(e, None).map_err(trunc)?,
     };
@@ -704,11 +643,7 @@ fn evaluate(
     regs: &UnwindRegs,
     stack: &StackWindow,
 ) -> Result<u64, String> {
-    let enc = gimli::Encoding {
-        format: gimli::Format::Dwarf32,
-        version: 4,
-        address_size: 8,
-    };
+    let enc = gimli::Encoding { format: gimli::Format::Dwarf32, version: 4, address_size: 8 };
     let mut ev = expr.evaluation(enc);
     ev.set_max_iterations(1000);
     if let Some(v) = initial {
@@ -736,25 +671,13 @@ fn evaluate(
                 ev.resume_with_register(gimli::Value::Generic(v)).map_err(bad)?
             }
             other => {
-                return Err(format!(
-                    "CFI expression needs what a stack copy cannot give ({other:?})"
-                ));
+                return Err(format!("CFI expression needs what a stack copy cannot give ({other:?})"));
             }
         };
     }
     match ev.as_result() {
-        [
-            gimli::Piece {
-                location: gimli::Location::Address { address },
-                ..
-            },
-        ] => Ok(*address),
-        [
-            gimli::Piece {
-                location: gimli::Location::Value { value },
-                ..
-            },
-        ] => value.to_u64(u64::MAX).map_err(bad),
+        [gimli::Piece { location: gimli::Location::Address { address }, .. }] => Ok(*address),
+        [gimli::Piece { location: gimli::Location::Value { value }, .. }] => value.to_u64(u64::MAX).map_err(bad),
         _ => Err("CFI expression gave no single address".into()),
     }
 }
@@ -781,11 +704,7 @@ mod tests {
     /// 0x1000 leaf (CFA rsp+8), 0x2000 pushes rbx (CFA rsp+16 after 1 byte), 0x3000 outermost (rip undefined),
     /// 0x4000 CFA that does not move, 0x4400 PLT-style CFA expression, 0x4800 a signal frame that loops.
     fn eh_frame() -> Vec<u8> {
-        let enc = gimli::Encoding {
-            format: gimli::Format::Dwarf32,
-            version: 1,
-            address_size: 8,
-        };
+        let enc = gimli::Encoding { format: gimli::Format::Dwarf32, version: 1, address_size: 8 };
         let mut table = FrameTable::default();
         let mut cie = CommonInformationEntry::new(enc, 1, -8, Register(16));
         cie.add_instruction(I::Cfa(Register(7), 8));
@@ -799,21 +718,9 @@ mod tests {
             f
         };
         table.add_fde(cie_id, fde(0x1000, vec![]));
-        table.add_fde(
-            cie_id,
-            fde(
-                0x2000,
-                vec![(1, I::CfaOffset(16)), (1, I::Offset(Register(RBX as u16), -16))],
-            ),
-        );
+        table.add_fde(cie_id, fde(0x2000, vec![(1, I::CfaOffset(16)), (1, I::Offset(Register(RBX as u16), -16))]));
         table.add_fde(cie_id, fde(0x3000, vec![(0, I::Undefined(Register(16)))]));
-        table.add_fde(
-            cie_id,
-            fde(
-                0x4000,
-                vec![(0, I::Cfa(Register(7), 0)), (0, I::Offset(Register(16), 0))],
-            ),
-        );
+        table.add_fde(cie_id, fde(0x4000, vec![(0, I::Cfa(Register(7), 0)), (0, I::Offset(Register(16), 0))]));
         let mut plt = Expression::new();
         plt.op_breg(Register(7), 8);
         plt.op_breg(Register(16), 0);
@@ -830,13 +737,7 @@ mod tests {
         let sig_id = table.add_cie(sig);
         table.add_fde(
             sig_id,
-            fde(
-                0x4800,
-                vec![
-                    (0, I::Cfa(Register(7), 0)),
-                    (0, I::Register(Register(16), Register(16))),
-                ],
-            ),
+            fde(0x4800, vec![(0, I::Cfa(Register(7), 0)), (0, I::Register(Register(16), Register(16)))]),
         );
         let mut out = WEh(EndianVec::new(LittleEndian));
         table.write_eh_frame(&mut out).unwrap();
@@ -847,10 +748,7 @@ mod tests {
         let mut data = vec![0u8; CODE];
         data[0x4e00..0x4e00 + RESTORE_RT.len()].copy_from_slice(&RESTORE_RT);
         data.extend_from_slice(eh);
-        let eh = Sect {
-            range: CODE..data.len(),
-            svma: EH_SVMA,
-        };
+        let eh = Sect { range: CODE..data.len(), svma: EH_SVMA };
         let cfi = ModuleCfi::from_sections(
             data.into(),
             Some(eh),
@@ -858,10 +756,7 @@ mod tests {
             vec![(0..CODE as u64, 0)],
             std::iter::once(0x4c80..0x4d00).collect(),
         );
-        MappedCfi {
-            bias: BIAS,
-            cfi: Arc::new(cfi),
-        }
+        MappedCfi { bias: BIAS, cfi: Arc::new(cfi) }
     }
 
     struct One(MappedCfi);
@@ -885,11 +780,7 @@ mod tests {
     }
 
     fn run(m: &MappedCfi, r: UnwindRegs, stack: &[u8], asked: usize, depth: usize) -> Unwound {
-        let w = StackWindow {
-            base: r.get(RSP).unwrap(),
-            bytes: stack,
-            asked,
-        };
+        let w = StackWindow { base: r.get(RSP).unwrap(), bytes: stack, asked };
         unwind(r, &w, &mut One(m.clone()), depth)
     }
 
@@ -906,11 +797,7 @@ mod tests {
         assert_eq!(u.frames[0].lookup, a(0x1010), "the first frame is looked up at its pc");
         assert_eq!(u.frames[1].lookup, a(0x204f), "a return address is looked up at pc-1");
         assert!(u.frames.iter().skip(1).all(|f| f.how == How::Cfi));
-        assert!(
-            matches!(&u.end, End::Outermost(w) if w.contains("undefined")),
-            "{:?}",
-            u.end
-        );
+        assert!(matches!(&u.end, End::Outermost(w) if w.contains("undefined")), "{:?}", u.end);
         // The second walk hits the row cache: same result.
         assert_eq!(run(&m, regs(a(0x1010), SP, 0), &stack, 4096, 128), u);
         assert!(m.cfi.rows.lock().unwrap().len() >= 3);
@@ -930,22 +817,14 @@ mod tests {
         let m = module_with(&eh_frame());
         let u = run(&m, regs(a(0x4010), SP, 0), &bytes(&[a(0x4010)]), 4096, 128);
         assert_eq!(u.frames.len(), 1);
-        assert!(
-            matches!(&u.end, End::Truncated(w) if w.contains("did not move up")),
-            "{:?}",
-            u.end
-        );
+        assert!(matches!(&u.end, End::Truncated(w) if w.contains("did not move up")), "{:?}", u.end);
     }
 
     #[test]
     fn looping_signal_frames_stop() {
         let m = module_with(&eh_frame());
         let u = run(&m, regs(a(0x4810), SP, 0), &bytes(&[0; 4]), 4096, 128);
-        assert!(
-            matches!(&u.end, End::Truncated(w) if w.starts_with("loop")),
-            "{:?}",
-            u.end
-        );
+        assert!(matches!(&u.end, End::Truncated(w) if w.starts_with("loop")), "{:?}", u.end);
         assert!(u.frames.len() <= 2);
     }
 
@@ -955,11 +834,7 @@ mod tests {
         // The tracer's copy from an unmapped rsp is empty.
         let u = run(&m, regs(a(0x1010), 0xdead_0000, 0), &[], 65536, 128);
         assert_eq!(u.frames.len(), 1);
-        assert!(
-            matches!(&u.end, End::Truncated(w) if w.contains("outside the copied stack")),
-            "{:?}",
-            u.end
-        );
+        assert!(matches!(&u.end, End::Truncated(w) if w.contains("outside the copied stack")), "{:?}", u.end);
     }
 
     #[test]
@@ -969,11 +844,7 @@ mod tests {
         let stack = bytes(&[a(0x2050), 0x1111]);
         let u = run(&m, regs(a(0x1010), SP, 0), &stack, 16, 128);
         assert_eq!(pcs(&u), [a(0x1010), a(0x2050)]);
-        assert!(
-            matches!(&u.end, End::Truncated(w) if w.contains("raise --stack-bytes")),
-            "{:?}",
-            u.end
-        );
+        assert!(matches!(&u.end, End::Truncated(w) if w.contains("raise --stack-bytes")), "{:?}", u.end);
     }
 
     #[test]
@@ -987,11 +858,7 @@ mod tests {
         assert!(matches!(u.end, End::Outermost(_)));
         // With no usable rbp either, the walk stops and says why.
         let u = run(&m, regs(a(0x4c00), SP, 0), &stack, 4096, 128);
-        assert!(
-            matches!(&u.end, End::Truncated(w) if w.contains("no CFI covers")),
-            "{:?}",
-            u.end
-        );
+        assert!(matches!(&u.end, End::Truncated(w) if w.contains("no CFI covers")), "{:?}", u.end);
     }
 
     #[test]
@@ -1023,11 +890,7 @@ mod tests {
         let u = run(&m, regs(a(0x4e00), SP, 0), &bytes(&words), 4096, 128);
         assert_eq!(pcs(&u), [a(0x4e00), a(0x1000), a(0x3020)]);
         assert_eq!(u.frames[1].how, How::Signal);
-        assert_eq!(
-            u.frames[1].lookup,
-            a(0x1000),
-            "the interrupted frame is looked up at its pc"
-        );
+        assert_eq!(u.frames[1].lookup, a(0x1000), "the interrupted frame is looked up at its pc");
         assert!(matches!(u.end, End::Outermost(_)));
     }
 

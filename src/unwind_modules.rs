@@ -68,20 +68,12 @@ impl Modules {
         let mem = ProcMem::open(self.pid).ok();
         let mut groups = modules::group_modules(&maps);
         if let Some(v) = maps.iter().find(|m| m.path == "[vdso]") {
-            groups.push(ModuleMap {
-                path: v.path.clone(),
-                start: v.start,
-                end: v.end,
-                first: v.clone(),
-            });
+            groups.push(ModuleMap { path: v.path.clone(), start: v.start, end: v.end, first: v.clone() });
         }
         let mut next = Vec::new();
         for g in groups {
             // Only code matters here: a module without an executable mapping has no frames.
-            if !maps
-                .iter()
-                .any(|m| m.path == g.path && m.is_exec() && g.start <= m.start && m.end <= g.end)
-            {
+            if !maps.iter().any(|m| m.path == g.path && m.is_exec() && g.start <= m.start && m.end <= g.end) {
                 continue;
             }
             if let Some(old) = self.loaded.iter().find(|l| l.start == g.start && l.path == g.path) {
@@ -125,11 +117,7 @@ impl Modules {
                     None
                 };
                 let cfi = ModuleCfi::parse(module.data.clone(), debug.as_ref().map(|(_, d)| d.clone()))?;
-                let info = Arc::new(ModuleInfo {
-                    data: module.data.clone(),
-                    debug,
-                    cfi: Arc::new(cfi),
-                });
+                let info = Arc::new(ModuleInfo { data: module.data.clone(), debug, cfi: Arc::new(cfi) });
                 if let Some(id) = &module.build_id {
                     self.by_id.insert(id.clone(), info.clone());
                 }
@@ -169,10 +157,7 @@ impl Modules {
 
 impl ModuleLookup for Modules {
     fn find(&mut self, addr: u64) -> Option<MappedCfi> {
-        self.module_at(addr).map(|l| MappedCfi {
-            bias: l.bias,
-            cfi: l.info.cfi.clone(),
-        })
+        self.module_at(addr).map(|l| MappedCfi { bias: l.bias, cfi: l.info.cfi.clone() })
     }
 }
 
@@ -189,27 +174,13 @@ impl StackResolver {
     pub fn new(pid: Tid, max_depth: usize) -> StackResolver {
         let mut modules = Modules::new(pid);
         modules.reload();
-        StackResolver {
-            modules,
-            symbolizer: Symbolizer::default(),
-            syms: HashMap::new(),
-            max_depth,
-        }
+        StackResolver { modules, symbolizer: Symbolizer::default(), syms: HashMap::new(), max_depth }
     }
 
     /// Return addresses of a capture.
     pub fn unwind(&mut self, c: &StackCapture) -> Unwound {
-        let window = StackWindow {
-            base: c.regs.sp(),
-            bytes: &c.stack,
-            asked: c.asked,
-        };
-        unwind::unwind(
-            UnwindRegs::from_regs(&c.regs),
-            &window,
-            &mut self.modules,
-            self.max_depth,
-        )
+        let window = StackWindow { base: c.regs.sp(), bytes: &c.stack, asked: c.asked };
+        unwind::unwind(UnwindRegs::from_regs(&c.regs), &window, &mut self.modules, self.max_depth)
     }
 
     /// Names, files and lines of unwound frames.

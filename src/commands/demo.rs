@@ -14,6 +14,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<i32> {
     eprintln!("syscatch demo: tracing a program that leaks 1 MiB every 100 ms through syscall(SYS_mmap)");
     let trace = TraceArgs {
         syscall: vec!["mmap".into(), "munmap".into()],
+        leaks: true,
+        smaps_every: std::time::Duration::from_millis(500),
         duration: Some(args.duration),
         json: args.json,
         stack_depth: 128,

@@ -28,9 +28,7 @@ pub fn run(args: &StackArgs) -> Result<i32> {
     let mut out = std::io::BufWriter::new(out.lock());
     for s in &snaps {
         let (stack, unwound) = resolver.resolve_stack(&s.capture);
-        let name = procfs::read_task_status(pid, s.tid)
-            .map(|t| procinfo::parse_status(&t).name)
-            .unwrap_or_default();
+        let name = procfs::read_task_status(pid, s.tid).map(|t| procinfo::parse_status(&t).name).unwrap_or_default();
         let end = match &unwound.end {
             End::Outermost(why) | End::Truncated(why) => why.clone(),
         };
@@ -123,11 +121,8 @@ fn capture_all(pid: Tid, stack_bytes: usize) -> (Vec<ThreadSnapshot>, Vec<Snapsh
     let mut snaps = Vec::new();
     let mut errors = Vec::new();
     loop {
-        let tids: Vec<Tid> = procfs::list_tasks(pid)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|t| !done.contains(t))
-            .collect();
+        let tids: Vec<Tid> =
+            procfs::list_tasks(pid).unwrap_or_default().into_iter().filter(|t| !done.contains(t)).collect();
         if tids.is_empty() {
             break;
         }

@@ -52,6 +52,10 @@ pub fn line(w: &mut impl Write, kind: &str, data: Value) -> std::io::Result<()> 
 }
 
 impl<W: Write> Renderer for Json<W> {
+    fn leaks(&mut self, report: &crate::leaks::LeakReport) -> std::io::Result<()> {
+        report.write_json(&mut self.out)
+    }
+
     fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> std::io::Result<()> {
         line(&mut self.out, "event", event_json(ev, stack))
     }
@@ -80,6 +84,9 @@ impl<W: Write> Renderer for Json<W> {
                 "attach_ms": s.attach.as_secs_f64() * 1e3,
                 "arm_ms": s.arm.as_secs_f64() * 1e3,
                 "detach_ms": s.detach.as_secs_f64() * 1e3,
+                "unwind_ns_per_frame": s.unwind_ns_per_frame,
+                "symbolize_first_ns_per_frame": s.symbolize_first_ns_per_frame,
+                "symbolize_cached_ns_per_frame": s.symbolize_cached_ns_per_frame,
                 "slow_path": s.slow_path,
                 "forks_cleaned": s.forks_cleaned,
                 "signals_forwarded": s.signals_forwarded,

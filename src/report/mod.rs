@@ -11,6 +11,8 @@ use crate::stack::Stack;
 pub trait Renderer {
     fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> std::io::Result<()>;
     fn summary(&mut self, s: &Summary) -> std::io::Result<()>;
+    /// The leak report (`--leaks`), after the events and before the summary.
+    fn leaks(&mut self, report: &crate::leaks::LeakReport) -> std::io::Result<()>;
 }
 
 /// The return value as a signed number when it is an error (`-4095..=-1`).

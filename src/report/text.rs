@@ -40,6 +40,10 @@ pub fn frame_text(f: &Frame) -> String {
 }
 
 impl<W: Write, E: Write> Renderer for Text<W, E> {
+    fn leaks(&mut self, report: &crate::leaks::LeakReport) -> std::io::Result<()> {
+        report.write_text(&mut self.out)
+    }
+
     fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> std::io::Result<()> {
         let probe = ev.probe.as_deref().map(|p| format!("[{p}] ")).unwrap_or_default();
         let call = match &ev.func {

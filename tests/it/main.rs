@@ -5,6 +5,7 @@
 mod common;
 mod core;
 mod hooks;
+mod leaks;
 mod mem;
 mod probe;
 mod stack;

@@ -6,12 +6,7 @@ use serde_json::Value;
 
 /// Function names of a JSON stack, innermost first (inlined frames included).
 fn functions(stack: &Value) -> Vec<String> {
-    stack
-        .as_array()
-        .expect("a stack")
-        .iter()
-        .map(|f| f["function"].as_str().unwrap_or("?").to_string())
-        .collect()
+    stack.as_array().expect("a stack").iter().map(|f| f["function"].as_str().unwrap_or("?").to_string()).collect()
 }
 
 fn hex(v: &Value) -> u64 {
@@ -20,10 +15,7 @@ fn hex(v: &Value) -> u64 {
 
 /// Asserts that `want` appear in `got` in this order, each directly after the previous one.
 fn assert_consecutive(got: &[String], want: &[&str]) {
-    let start = got
-        .iter()
-        .position(|f| f == want[0])
-        .unwrap_or_else(|| panic!("{} not in stack {got:#?}", want[0]));
+    let start = got.iter().position(|f| f == want[0]).unwrap_or_else(|| panic!("{} not in stack {got:#?}", want[0]));
     let window: Vec<&str> = got[start..].iter().take(want.len()).map(String::as_str).collect();
     assert_eq!(window, want, "stack {got:#?}");
 }
@@ -69,20 +61,13 @@ fn event_stacks_reach_main_without_frame_pointers() {
         let frames = d["stack"].as_array().unwrap();
         let lvl = frames.iter().find(|f| f["function"] == "level4").unwrap();
         assert!(lvl["file"].as_str().unwrap().ends_with("deep_stack.c"), "{lvl}");
-        let start = frames
-            .iter()
-            .find(|f| f["function"] == "__libc_start_call_main")
-            .unwrap();
+        let start = frames.iter().find(|f| f["function"] == "__libc_start_call_main").unwrap();
         assert!(
             start["file"].as_str().unwrap_or("").contains("libc_start_call_main"),
             "libc frame without file:line (is libc6-dbg installed at libc6's version?): {start}"
         );
         assert!(start["line"].as_u64().is_some());
-        assert!(
-            frames
-                .iter()
-                .all(|f| f["addr"].as_str().is_some_and(|a| hex(&Value::from(a)) != 0))
-        );
+        assert!(frames.iter().all(|f| f["addr"].as_str().is_some_and(|a| hex(&Value::from(a)) != 0)));
     }
     t.send("exit");
     assert_eq!(t.wait().code(), Some(0));
@@ -99,10 +84,7 @@ fn wait_blocked_in_read(pid: i32, tid: i32, fd: u32) -> u64 {
             let pc = s.split_whitespace().last().unwrap();
             return u64::from_str_radix(pc.trim_start_matches("0x"), 16).unwrap();
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "thread {tid} never blocked in read({fd}): {s}"
-        );
+        assert!(std::time::Instant::now() < deadline, "thread {tid} never blocked in read({fd}): {s}");
         std::thread::yield_now();
     }
 }
@@ -110,14 +92,7 @@ fn wait_blocked_in_read(pid: i32, tid: i32, fd: u32) -> u64 {
 /// gdb's `bt` of each thread: tid -> frames as (address if printed, text).
 fn gdb_backtraces(pid: i32) -> std::collections::HashMap<i32, Vec<(Option<u64>, String)>> {
     let out = std::process::Command::new("gdb")
-        .args([
-            "-batch",
-            "-nx",
-            "-iex",
-            "set debuginfod enabled off",
-            "-p",
-            &pid.to_string(),
-        ])
+        .args(["-batch", "-nx", "-iex", "set debuginfod enabled off", "-p", &pid.to_string()])
         .args(["-ex", "thread apply all bt"])
         .output()
         .expect("gdb runs (CI installs it)");
@@ -126,11 +101,7 @@ fn gdb_backtraces(pid: i32) -> std::collections::HashMap<i32, Vec<(Option<u64>, 
     let mut cur: Option<i32> = None;
     for l in text.lines() {
         if let Some(rest) = l.strip_prefix("Thread ") {
-            cur = rest
-                .split("(LWP ")
-                .nth(1)
-                .and_then(|r| r.split(')').next())
-                .and_then(|t| t.parse().ok());
+            cur = rest.split("(LWP ").nth(1).and_then(|r| r.split(')').next()).and_then(|t| t.parse().ok());
             continue;
         }
         let (Some(tid), Some(rest)) = (cur, l.strip_prefix('#')) else {
@@ -154,10 +125,7 @@ fn stack_command_agrees_with_gdb_frame_by_frame() {
     // The two threads print in either order.
     let lines = [t.out.next(), t.out.next()];
     let field = |prefix: &str| -> u64 {
-        let l = lines
-            .iter()
-            .find_map(|l| l.strip_prefix(prefix))
-            .expect("target's handshake");
+        let l = lines.iter().find_map(|l| l.strip_prefix(prefix)).expect("target's handshake");
         l.trim().parse().unwrap()
     };
     let (tid2, fd) = (field("thread ") as i32, field("parked ") as u32);
@@ -191,17 +159,12 @@ fn stack_command_agrees_with_gdb_frame_by_frame() {
     let gdb = gdb_backtraces(t.pid);
     for (tid, ours) in [(t.pid, &main), (tid2, &second)] {
         let ours = ours["stack"].as_array().unwrap();
-        let theirs = gdb
-            .get(&tid)
-            .unwrap_or_else(|| panic!("gdb shows no thread {tid}: {gdb:#?}"));
+        let theirs = gdb.get(&tid).unwrap_or_else(|| panic!("gdb shows no thread {tid}: {gdb:#?}"));
         // gdb stops at main (backtrace past-main is off); a thread's stack ends at clone3 in both.
         if tid == tid2 {
             assert_eq!(ours.len(), theirs.len(), "frame count, ours {ours:#?} gdb {theirs:#?}");
         }
-        assert!(
-            theirs.len() >= 6 && ours.len() >= theirs.len(),
-            "ours {ours:#?} gdb {theirs:#?}"
-        );
+        assert!(theirs.len() >= 6 && ours.len() >= theirs.len(), "ours {ours:#?} gdb {theirs:#?}");
         let mut compared = 0;
         for (i, (addr, text)) in theirs.iter().enumerate() {
             // gdb prints an address only when the pc is not at the start of a line (frame 0 and inlined
@@ -210,11 +173,7 @@ fn stack_command_agrees_with_gdb_frame_by_frame() {
                 assert_eq!(hex(&ours[i]["addr"]), *a, "thread {tid} frame #{i}: gdb says `{text}`");
                 compared += 1;
             } else {
-                assert_eq!(
-                    hex(&ours[i]["addr"]),
-                    hex(&ours[0]["addr"]),
-                    "frame #{i} is at the first pc"
-                );
+                assert_eq!(hex(&ours[i]["addr"]), hex(&ours[0]["addr"]), "frame #{i} is at the first pc");
             }
         }
         assert!(compared >= 4, "too few frames compared: {theirs:#?}");
@@ -234,11 +193,8 @@ fn trace_events(t: &mut Target) -> Vec<Value> {
     sc.signal(libc::SIGINT);
     let (status, out, err) = sc.finish();
     assert!(status.success(), "syscatch failed: {err:#?}");
-    let events: Vec<Value> = json_lines(&out)
-        .into_iter()
-        .filter(|v| v["type"] == "event")
-        .map(|v| v["data"].clone())
-        .collect();
+    let events: Vec<Value> =
+        json_lines(&out).into_iter().filter(|v| v["type"] == "event").map(|v| v["data"].clone()).collect();
     assert_eq!(events.len(), truth_mmaps(&lines).len(), "{out:#?}");
     events
 }
@@ -275,15 +231,9 @@ fn debug_frame_only_module_unwinds() {
     let data = std::fs::read(&prog).unwrap();
     let elf = object::File::parse(&*data).unwrap();
     use object::{Object, ObjectSection, ObjectSymbol};
-    assert!(
-        elf.section_by_name(".debug_frame").is_some(),
-        "gcc wrote no .debug_frame"
-    );
+    assert!(elf.section_by_name(".debug_frame").is_some(), "gcc wrote no .debug_frame");
     let level4 = elf.symbols().find(|s| s.name() == Ok("level4")).unwrap().address();
-    let eh = elf
-        .section_by_name(".eh_frame")
-        .map(|s| s.data().unwrap().to_vec())
-        .unwrap_or_default();
+    let eh = elf.section_by_name(".eh_frame").map(|s| s.data().unwrap().to_vec()).unwrap_or_default();
     let eh_addr = elf.section_by_name(".eh_frame").map(|s| s.address()).unwrap_or(0);
     let mut cfi = gimli::EhFrame::new(&eh, gimli::LittleEndian);
     cfi.set_address_size(8);
@@ -291,8 +241,7 @@ fn debug_frame_only_module_unwinds() {
     let mut ctx = gimli::UnwindContext::new();
     use gimli::UnwindSection;
     assert!(
-        cfi.unwind_info_for_address(&bases, &mut ctx, level4, gimli::EhFrame::cie_from_offset)
-            .is_err(),
+        cfi.unwind_info_for_address(&bases, &mut ctx, level4, gimli::EhFrame::cie_from_offset).is_err(),
         ".eh_frame covers level4: the test would not test .debug_frame"
     );
     let mut t = Target::start(&prog, &["2"]);
@@ -300,9 +249,7 @@ fn debug_frame_only_module_unwinds() {
         let f = functions(&ev["stack"]);
         assert_consecutive(
             &f,
-            &[
-                "syscall", "level7", "level6", "level5", "level4", "level3", "level2", "level1", "main",
-            ],
+            &["syscall", "level7", "level6", "level5", "level4", "level3", "level2", "level1", "main"],
         );
         assert!(f.iter().any(|n| n == "__libc_start_call_main"), "{f:#?}");
     }
@@ -323,10 +270,7 @@ fn python_ctypes_stack_reaches_the_eval_loop() {
         .iter()
         .position(|fr| fr["module"].as_str().is_some_and(|m| m.starts_with("libffi")))
         .unwrap_or_else(|| panic!("no libffi frame: {f:#?}"));
-    let eval = f
-        .iter()
-        .position(|n| n == "_PyEval_EvalFrameDefault")
-        .unwrap_or_else(|| panic!("no eval loop: {f:#?}"));
+    let eval = f.iter().position(|n| n == "_PyEval_EvalFrameDefault").unwrap_or_else(|| panic!("no eval loop: {f:#?}"));
     let start = f
         .iter()
         .position(|n| n == "__libc_start_call_main")
@@ -420,10 +364,7 @@ fn record_spin_fixture() {
     assert_eq!(t.out.next(), "spinning");
     let snap = syscatch::snapshot::read_thread(t.pid, 4096).unwrap();
     let mut modules = syscatch::unwind_modules::Modules::new(t.pid);
-    let m = modules
-        .module_at(snap.capture.regs.ip())
-        .expect("spinning in the executable")
-        .clone();
+    let m = modules.module_at(snap.capture.regs.ip()).expect("spinning in the executable").clone();
     let regs = UnwindRegs::from_regs(&snap.capture.regs);
     let dir = fixture_dir();
     std::fs::create_dir_all(&dir).unwrap();
@@ -437,11 +378,7 @@ fn record_spin_fixture() {
         "bias": format!("{:#x}", m.bias),
         "asked": 4096,
     });
-    std::fs::write(
-        dir.join("spin.json"),
-        serde_json::to_string_pretty(&meta).unwrap() + "\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("spin.json"), serde_json::to_string_pretty(&meta).unwrap() + "\n").unwrap();
 }
 
 /// Replays the recorded snapshot offline: only the executable is in the fixture, so the walk goes level7 ..
@@ -467,11 +404,8 @@ fn recorded_snapshot_unwinds_offline() {
     }
     let cfi = Arc::new(ModuleCfi::parse(data.clone(), None).unwrap());
     let mut exe = Exe(start, end, MappedCfi { bias, cfi });
-    let window = StackWindow {
-        base: regs.0[7].unwrap(),
-        bytes: &stack,
-        asked: meta["asked"].as_u64().unwrap() as usize,
-    };
+    let window =
+        StackWindow { base: regs.0[7].unwrap(), bytes: &stack, asked: meta["asked"].as_u64().unwrap() as usize };
     let u = unwind(regs, &window, &mut exe, 128);
     let syms = syscatch::symbolize::SymModule::parse(&data, None);
     let names: Vec<String> = u
@@ -480,18 +414,8 @@ fn recorded_snapshot_unwinds_offline() {
         .flat_map(|f| syms.resolve("deep_stack", bias, f))
         .map(|f| f.function.unwrap_or_default())
         .collect();
-    assert_eq!(
-        names[..8],
-        [
-            "level7", "level6", "level5", "level4", "level3", "level2", "level1", "main"
-        ],
-        "{names:?}"
-    );
-    assert_eq!(
-        u.frames.len(),
-        9,
-        "main's return address into libc is the last frame: {names:?}"
-    );
+    assert_eq!(names[..8], ["level7", "level6", "level5", "level4", "level3", "level2", "level1", "main"], "{names:?}");
+    assert_eq!(u.frames.len(), 9, "main's return address into libc is the last frame: {names:?}");
     assert!(
         matches!(&u.end, End::Truncated(w) if w.contains("in no module")),
         "the walk stops at libc, absent from the fixture: {:?}",
@@ -531,18 +455,11 @@ fn stack_of_a_stopped_process_leaves_it_stopped() {
         .collect();
     assert_eq!(threads.len(), 2, "{out}");
     for th in &threads {
-        assert!(
-            th["data"]["stopped_in"].as_str().unwrap().starts_with("group-stopped"),
-            "{th}"
-        );
+        assert!(th["data"]["stopped_in"].as_str().unwrap().starts_with("group-stopped"), "{th}");
         assert!(functions(&th["data"]["stack"]).len() >= 5, "{th}");
     }
     // Job control is not cancelled: the process is still stopped, untraced, and runs on SIGCONT.
-    assert!(
-        thread_states(t.pid).iter().all(|&c| c == 'T'),
-        "{:?}",
-        thread_states(t.pid)
-    );
+    assert!(thread_states(t.pid).iter().all(|&c| c == 'T'), "{:?}", thread_states(t.pid));
     let status = std::fs::read_to_string(format!("/proc/{}/status", t.pid)).unwrap();
     assert!(status.contains("TracerPid:\t0"));
     // SAFETY: signalling our own child.

@@ -1,0 +1,103 @@
+//! `--leaks`: which stack made the memory that grew, and how much of it is still mapped, exactly.
+
+use crate::common::*;
+use serde_json::Value;
+
+const PAGE: u64 = 4096;
+
+/// Function names of a leak line's stack, innermost first.
+fn names(leak: &Value) -> Vec<String> {
+    leak["stack"]
+        .as_array()
+        .map(|fs| fs.iter().filter_map(|f| f["function"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+fn has(leak: &Value, func: &str) -> bool {
+    names(leak).iter().any(|n| n == func || n.starts_with(&format!("{func}.")))
+}
+
+#[test]
+fn leak_report_attributes_still_mapped_bytes_to_the_stack_that_mapped_them() {
+    require_ptrace();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let folded = dir.join("leaker.folded");
+    let svg = dir.join("leaker.svg");
+    let mut t = Target::start(&testprog("leaker"), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&[
+        "--pid",
+        &pid,
+        "--leaks",
+        "--json",
+        "--smaps-every",
+        "100ms",
+        "--folded",
+        folded.to_str().unwrap(),
+        "--flamegraph",
+        svg.to_str().unwrap(),
+    ]);
+    sc.wait_attached();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    let leaked: u64 = lines.iter().find_map(|l| l.strip_prefix("leaked ")).unwrap().parse().unwrap();
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let values = json_lines(&out);
+    let leaks: Vec<&Value> = values.iter().filter(|v| v["type"] == "leak").map(|v| &v["data"]).collect();
+    assert!(!leaks.is_empty(), "{out:#?}");
+
+    // The leaking call site ranks first, with exactly what it still holds.
+    assert!(has(leaks[0], "leak_site"), "first: {:?}", names(leaks[0]));
+    assert_eq!(leaks[0]["still_mapped"], leaked);
+    assert_eq!(leaks[0]["mapped"], leaked);
+    assert_eq!(leaks[0]["mmaps"], 5);
+    // The tidy one mapped as much and holds nothing.
+    let tidy = leaks.iter().find(|l| has(l, "tidy_site") && l["mmaps"] == 5).expect("tidy_site's mmaps");
+    assert_eq!(tidy["mapped"], 8 * PAGE * 15);
+    assert_eq!(tidy["still_mapped"], 0);
+    // A partial munmap: 6 pages mapped, the middle 2 unmapped.
+    let part = leaks.iter().find(|l| has(l, "partial_site") && l["mmaps"] == 1).expect("partial_site's mmap");
+    assert_eq!((part["mapped"].as_u64(), part["still_mapped"].as_u64()), (Some(6 * PAGE), Some(4 * PAGE)));
+    // mremap growth and move: the first 2 pages keep their creating stack, the 6 new ones are the mremap's.
+    let grow_mmaps: Vec<&&Value> = leaks.iter().filter(|l| has(l, "grow_site") && l["mmaps"] == 1).collect();
+    let held: Vec<(u64, u64)> =
+        grow_mmaps.iter().map(|l| (l["mapped"].as_u64().unwrap(), l["still_mapped"].as_u64().unwrap())).collect();
+    // (The neighbour page that forces the move may fail with EEXIST where the previous mapping already is.)
+    assert!(held.contains(&(2 * PAGE, 2 * PAGE)), "{held:?}");
+    let mremap = leaks.iter().find(|l| l["mremaps"] == 1).expect("the mremap");
+    assert_eq!((mremap["mapped"].as_u64(), mremap["still_mapped"].as_u64()), (Some(6 * PAGE), Some(6 * PAGE)));
+
+    // A growing region names the leaking stack.
+    let leak_id = &leaks[0]["stack_id"];
+    let regions: Vec<&Value> = values.iter().filter(|v| v["type"] == "region").map(|v| &v["data"]).collect();
+    assert!(
+        regions.iter().any(|r| r["stacks"].as_array().unwrap().iter().any(|s| &s["stack_id"] == leak_id)),
+        "{regions:#?}"
+    );
+
+    // Folded stacks: outermost first, weighted by still-mapped bytes; the leak's line ends in main..syscall.
+    let folded = std::fs::read_to_string(&folded).unwrap();
+    let line = folded.lines().find(|l| l.contains("leak_site")).expect("a folded line for the leak");
+    let (frames, bytes) = line.rsplit_once(' ').unwrap();
+    assert_eq!(bytes.parse::<u64>().unwrap(), leaked);
+    let frames: Vec<&str> = frames.split(';').collect();
+    assert_eq!(frames.last(), Some(&"syscall"));
+    let main = frames.iter().position(|f| *f == "main").expect("main in the stack");
+    let site = frames.iter().position(|f| f.starts_with("leak_site")).unwrap();
+    assert!(main < site, "{frames:?}");
+    assert!(!folded.contains("tidy_site"), "nothing still mapped there: {folded}");
+
+    // The flame graph is well-formed XML naming the leaking function.
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg_text.contains("leak_site"));
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])"])
+        .arg(&svg)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "the SVG parses as XML");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+}
