@@ -16,6 +16,10 @@ pub enum Insn {
     MovRegReg { dst: Reg, src: Reg },
     /// `mov disp(%base),%dst` (64-bit load).
     Load { dst: Reg, base: Reg, disp: i64 },
+    /// `mov disp(%rip),%dst` (64-bit load from an address computed from the instruction's own address).
+    LoadAbs { dst: Reg, addr: u64 },
+    /// `mov %src32,%dst32`: the upper half of `dst` is cleared.
+    MovRegReg32 { dst: Reg, src: Reg },
     /// `lea disp(%rip),%dst`; `target` is already computed from the instruction's own address.
     LeaAbs { dst: Reg, target: u64 },
     /// `push %reg`.
@@ -50,6 +54,23 @@ fn reg64(cs: &Capstone, id: RegId) -> Option<Reg> {
     Reg::from_name(&cs.reg_name(id)?)
 }
 
+/// The 64-bit register whose low half a 32-bit register name (`eax`, `r8d`) is.
+fn reg32(cs: &Capstone, id: RegId) -> Option<Reg> {
+    let name = cs.reg_name(id)?;
+    let full = match name.as_str() {
+        "eax" => "rax",
+        "ebx" => "rbx",
+        "ecx" => "rcx",
+        "edx" => "rdx",
+        "esi" => "rsi",
+        "edi" => "rdi",
+        "ebp" => "rbp",
+        "esp" => "rsp",
+        n => return Reg::from_name(n.strip_suffix('d')?),
+    };
+    Reg::from_name(full)
+}
+
 /// Decodes instructions of `code` (which starts at run-time address `addr`) until `max` are decoded or the
 /// bytes run out. An instruction the emulator does not know has `insn: None`.
 pub fn decode(cs: &Capstone, code: &[u8], addr: u64, max: usize) -> Vec<Decoded> {
@@ -78,16 +99,17 @@ fn classify(cs: &Capstone, i: &capstone::Insn) -> Option<Insn> {
         .collect();
     let next = i.address().checked_add(i.len() as u64)?;
     match (mnemonic, ops.as_slice()) {
-        ("mov", [X86OperandType::Reg(d), X86OperandType::Reg(s)]) => {
-            Some(Insn::MovRegReg { dst: reg64(cs, *d)?, src: reg64(cs, *s)? })
-        }
+        ("mov", [X86OperandType::Reg(d), X86OperandType::Reg(s)]) => match (reg64(cs, *d), reg64(cs, *s)) {
+            (Some(dst), Some(src)) => Some(Insn::MovRegReg { dst, src }),
+            _ => Some(Insn::MovRegReg32 { dst: reg32(cs, *d)?, src: reg32(cs, *s)? }),
+        },
         ("mov", [X86OperandType::Reg(d), X86OperandType::Mem(m)]) => {
             if m.index() != RegId(0) || m.segment() != RegId(0) {
                 return None;
             }
             let dst = reg64(cs, *d)?;
             if cs.reg_name(m.base())? == "rip" {
-                return None;
+                return Some(Insn::LoadAbs { dst, addr: next.wrapping_add(m.disp() as u64) });
             }
             Some(Insn::Load { dst, base: reg64(cs, m.base())?, disp: m.disp() })
         }
@@ -118,6 +140,11 @@ pub fn emulate(d: &Decoded, regs: &mut Regs, mem: &dyn Memory) -> Option<()> {
             regs.set(dst, v);
         }
         Insn::LeaAbs { dst, target } => regs.set(dst, target),
+        Insn::LoadAbs { dst, addr } => {
+            let v = mem.read_u64(addr)?;
+            regs.set(dst, v);
+        }
+        Insn::MovRegReg32 { dst, src } => regs.set(dst, regs.get(src) & 0xffff_ffff),
         Insn::Push(r) => {
             let sp = regs.sp().wrapping_sub(8);
             let v = regs.get(r);
@@ -202,6 +229,24 @@ mod tests {
             [Reg::Rax, Reg::Rdi, Reg::Rsi, Reg::Rdx, Reg::R10, Reg::R8, Reg::R9].iter().map(|&g| r.get(g)).collect();
         assert_eq!(got, [100, 101, 102, 103, 104, 105, 106]);
         assert_eq!(r.0.orig_rax, u64::MAX);
+    }
+
+    #[test]
+    fn rip_relative_loads_and_32_bit_moves() {
+        let cs = disassembler().unwrap();
+        // mov 0x100(%rip),%rax ; mov %edi,%eax ; mov %r9d,%r8d
+        let code = [0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00, 0x89, 0xf8, 0x45, 0x89, 0xc8];
+        let d = decode(&cs, &code, 0x3000, 3);
+        assert_eq!(d[0].insn, Some(Insn::LoadAbs { dst: Reg::Rax, addr: 0x3007 + 0x100 }));
+        assert_eq!(d[1].insn, Some(Insn::MovRegReg32 { dst: Reg::Rax, src: Reg::Rdi }));
+        assert_eq!(d[2].insn, Some(Insn::MovRegReg32 { dst: Reg::R8, src: Reg::R9 }));
+        let mem = FakeMem(RefCell::new(HashMap::from([(0x3107, 42)])));
+        let mut r = Regs::zeroed();
+        r.set(Reg::Rdi, 0x1_2345_6789);
+        emulate(&d[0], &mut r, &mem).unwrap();
+        assert_eq!((r.get(Reg::Rax), r.ip()), (42, 0x3007));
+        emulate(&d[1], &mut r, &mem).unwrap();
+        assert_eq!(r.get(Reg::Rax), 0x2345_6789);
     }
 
     #[test]

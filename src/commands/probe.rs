@@ -1,14 +1,39 @@
 //! `syscatch run FILE` and `syscatch check FILE`: load a probe script, report its errors with the offending line
 //! (exit 2), and with a pid resolve every location without attaching (exit 1 when the process does not fit).
 
-use crate::app::usage;
+use crate::app::{self, usage};
 use crate::cli::{CheckArgs, RunArgs};
 use crate::probe::{self, ParseError, ResolveError, Script, Span, print};
 use anyhow::anyhow;
 use std::path::Path;
 
-pub fn run(_args: &RunArgs) -> anyhow::Result<i32> {
-    Err(usage("probe scripts are not available yet"))
+/// `syscatch run FILE --pid N`: resolves every probe, then traces as `--syscall` does. The command line's
+/// `--for` and `--json` override the script's settings; `set smaps_every` turns on leak tracking.
+pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
+    let (file, script) = load(&args.file)?;
+    let pid = args.pid;
+    app::check_target(pid)?;
+    let resolved = probe::resolve_locations(pid, &script).map_err(|e| match e {
+        ResolveError::Process(e) => e,
+        ResolveError::Location { span, .. } => anyhow!("{file}:{}:{}: {e}", span.line, span.col),
+    })?;
+    let mem = app::open_mem(pid)?;
+    let needs_wrapper = script.probes.iter().any(|p| matches!(p.location, probe::Location::Syscall { .. }));
+    let wrapper = if needs_wrapper { Some(app::syscall_site(pid, &mem)?) } else { None };
+    let plan = probe::run::plan(pid, &script, &resolved, wrapper.as_ref(), &mem)?;
+    drop(mem);
+    let out = app::Output {
+        json: args.json || script.settings.json == Some(true),
+        path: args.output.clone(),
+        stack_bytes: args.stack_bytes,
+        stack_depth: crate::probe::DEFAULT_STACK_DEPTH,
+        duration: args.duration.or(script.settings.duration),
+        leaks: script.settings.smaps_every,
+        folded: None,
+        flamegraph: None,
+    };
+    app::run_trace(&out, plan, app::Start::Attach(pid))?;
+    Ok(0)
 }
 
 pub fn check(args: &CheckArgs) -> anyhow::Result<i32> {

@@ -8,6 +8,7 @@ pub mod ast;
 pub mod check;
 pub mod parse;
 pub mod print;
+pub mod run;
 
 pub use ast::*;
 pub use check::{CheckError, ResolveError, ResolvedProbe, check_script, resolve_locations};

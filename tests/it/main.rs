@@ -8,4 +8,5 @@ mod hooks;
 mod leaks;
 mod mem;
 mod probe;
+mod probe_run;
 mod stack;
