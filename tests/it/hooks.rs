@@ -87,7 +87,6 @@ fn got_rewritten_at_load_is_patched_and_trace_still_catches_the_hooked_mmaps() {
     assert!(patched.is_empty(), "{patched:#?}");
 
     // The trace sees the mmaps the program makes through the hook, which calls syscall(SYS_mmap).
-    // TODO after merging the stack work: assert that hook_mmap is in every captured stack.
     let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
     sc.wait_attached();
     t.send("go");
@@ -97,7 +96,16 @@ fn got_rewritten_at_load_is_patched_and_trace_still_catches_the_hooked_mmaps() {
     sc.signal(libc::SIGINT);
     let (status, out, err) = sc.finish();
     assert!(status.success(), "syscatch failed: {err:#?}");
-    let mut got = captured_mmaps(&json_lines(&out));
+    let values = json_lines(&out);
+    // Every captured call came through the hook: its stack names it, between syscall() and the program.
+    for v in values.iter().filter(|v| v["type"] == "event") {
+        let frames: Vec<&str> =
+            v["data"]["stack"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
+        assert_eq!(frames.first(), Some(&"syscall"), "{frames:?}");
+        assert!(frames.contains(&"hook_mmap"), "the hook is in the stack: {frames:?}");
+        assert!(frames.contains(&"main"), "{frames:?}");
+    }
+    let mut got = captured_mmaps(&values);
     got.sort();
     truth.sort();
     assert_eq!(got, truth, "every hooked mmap captured with its address and length");
