@@ -351,9 +351,12 @@ impl<'a> Tracer<'a> {
             if self.cfg.deadline.is_some_and(|d| Instant::now() >= d) {
                 break End::Duration;
             }
-            if self.cfg.live_status && last_status.elapsed() >= Duration::from_millis(500) {
+            if last_status.elapsed() >= Duration::from_millis(1000) {
                 last_status = Instant::now();
-                self.print_status();
+                self.verify_sites();
+                if self.cfg.live_status {
+                    self.print_status();
+                }
             }
             match ptrace::wait_any(false) {
                 Ok(None) => continue,
@@ -380,6 +383,31 @@ impl<'a> Tracer<'a> {
             return Some(self.leader_status.clone().unwrap_or(End::Exited(0)));
         }
         None
+    }
+
+    /// Another tool (a debugger, a uprobe removed with its own saved byte) may overwrite our int3: say so at
+    /// once, stop counting the site as ours, and never put a byte back there.
+    fn verify_sites(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let lost: Vec<u64> =
+            self.sites.keys().copied().filter(|&a| self.read_byte(a).is_some_and(|b| b != INT3)).collect();
+        for addr in lost {
+            let now = self.read_byte(addr).unwrap_or(0);
+            let w = format!(
+                "the breakpoint at {addr:#x} was overwritten by someone else (now {now:#04x}); calls there are no \
+                 longer seen, and the byte will be left as it is"
+            );
+            eprintln!("syscatch: WARNING: {w}");
+            self.summary.warnings.push(w);
+            if let Some(site) = self.sites.remove(&addr) {
+                for (_, _, mut ev) in site.waiting {
+                    ev.ret_missing = Some("the return breakpoint was overwritten".into());
+                    self.emit(*ev);
+                }
+            }
+        }
     }
 
     fn print_status(&self) {

@@ -483,3 +483,40 @@ fn demo_runs_and_catches_the_leak() {
     assert!(mmaps.iter().any(|&(_, len)| len == 1 << 20), "the 1 MiB pool growth is caught: {mmaps:?}");
     assert!(mmaps.iter().all(|&(ret, _)| ret % 4096 == 0 && ret != 0));
 }
+
+fn write_mem(pid: i32, addr: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(format!("/proc/{pid}/mem")).unwrap();
+    f.write_all_at(bytes, addr).unwrap();
+}
+
+#[test]
+fn a_breakpoint_byte_changed_by_someone_else_is_never_restored_wrongly() {
+    let mut s = Session::start(&[]);
+    let err = std::mem::take(&mut s.sc.err.seen);
+    let site = site_of(&err);
+    let pid = s.t.pid;
+    let orig = libc_bytes_untraced(site, pid, 1);
+    assert_eq!(read_mem(pid, site, 1), [0xcc], "armed");
+    // Another tool puts "its" saved byte back (as a removed uprobe or debugger would).
+    write_mem(pid, site, &orig);
+    s.sc.err.until(|l| l.contains("overwritten by someone else"));
+    // Calls go on untraced and unharmed; at detach syscatch leaves the byte alone.
+    assert_eq!(truth_mmaps(&s.cmd("mmap 2")).len(), 2);
+    let (mut t, values, _, code) = s.stop(libc::SIGINT);
+    assert_eq!(code, 0);
+    let warnings = summary(&values)["warnings"].as_array().unwrap().len();
+    assert!(warnings >= 1);
+    assert_eq!(read_mem(t.pid, site, 1), orig);
+    assert_eq!(cmd(&mut t, "mmap 1").len(), 1);
+
+    // A byte that is not the file's when syscatch arrives (another tool's int3): refused, nothing written.
+    // The target is idle on stdin, so it does not run syscall() while the foreign int3 is there.
+    write_mem(pid, site, &[0xcc]);
+    let (code, _, err) = run_syscatch(&["--pid", &pid.to_string()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("another debugger, uprobe or hook"), "{err}");
+    assert_eq!(tracer_of(pid), 0);
+    write_mem(pid, site, &orig);
+    assert_eq!(cmd(&mut t, "mmap 1").len(), 1);
+}
