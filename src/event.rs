@@ -63,6 +63,8 @@ pub struct Summary {
     /// Time between seeing a stop and resuming the thread, summed over all hits (the tracer's share of the
     /// time threads spent stopped).
     pub stopped: Duration,
+    /// Step-overs done by emulating the displaced instruction (or resuming past it, when that is equivalent).
+    pub emulated: u64,
     /// Hits that needed a slow step-over (single steps instead of emulation).
     pub slow_path: u64,
     pub threads_seen: u64,

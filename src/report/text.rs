@@ -80,7 +80,7 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
         writeln!(
             self.err,
             "syscatch: {end} after {:.3}s; {} hits, {} matching, {} events ({}); {} threads seen; \
-             threads stopped {:.3} ms in all (tracer side); {} slow step-overs; {} fork children cleaned; \
+             threads stopped {:.3} ms in all (tracer side); {} emulated and {} slow step-overs; {} fork children cleaned; \
              {} signals forwarded",
             s.duration.as_secs_f64(),
             s.hits,
@@ -89,6 +89,7 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             if per_thread.is_empty() { "none".to_string() } else { format!("by tid {}", per_thread.join(" ")) },
             s.threads_seen,
             s.stopped.as_secs_f64() * 1e3,
+            s.emulated,
             s.slow_path,
             s.forks_cleaned,
             s.signals_forwarded,

@@ -603,6 +603,7 @@ impl<'a> Tracer<'a> {
         };
         if site.cont_past && regs.0.rdi >> 32 == 0 {
             // rip is still just past the int3: the rest of the instruction does what the whole one would.
+            self.summary.emulated += 1;
             self.summary.stopped += seen.elapsed();
             self.resume(tid, 0);
             return;
@@ -611,6 +612,7 @@ impl<'a> Tracer<'a> {
         let m = CapturedMem { sp: regs.sp(), stack: &[], mem: &self.mem };
         let mut emulated = regs;
         if breakpoints::emulate(&first, &mut emulated, &m).is_some() {
+            self.summary.emulated += 1;
             if ptrace::set_regs(tid, &emulated).is_ok() {
                 self.summary.stopped += seen.elapsed();
                 self.resume(tid, 0);
