@@ -5,6 +5,7 @@ pub mod mem;
 pub mod procfs;
 pub mod ptrace;
 pub mod regs;
+pub mod sched;
 pub mod signals;
 pub mod spawn;
 pub mod task;

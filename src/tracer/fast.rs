@@ -57,10 +57,12 @@ impl Tracer<'_> {
         if in_mem != code {
             return Err("the wrapper in memory differs from the file (another tool has patched it)".into());
         }
-        self.hold_all(None);
-        let result = self.install(numbers, entry, plan, near);
-        self.release_all();
-        result
+        crate::os::sched::realtime(|| {
+            self.hold_all(None);
+            let result = self.install(numbers, entry, plan, near);
+            self.release_all();
+            result
+        })
     }
 
     fn install(&mut self, numbers: &[u64], entry: u64, plan: PatchPlan, near: u64) -> Result<(), String> {

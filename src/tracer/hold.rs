@@ -131,6 +131,10 @@ impl Tracer<'_> {
     /// Single-steps the instruction at `regs.ip()` (a breakpoint site) with every other thread stopped, so no
     /// thread can pass the site while its original byte is back. Correct, slow, counted.
     pub(super) fn step_alone(&mut self, tid: Tid, regs: Regs) {
+        crate::os::sched::realtime(|| self.step_alone_now(tid, regs))
+    }
+
+    fn step_alone_now(&mut self, tid: Tid, regs: Regs) {
         self.summary.slow_path += 1;
         let addr = regs.ip();
         self.hold_all(Some(tid));
@@ -176,6 +180,10 @@ impl Tracer<'_> {
         if self.detached {
             return;
         }
+        crate::os::sched::realtime(|| self.detach_all_now());
+    }
+
+    fn detach_all_now(&mut self) {
         self.detached = true;
         let started = Instant::now();
         signals::stop_timer();

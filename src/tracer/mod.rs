@@ -261,6 +261,13 @@ impl<'a> Tracer<'a> {
         let started = Instant::now();
         let pid = cfg.pid;
         let mut t = Tracer::new(cfg, specs, sink)?;
+        crate::os::sched::realtime(|| t.seize_all(pid, started))?;
+        Ok(t)
+    }
+
+    /// Seizes every thread, rescanning until a pass finds none new.
+    fn seize_all(&mut self, pid: Tid, started: Instant) -> Result<(), Errno> {
+        let t = self;
         loop {
             let tids = procfs::list_tasks(pid).map_err(|_| Errno::ESRCH)?;
             let mut new = 0;
@@ -284,7 +291,7 @@ impl<'a> Tracer<'a> {
             }
             if new == 0 {
                 t.summary.attach = started.elapsed();
-                return Ok(t);
+                return Ok(());
             }
         }
     }

@@ -1,0 +1,25 @@
+//! Scheduling of syscatch's own tracer thread. Attaching to and detaching from hundreds of busy threads is a
+//! long series of short ptrace calls; at normal priority the tracer waits for a CPU behind every spinning thread
+//! of the target (measured: 0.5 s to stop 512 busy threads, 4 ms with SCHED_FIFO). Only those phases run at
+//! real-time priority, and the kernel's RT throttling still leaves the rest of the machine its share.
+
+/// Runs `f` with the calling thread at SCHED_FIFO priority 1 when permitted (root or CAP_SYS_NICE), then puts its
+/// old policy back. Without permission, `f` simply runs at the current priority.
+pub fn realtime<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: sched_getscheduler/getparam/setscheduler on the calling thread (pid 0) with valid pointers.
+    let old = unsafe {
+        let policy = libc::sched_getscheduler(0);
+        let mut param: libc::sched_param = std::mem::zeroed();
+        libc::sched_getparam(0, &mut param);
+        (policy, param)
+    };
+    let fifo = libc::sched_param { sched_priority: 1 };
+    // SAFETY: as above.
+    let raised = old.0 >= 0 && unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &fifo) } == 0;
+    let out = f();
+    if raised {
+        // SAFETY: as above; `old` came from the kernel for this thread.
+        unsafe { libc::sched_setscheduler(0, old.0, &old.1) };
+    }
+    out
+}
