@@ -28,8 +28,9 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     UsageError(msg.into()).into()
 }
 
-/// Refuses, before touching it, a pid that cannot be traced, with one line saying why and what to do.
-pub fn check_target(pid: Tid) -> Result<procinfo::Status> {
+/// Refuses, before touching it, a pid that is not a live process with user memory (no such pid, a thread id, a
+/// zombie, a kernel thread), with one line saying why and what to do.
+pub fn check_process(pid: Tid) -> Result<procinfo::Status> {
     let text = procfs::read_status(pid).map_err(|_| anyhow!("no process with pid {pid}"))?;
     let st = procinfo::parse_status(&text);
     if st.tgid != pid {
@@ -41,6 +42,12 @@ pub fn check_target(pid: Tid) -> Result<procinfo::Status> {
     if !st.has_vm {
         bail!("process {pid} ({}) is a kernel thread: it has no user memory to trace", st.name);
     }
+    Ok(st)
+}
+
+/// [`check_process`], and refuses a process another tracer holds, naming it.
+pub fn check_target(pid: Tid) -> Result<procinfo::Status> {
+    let st = check_process(pid)?;
     if st.tracer_pid != 0 {
         let tracer =
             procfs::read_status(st.tracer_pid).map(|t| procinfo::parse_status(&t).name).unwrap_or_else(|_| "?".into());

@@ -80,15 +80,10 @@ pub fn decode(cs: &Capstone, code: &[u8], addr: u64, max: usize) -> Vec<Decoded>
     insns.iter().map(|i| Decoded { addr: i.address(), len: i.len() as u8, insn: classify(cs, i) }).collect()
 }
 
-fn classify(cs: &Capstone, i: &capstone::Insn) -> Option<Insn> {
-    let mnemonic = i.mnemonic()?;
-    match mnemonic {
-        "endbr64" | "nop" => return Some(Insn::Nop),
-        "syscall" => return Some(Insn::Syscall),
-        _ => {}
-    }
-    let detail = cs.insn_detail(i).ok()?;
-    let ops: Vec<X86OperandType> = detail
+/// The x86 operands of a decoded instruction (empty if capstone has no detail for it).
+pub fn operands(cs: &Capstone, i: &capstone::Insn) -> Vec<X86OperandType> {
+    let Ok(detail) = cs.insn_detail(i) else { return Vec::new() };
+    detail
         .arch_detail()
         .operands()
         .into_iter()
@@ -96,7 +91,17 @@ fn classify(cs: &Capstone, i: &capstone::Insn) -> Option<Insn> {
             ArchOperand::X86Operand(op) => Some(op.op_type),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+fn classify(cs: &Capstone, i: &capstone::Insn) -> Option<Insn> {
+    let mnemonic = i.mnemonic()?;
+    match mnemonic {
+        "endbr64" | "nop" => return Some(Insn::Nop),
+        "syscall" => return Some(Insn::Syscall),
+        _ => {}
+    }
+    let ops = operands(cs, i);
     let next = i.address().checked_add(i.len() as u64)?;
     match (mnemonic, ops.as_slice()) {
         ("mov", [X86OperandType::Reg(d), X86OperandType::Reg(s)]) => match (reg64(cs, *d), reg64(cs, *s)) {

@@ -13,7 +13,6 @@ use crate::cli::MemArgs;
 use crate::memclass::{self, Allocator, ArenaSummary, Class, ClassTotal, Threads};
 use crate::memplot::{self, Series};
 use crate::os::{Tid, mem::ProcMem, procfs, signals};
-use crate::procinfo;
 use crate::report::json::{hex, line};
 use crate::smaps::{SmapsRegion, parse_smaps};
 use anyhow::{Context, Result, anyhow, bail};
@@ -41,7 +40,7 @@ pub fn run(args: &MemArgs) -> Result<i32> {
         return Err(crate::app::usage("--for and --plot go with --watch INTERVAL (e.g. --watch 2s)"));
     }
     let pid = args.pid;
-    let name = check_pid(pid)?;
+    let name = crate::app::check_process(pid)?.name;
     // Without /proc/PID/mem (not root, or a hardened kernel) the arena heaps are still counted by layout.
     let mem = ProcMem::open(pid).ok();
     let start = Instant::now();
@@ -120,21 +119,6 @@ fn sleep_until(start: Instant, at: Duration) -> bool {
     }
 }
 
-/// The process's name, after refusing a pid that has no memory to look at, with one line saying why.
-fn check_pid(pid: Tid) -> Result<String> {
-    let text = procfs::read_status(pid).map_err(|_| anyhow!("no process with pid {pid}"))?;
-    let st = procinfo::parse_status(&text);
-    if st.tgid != pid {
-        bail!("{pid} is a thread of process {} ({}); use --pid {}", st.tgid, st.name, st.tgid);
-    }
-    if st.state == 'Z' || st.state == 'X' {
-        bail!("process {pid} ({}) is a zombie: it has exited and has no memory left", st.name);
-    }
-    if !st.has_vm {
-        bail!("process {pid} ({}) is a kernel thread: it has no user memory", st.name);
-    }
-    Ok(st.name)
-}
 
 fn read_sample(pid: Tid, mem: Option<&ProcMem>, time: f64) -> Result<Sample> {
     let text = procfs::read_smaps(pid).map_err(|e| match e.kind() {

@@ -2,7 +2,6 @@
 //! the new code does (decoded with capstone) and where it jumps. Pure: memory is reached through a closure.
 
 use capstone::Capstone;
-use capstone::arch::ArchOperand;
 use capstone::arch::x86::X86OperandType;
 
 /// How many bytes of each function entry are compared.
@@ -28,20 +27,6 @@ fn text(i: &capstone::Insn) -> String {
     format!("{} {}", i.mnemonic().unwrap_or("?"), i.op_str().unwrap_or("")).trim().to_string()
 }
 
-fn operands(cs: &Capstone, i: &capstone::Insn) -> Vec<X86OperandType> {
-    let Ok(detail) = cs.insn_detail(i) else {
-        return Vec::new();
-    };
-    detail
-        .arch_detail()
-        .operands()
-        .into_iter()
-        .filter_map(|o| match o {
-            ArchOperand::X86Operand(op) => Some(op.op_type),
-            _ => None,
-        })
-        .collect()
-}
 
 /// Decodes a patched entry. `memory` starts at run-time address `addr`; `diff` is the first differing offset;
 /// `read_ptr` reads 8 bytes of the target (for `jmp [rip+d]`). Recognised redirects: `jmp/call rel`,
@@ -71,7 +56,7 @@ pub fn decode_patch(
     let mut pushed: Option<u64> = None;
     for i in &all[start..] {
         let mnemonic = i.mnemonic().unwrap_or("");
-        let ops = operands(cs, i);
+        let ops = crate::breakpoints::operands(cs, i);
         let is_branch = matches!(mnemonic, "jmp" | "call");
         match (mnemonic, ops.as_slice()) {
             (_, [X86OperandType::Imm(t)]) if is_branch => {
