@@ -265,10 +265,7 @@ impl Tracer<'_> {
             if !self.sigtrap_pending(tid) || ptrace::cont(tid, 0).is_err() {
                 return;
             }
-            let stop = match ptrace::wait_for(tid, false) {
-                Ok(Some((_, stop))) => stop,
-                _ => return,
-            };
+            let Ok(stop) = ptrace::wait_stop(tid) else { return };
             match stop {
                 Stop::Exited(code) => return self.gone(tid, End::Exited(code)),
                 Stop::Killed(sig) => return self.gone(tid, End::Killed(sig)),

@@ -842,7 +842,7 @@ impl<'a> Tracer<'a> {
         // A child process. Its first stop comes before it runs any code.
         let first = match self.early.remove(&new) {
             Some(s) => Some(s),
-            None => ptrace::wait_for(new, false).ok().flatten().map(|(_, s)| s),
+            None => ptrace::wait_stop(new).ok(),
         };
         if matches!(first, None | Some(Stop::Exited(_)) | Some(Stop::Killed(_))) {
             return;
