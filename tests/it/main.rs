@@ -3,5 +3,6 @@
 //! loudly with the reason rather than skip.
 
 mod common;
+mod container;
 mod core;
 mod torture;
