@@ -21,24 +21,51 @@ pub fn is_libc(path: &str) -> bool {
 }
 
 /// Reads and parses a mapped module as the target sees it, and checks that the notes (build-id) mapped in
-/// memory are the file's, so a library replaced on disk is never trusted.
+/// memory are the file's, so a library replaced on disk is never trusted. Each place the file may be read
+/// ([`procfs::mapped_file_candidates`]) is tried in turn; the first whose notes match what is mapped wins.
 pub fn read_module(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<Module> {
-    let data = procfs::read_mapped_file(pid, map.first.start, map.first.end, &map.path)
-        .with_context(|| format!("cannot read {} (mapped by process {pid})", map.path))?;
-    let module = Module::parse(map.clone(), data.into())?;
-    if let Some(mem) = mem {
-        for (addr, note) in module.notes() {
-            let mut got = vec![0u8; note.len()];
-            if mem.read_exact(addr, &mut got).is_ok() && got != note {
-                bail!(
-                    "{}: the file on disk is not the one mapped by process {pid} (build-id differs); \
-                     was it replaced after the process started?",
-                    map.path
-                );
+    let mut mismatch = false;
+    let mut last_err = None;
+    for path in procfs::mapped_file_candidates(pid, map.first.start, map.first.end, &map.path) {
+        let data = match std::fs::read(&path) {
+            Ok(d) => d,
+            Err(e) => {
+                last_err = Some(e);
+                continue;
             }
+        };
+        let module = match Module::parse(map.clone(), data.into()) {
+            Ok(m) => m,
+            Err(e) => {
+                // Another file now at that path (not even this ELF's layout): try the next place.
+                mismatch = true;
+                last_err = Some(std::io::Error::other(e.to_string()));
+                continue;
+            }
+        };
+        if mem.is_none_or(|mem| notes_match(&module, mem)) {
+            return Ok(module);
         }
+        mismatch = true;
     }
-    Ok(module)
+    if mismatch {
+        bail!(
+            "{}: the file on disk is not the one mapped by process {pid} (build-id differs); was it replaced after \
+             the process started? (/proc/{pid}/map_files, which reads the mapped file itself, needs CAP_SYS_ADMIN)",
+            map.path
+        );
+    }
+    Err(anyhow!("{}", last_err.map_or_else(|| "no path to try".to_string(), |e| e.to_string())))
+        .with_context(|| format!("cannot read {} (mapped by process {pid})", map.path))
+}
+
+/// Whether every PT_NOTE segment of the file (the build-id among them) equals what is mapped.
+fn notes_match(module: &Module, mem: &ProcMem) -> bool {
+    module.notes().iter().all(|(addr, note)| {
+        let mut got = vec![0u8; note.len()];
+        // An unreadable note (not mapped) proves nothing either way; equal notes are required where readable.
+        mem.read_exact(*addr, &mut got).is_err() || got == *note
+    })
 }
 
 /// The libc mapped by the process.

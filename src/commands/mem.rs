@@ -119,7 +119,6 @@ fn sleep_until(start: Instant, at: Duration) -> bool {
     }
 }
 
-
 fn read_sample(pid: Tid, mem: Option<&ProcMem>, time: f64) -> Result<Sample> {
     let text = procfs::read_smaps(pid).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => anyhow!("no process with pid {pid}"),

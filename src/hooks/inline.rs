@@ -27,7 +27,6 @@ fn text(i: &capstone::Insn) -> String {
     format!("{} {}", i.mnemonic().unwrap_or("?"), i.op_str().unwrap_or("")).trim().to_string()
 }
 
-
 /// Decodes a patched entry. `memory` starts at run-time address `addr`; `diff` is the first differing offset;
 /// `read_ptr` reads 8 bytes of the target (for `jmp [rip+d]`). Recognised redirects: `jmp/call rel`,
 /// `jmp/call [rip+d]`, `mov{abs} reg, imm` then `jmp/call reg`, `push imm` then `ret`.

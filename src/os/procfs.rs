@@ -38,15 +38,29 @@ pub fn list_tasks(pid: Tid) -> io::Result<Vec<Tid>> {
     Ok(tids)
 }
 
-/// Reads a file the target has mapped, as the target sees it. `/proc/PID/map_files/START-END` opens the very
-/// inode that is mapped (needs root), so a container's file or one replaced on disk is read correctly; the
-/// path under `/proc/PID/root` is the fallback.
+/// Where a file the target has mapped may be read, best first. `/proc/PID/map_files/START-END` opens the very
+/// inode that is mapped, so a container's file or one replaced on disk is read correctly; it needs
+/// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE, which a tracer holding only CAP_SYS_PTRACE lacks. Without it: the
+/// path as /proc/PID/maps shows it, which is relative to *our* root (a chrooted target's libc shows as
+/// `/chroot/dir/lib/...`), and the path under /proc/PID/root, for a file our root cannot reach (another mount
+/// namespace shows paths from its own root). The caller checks the build-id of whichever it reads.
+/// A file unlinked or replaced since it was mapped shows as `PATH (deleted)`: whatever is at PATH now is tried
+/// too, so a replaced library is refused by its build-id rather than reported as missing.
+pub fn mapped_file_candidates(pid: Tid, start: u64, end: u64, path: &str) -> Vec<PathBuf> {
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    vec![PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}")), PathBuf::from(path), root_path(pid, path)]
+}
+
+/// Reads the first readable candidate of [`mapped_file_candidates`].
 pub fn read_mapped_file(pid: Tid, start: u64, end: u64, path: &str) -> io::Result<Vec<u8>> {
-    let by_map = PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}"));
-    match std::fs::read(&by_map) {
-        Ok(b) => Ok(b),
-        Err(_) => std::fs::read(root_path(pid, path)),
+    let mut last = io::Error::from(io::ErrorKind::NotFound);
+    for p in mapped_file_candidates(pid, start, end, path) {
+        match std::fs::read(&p) {
+            Ok(b) => return Ok(b),
+            Err(e) => last = e,
+        }
     }
+    Err(last)
 }
 
 /// `path` as seen from the target's root directory.

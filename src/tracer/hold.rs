@@ -210,6 +210,7 @@ impl Tracer<'_> {
             ev.ret_missing = Some("the trace ended before the call returned".into());
             self.emit(*ev);
         }
+        self.release_early_children();
         self.restore_all();
         self.unpatch();
         for tid in tids {
@@ -221,6 +222,27 @@ impl Tracer<'_> {
         }
         self.threads.clear();
         self.summary.detach = started.elapsed();
+    }
+
+    /// Children whose first stop came but whose parent's fork event was never handled (the trace ended in
+    /// between): like any fork child, they get the original bytes back, unless they share our memory.
+    fn release_early_children(&mut self) {
+        for (child, stop) in std::mem::take(&mut self.early) {
+            if matches!(stop, Stop::Exited(_) | Stop::Killed(_)) {
+                continue;
+            }
+            if self.armed
+                && !ptrace::same_vm(child, self.cfg.pid)
+                && let Ok(child_mem) = crate::os::mem::ProcMem::open(child)
+            {
+                for site in self.sites.values() {
+                    let _ = child_mem.write_all(site.addr, &[site.orig]);
+                }
+                self.fast_restore_in(&child_mem);
+                self.summary.forks_cleaned += 1;
+            }
+            let _ = ptrace::detach(child, 0);
+        }
     }
 
     /// Puts every original byte back, but only where the byte is still our int3.

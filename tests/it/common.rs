@@ -353,3 +353,136 @@ pub fn testprog_with_libs(name: &str, libs: &[PathBuf]) -> PathBuf {
     let flags: Vec<&str> = flags.iter().map(|s| s.as_str()).collect();
     testprog_with(name, &flags)
 }
+
+// ---- Added for the torture, container and fuzz-replay tests. ----
+
+impl Lines {
+    /// The next line if one has already arrived; never waits.
+    pub fn try_next(&mut self) -> Option<String> {
+        let l = self.rx.try_recv().ok()?;
+        self.seen.push(l.clone());
+        Some(l)
+    }
+
+    /// The next line, or None at the end of the stream; panics after the timeout.
+    pub fn next_or_end(&mut self) -> Option<String> {
+        match self.rx.recv_timeout(TIMEOUT) {
+            Ok(l) => {
+                self.seen.push(l.clone());
+                Some(l)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(e) => panic!("{}: no line ({e:?}); so far: {:#?}", self.what, self.seen),
+        }
+    }
+}
+
+/// The breakpoint address syscatch printed in its "attached to ... breakpoint on syscall() at 0x..." line.
+pub fn attached_site(err: &[String]) -> Option<u64> {
+    let l = err.iter().find(|l| l.contains("breakpoint on syscall() at"))?;
+    u64::from_str_radix(l.rsplit("0x").next()?.trim(), 16).ok()
+}
+
+/// TracerPid of `pid` (None once it is gone).
+pub fn tracer_pid(pid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| l.strip_prefix("TracerPid:"))?.trim().parse().ok()
+}
+
+/// The state letter of every thread of `pid` (`t`: stopped by a tracer, `T`: job-control stop).
+pub fn thread_states_of(pid: i32) -> Vec<char> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![];
+    };
+    dir.filter_map(|e| {
+        let s = std::fs::read_to_string(e.ok()?.path().join("status")).ok()?;
+        s.lines().find_map(|l| l.strip_prefix("State:"))?.trim().chars().next()
+    })
+    .collect()
+}
+
+/// One line of /proc/PID/maps, as the harness needs it (independent of syscatch's parser).
+pub struct MapLine {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    pub offset: u64,
+    pub path: String,
+}
+
+pub fn maps_of(pid: i32) -> Vec<MapLine> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(6, ' ');
+            let (s, e) = f.next()?.split_once('-')?;
+            let perms = f.next()?.to_string();
+            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+            let path = f.nth(2).unwrap_or("").trim_start().to_string();
+            Some(MapLine {
+                start: u64::from_str_radix(s, 16).ok()?,
+                end: u64::from_str_radix(e, 16).ok()?,
+                perms,
+                offset,
+                path,
+            })
+        })
+        .collect()
+}
+
+/// The mapped file of `m` as the kernel has it mapped: /proc/PID/map_files (the very inode), else the path.
+pub fn open_mapped(pid: i32, m: &MapLine) -> std::fs::File {
+    let by_map = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+    std::fs::File::open(&by_map)
+        .or_else(|_| std::fs::File::open(&m.path))
+        .unwrap_or_else(|e| panic!("cannot open {by_map} nor {}: {e}", m.path))
+}
+
+/// `len` bytes of the file mapped at run-time address `addr` of `pid`, at the file offset that address maps.
+pub fn file_bytes_at(pid: i32, addr: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let maps = maps_of(pid);
+    let m = maps
+        .iter()
+        .find(|m| m.start <= addr && addr < m.end && m.path.starts_with('/'))
+        .unwrap_or_else(|| panic!("{addr:#x} is in no file mapping of {pid}"));
+    let mut b = vec![0u8; len];
+    open_mapped(pid, m).read_exact_at(&mut b, addr - m.start + m.offset).expect("file bytes");
+    b
+}
+
+/// Every executable file-backed mapping of `pid` holds exactly its file's bytes: no int3 (or any other byte of
+/// ours) left behind anywhere in the text. Returns how many bytes were compared.
+pub fn assert_text_pristine(pid: i32, ctx: &str) -> usize {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open target memory");
+    let mut compared = 0;
+    for m in maps_of(pid).iter().filter(|m| m.perms.as_bytes().get(2) == Some(&b'x') && m.path.starts_with('/')) {
+        let file = open_mapped(pid, m);
+        let size = file.metadata().map(|md| md.len()).unwrap_or(0);
+        let len = (m.end - m.start).min(size.saturating_sub(m.offset)) as usize;
+        let mut want = vec![0u8; len];
+        file.read_exact_at(&mut want, m.offset).expect("file bytes");
+        let mut got = vec![0u8; len];
+        mem.read_exact_at(&mut got, m.start).expect("target text");
+        if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
+            panic!(
+                "{ctx}: {} at {:#x} holds {:#04x} in memory but {:#04x} in the file",
+                m.path,
+                m.start + i as u64,
+                got[i],
+                want[i]
+            );
+        }
+        compared += len;
+    }
+    assert!(compared > 0, "{ctx}: no executable mapping compared");
+    compared
+}
+
+/// The `summary` record, which must be the last JSON line.
+pub fn summary_data(values: &[serde_json::Value]) -> &serde_json::Value {
+    let last = values.last().expect("some JSON output");
+    assert_eq!(last["type"], "summary", "the summary is the last line");
+    &last["data"]
+}

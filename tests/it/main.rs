@@ -3,6 +3,7 @@
 //! loudly with the reason rather than skip.
 
 mod common;
+mod container;
 mod core;
 mod hooks;
 mod leaks;
@@ -10,3 +11,4 @@ mod mem;
 mod probe;
 mod probe_run;
 mod stack;
+mod torture;
