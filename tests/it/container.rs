@@ -209,3 +209,50 @@ fn spawn_syscatch(mut c: Command) -> Syscatch {
     let err = Lines::new(child.stderr.take().unwrap(), "syscatch stderr");
     Syscatch { child, out, err }
 }
+
+/// `stack`, `mem` and `hooks` work on the container's target by host pid, and traced events unwind through the
+/// chrooted program and libc (files read through map_files or the target's root).
+#[test]
+fn container_target_stack_mem_and_hooks_by_host_pid() {
+    let root = build_root("tools", &testprog("target"));
+    let mut t = start_in_container(&root);
+    let pid = t.pid.to_string();
+
+    let (code, out, err) = run_syscatch(&["stack", "--pid", &pid, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let threads = json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>());
+    let main_thread = threads.iter().find(|v| v["type"] == "thread").map(|v| &v["data"]).expect("a thread line");
+    let funcs: Vec<&str> =
+        main_thread["stack"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
+    assert!(funcs.contains(&"main") && funcs.contains(&"__libc_start_call_main"), "{funcs:?}");
+    assert_eq!(tracer_pid(t.pid), Some(0));
+
+    let (code, out, err) = run_syscatch(&["mem", "--pid", &pid, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let mem = json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>());
+    assert!(mem.iter().any(|v| v["type"] == "mem" && v["data"]["allocator"]["name"] == "glibc"), "{out}");
+
+    let (code, out, err) = run_syscatch(&["hooks", "--pid", &pid, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let hooks = json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>());
+    let mmap = hooks.iter().find(|v| v["type"] == "verdict" && v["data"]["function"] == "mmap").expect("mmap verdict");
+    assert_ne!(mmap["data"]["status"], "patched_at_run_time", "{mmap}");
+    assert!(!hooks.iter().any(|v| v["data"]["status"] == "patched_at_run_time"), "nothing patched: {out}");
+
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    sc.wait_attached();
+    let truth = truth_mmaps(&cmd(&mut t, "mmap 2"));
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let values = json_lines(&out);
+    assert_eq!(captured_mmaps(&values), truth);
+    for v in values.iter().filter(|v| v["type"] == "event") {
+        let f: Vec<&str> =
+            v["data"]["stack"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
+        assert_eq!(f.first(), Some(&"syscall"), "{f:?}");
+        assert!(f.contains(&"main"), "{f:?}");
+    }
+    t.send("exit 0");
+    assert_eq!(t.wait().code(), Some(0));
+}
