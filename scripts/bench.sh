@@ -158,7 +158,8 @@ target_round() {
     echo "${line#ns }"
 }
 target_quit() {
-    echo quit >&"$T_IN" 2>/dev/null
+    # In a subshell: if the target has died, SIGPIPE ends the subshell, not the bench.
+    (echo quit >&"$T_IN") 2>/dev/null
     exec {T_IN}>&- {T_OUT}<&-
     wait "$T_PROC" 2>/dev/null
 }
@@ -468,16 +469,19 @@ bench_memory() {
             break
         fi
     done
-    # The target exits; syscatch drains what it has queued, writes its summary and exits too.
-    echo quit >&"$T_IN" 2>/dev/null
+    # The target exits; syscatch drains what it has queued, writes its summary and exits too. (Not target_quit
+    # after the polling: writing to a target that has exited would kill the bench with SIGPIPE.)
+    (echo quit >&"$T_IN") 2>/dev/null
+    exec {T_IN}>&-
     if ((${#pre[@]} == 0)); then
         peak=${pts_kib[-1]}
         while kib=$(hwm) && [[ -n $kib ]]; do
-            peak=$kib
-            sleep 0.05 # sampling, not synchronisation: VmHWM only grows, the last read is the peak so far
+            ((kib > peak)) && peak=$kib
+            sleep 0.05 # sampling, not synchronisation: the largest VmHWM read before syscatch exits
         done
     fi
-    target_quit
+    exec {T_OUT}<&-
+    wait "$T_PROC" 2>/dev/null
     tracer_wait
     t1=$EPOCHREALTIME
     ((${#pre[@]})) && peak=$(grep -o 'Maximum resident set size (kbytes): [0-9]*' "$TR_LOG" | grep -o '[0-9]*$')
