@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # syscatch's benchmark: the cost of one breakpoint hit for the ptrace floor, syscatch and gdb, measured in the
-# same run on the same small C targets, plus attach/arm/detach times. See docs/bench.md.
+# same run on the same small C targets; a 30-frame stack's capture, unwind and symbolization next to gdb's `bt`;
+# attach/arm/detach times; syscatch's peak RSS over many 64-frame events. See docs/bench.md.
 #
 # Usage: scripts/bench.sh [--quick] [--json] [--runs N] [--no-build]
-#   --quick     about 30 s instead of about 2-3 min (fewer runs, smaller loops)
+#   --quick     about 1 min instead of about 2.5 min (fewer runs, smaller loops, 50k events for the RSS row)
 #   --json      print the table as one JSON document (stable row ids) instead of text
 #   --runs N    measured runs per row (default 5, 3 with --quick); each row reports the median
 #   --no-build  do not run `cargo build --release` first
+# Environment: BENCH_RSS_CAP_MIB (default 2048): the RSS row stops sending events once syscatch's RSS reaches it.
 #
 # Every target prints its pid and waits on stdin; every tracer is waited for until it says it is armed (a line
 # on its output), never by sleeping. Targets time their own loops with CLOCK_MONOTONIC, so process start-up and
@@ -28,7 +30,7 @@ while (($#)); do
         ;;
     --no-build) BUILD=0 ;;
     -h | --help)
-        sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -48,13 +50,21 @@ fi
 if ((QUICK)); then
     RUNS=${RUNS:-3}
     N_FLOOR=8000 N_FLOOR_UNPINNED=2000 N_SC=2000 N_SC_MATCH=1000 N_GDB=300 N_GDB_BT=60 N_BASE=100000
+    N_STACK_SC=500 N_STACK_GDB=30 N_STACK_BASE=20000
+    MEM_EVENTS=50000 MEM_BUDGET_S=60
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=2
 else
     RUNS=${RUNS:-5}
     N_FLOOR=20000 N_FLOOR_UNPINNED=5000 N_SC=5000 N_SC_MATCH=2000 N_GDB=1000 N_GDB_BT=200 N_BASE=300000
+    N_STACK_SC=1000 N_STACK_GDB=80 N_STACK_BASE=50000
+    # The memory row sends chunks of events until MEM_EVENTS, the time budget or the RSS cap is reached.
+    MEM_EVENTS=1000000 MEM_BUDGET_S=45
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=$RUNS
 fi
 READ_TIMEOUT=600 # a guard against a hung tool, not a synchronisation
+# syscatch's RSS above which the memory row stops sending events: a bench must not push the machine into swap.
+RSS_CAP_MIB=${BENCH_RSS_CAP_MIB:-2048}
+MEM_CHUNK=10000 # events per round of the memory row: the RSS cap and the time budget are checked between rounds
 PIN_CPU=$(($(nproc) - 1))
 
 say() { echo "bench: $*" >&2; }
@@ -62,6 +72,7 @@ die() {
     say "$*"
     exit 1
 }
+[[ $RSS_CAP_MIB =~ ^[1-9][0-9]*$ ]] || die "BENCH_RSS_CAP_MIB must be a positive integer"
 
 # ---------------------------------------------------------------- build
 if ((BUILD)); then
@@ -86,12 +97,23 @@ trap 'exit 130' INT TERM
 for prog in loop floor threads; do
     gcc -O2 -Wall -pthread -o "$TMP/$prog" "$ROOT/scripts/bench/$prog.c" || die "cannot compile scripts/bench/$prog.c"
 done
+# Without frame pointers, with debug info: the stack rows need the CFI, and gdb's `bt` reads the same DWARF.
+gcc -O2 -fomit-frame-pointer -g -Wall -o "$TMP/deep" "$ROOT/scripts/bench/deep.c" ||
+    die "cannot compile scripts/bench/deep.c"
+# The target command of a mode: loop's modes, or deep's (chain: 30 nested functions; sites: 50 call sites).
+target_cmd() { # mode -> TCMD
+    case $1 in
+    chain | sites) TCMD=("$TMP/deep" "$1") ;;
+    *) TCMD=("$TMP/loop" "$1") ;;
+    esac
+}
 
 # ---------------------------------------------------------------- numbers
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 minof() { printf '%s\n' "$@" | sort -g | head -1; }
 maxof() { printf '%s\n' "$@" | sort -g | tail -1; }
 calc() { awk "BEGIN {printf \"%.3f\", $1}"; }
+fmt() { [[ -z $1 ]] && echo "-" || awk "BEGIN {v=$1; printf (v >= 100 || v <= -100) ? \"%.0f\" : (v >= 10 || v <= -10) ? \"%.1f\" : \"%.2f\", v}"; }
 
 # Rows, in table order. status: ok | failed | not_installed | pending
 ROW_IDS=()
@@ -136,7 +158,8 @@ target_round() {
     echo "${line#ns }"
 }
 target_quit() {
-    echo quit >&"$T_IN" 2>/dev/null
+    # In a subshell: if the target has died, SIGPIPE ends the subshell, not the bench.
+    (echo quit >&"$T_IN") 2>/dev/null
     exec {T_IN}>&- {T_OUT}<&-
     wait "$T_PROC" 2>/dev/null
 }
@@ -186,13 +209,14 @@ tracer_wait() {
 # Per-iteration time of a loop without any tracer, in ns (median of RUNS).
 BASE_NS=()
 declare -A BASE
-baseline() { # mode
-    local t i v=()
-    target_start "" "$TMP/loop" "$1" || die "cannot start the $1 target"
-    target_round $((N_BASE / 10)) >/dev/null
+baseline() { # mode [n]
+    local t i v=() n=${2:-$N_BASE}
+    target_cmd "$1"
+    target_start "" "${TCMD[@]}" || die "cannot start the $1 target"
+    target_round $((n / 10)) >/dev/null
     for ((i = 0; i < RUNS; i++)); do
-        t=$(target_round "$N_BASE") || die "the $1 target failed"
-        v+=("$(calc "$t / $N_BASE")")
+        t=$(target_round "$n") || die "the $1 target failed"
+        v+=("$(calc "$t / $n")")
     done
     target_quit
     BASE[$1]=$(median "${v[@]}")
@@ -241,7 +265,8 @@ bench_syscatch() { # id name pin mode n stack-bytes note
     local id=$1 name=$2 pin=$3 mode=$4 n=$5 sb=$6 note=$7 ev hits matching want_matching
     say "$name"
     ev=$TMP/events$((SEQ += 1)).jsonl
-    target_start "$pin" "$TMP/loop" "$mode" || die "cannot start the $mode target"
+    target_cmd "$mode"
+    target_start "$pin" "${TCMD[@]}" || die "cannot start the $mode target"
     if ! tracer_start "$pin" err '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --stack-bytes "$sb" \
         --json -o "$ev"; then
         target_quit
@@ -256,13 +281,25 @@ bench_syscatch() { # id name pin mode n stack-bytes note
     hits=$(summary_field "$ev" hits)
     matching=$(summary_field "$ev" matching)
     want_matching=0
-    [[ $mode == mmap ]] && want_matching=$EXPECT
+    [[ $mode == mmap || $mode == chain ]] && want_matching=$EXPECT
     if ((ok != 0)) || [[ $hits != "$EXPECT" || $matching != "$want_matching" ]]; then
         row "$id" "$name" us/hit failed "syscatch counted ${hits:-?} hits/${matching:-?} matching, expected $EXPECT/$want_matching"
         return
     fi
+    if [[ $mode == chain && $sb != 0 ]]; then
+        # The figures are only worth something if the stacks are whole: every chainNN function in the first event.
+        local chain
+        chain=$(grep -m1 '"type":"event"' "$ev" | grep -o '"function":"chain[0-9]*"' | sort -u | wc -l)
+        if [[ $chain != 30 ]]; then
+            row "$id" "$name" us/hit failed "syscatch's first stack has $chain of the 30 chain functions"
+            return
+        fi
+    fi
     row_values "$id" "$name" us/hit "$n" "$note" "${VALS[@]}"
     LAST_EVENTS=$ev
+    # The tracer's own time between seeing each stop and resuming the thread, averaged over every hit.
+    LAST_STOPPED_US=$(summary_field "$ev" stopped_ms)
+    [[ -n $LAST_STOPPED_US ]] && LAST_STOPPED_US=$(calc "$LAST_STOPPED_US * 1000 / $hits")
 }
 
 bench_gdb() { # id name mode n with-bt note
@@ -286,7 +323,8 @@ bench_gdb() { # id name mode n with-bt note
         echo 'echo bench: armed\n'
         echo "continue"
     } >"$script"
-    target_start "" "$TMP/loop" "$mode" || die "cannot start the $mode target"
+    target_cmd "$mode"
+    target_start "" "${TCMD[@]}" || die "cannot start the $mode target"
     if ! tracer_start "" out '^bench: armed' gdb -batch -nx -p "$T_PID" -x "$script"; then
         target_quit
         row "$id" "$name" us/hit failed "gdb did not attach"
@@ -300,6 +338,12 @@ bench_gdb() { # id name mode n with-bt note
         frames=$(grep -c '^#0 ' "$TR_LOG")
         if [[ $frames != "$EXPECT" ]]; then
             row "$id" "$name" us/hit failed "gdb printed $frames backtraces, expected $EXPECT"
+            return
+        fi
+        # Frames per backtrace (gdb stops at main; an inlined frame counts, as in syscatch's stacks).
+        LAST_GDB_FRAMES=$(calc "$(grep -c '^#[0-9]' "$TR_LOG") / $EXPECT")
+        if [[ $mode == chain ]] && (($(grep -c '^#[0-9].* chain[0-9]* (' "$TR_LOG") != 30 * EXPECT)); then
+            row "$id" "$name" us/hit failed "gdb's backtraces do not show the 30 chain functions each"
             return
         fi
     fi
@@ -356,6 +400,127 @@ bench_attach() { # threads idle|busy
     row_values "detach_$id" "detach, $n threads $kind" ms "" "$note" "${d[@]}"
 }
 
+# ---------------------------------------------------------------- stack and memory rows
+diff_row() { # id name unit a-id b-id note: a - b
+    if [[ ${R_STATUS[$4]} == ok && ${R_STATUS[$5]} == ok ]]; then
+        row "$1" "$2" "$3" ok "$6" "$(calc "${R_MED[$4]} - ${R_MED[$5]}")"
+    else
+        row "$1" "$2" "$3" failed "needs $4 and $5"
+    fi
+}
+
+# Per-frame figures from syscatch's JSON summary; `pending` while the summary does not carry them.
+summary_row() { # id name events-file field
+    local v=""
+    [[ -n $3 ]] && v=$(summary_field "$3" "$4")
+    if [[ -n $v ]]; then
+        row "$1" "$2" ns/frame ok "from syscatch's summary ($4), sc_stack30 run" "$v" "" "" "" 1
+    elif [[ -z $3 ]]; then
+        row "$1" "$2" ns/frame failed "the sc_stack30 run failed"
+    else
+        row "$1" "$2" ns/frame pending "syscatch's summary has no $4 yet"
+    fi
+}
+
+# syscatch's peak RSS over a trace of many matching events with 64-frame stacks from 50 call sites (issue 4).
+# Sends rounds of MEM_CHUNK events until MEM_EVENTS, the time budget or the RSS cap; records VmHWM after each
+# round (growth between two N's), and the peak over the whole run including the drain after the target exits.
+bench_memory() {
+    local how sc_pid sent=0 c t0 t1 kib peak stop=events i a b matching growth extra
+    local -a pre=() pts_n=() pts_kib=()
+    say "syscatch's peak RSS: up to $MEM_EVENTS events, 64-frame stacks from 50 call sites"
+    if /usr/bin/time -v true >/dev/null 2>&1; then
+        pre=(/usr/bin/time -v)
+        how="peak: GNU time -v (ru_maxrss)"
+    else
+        how="peak: last VmHWM read before syscatch exited"
+    fi
+    target_cmd sites
+    target_start "" "${TCMD[@]}" || die "cannot start the sites target"
+    if ! tracer_start "" err '^syscatch: attached' "${pre[@]}" "$SC" --pid "$T_PID" --syscall mmap --json \
+        -o /dev/null; then
+        target_quit
+        row rss_peak_mib "syscatch peak RSS" MiB failed "syscatch did not attach"
+        return
+    fi
+    sc_pid=$TR_PROC
+    if ((${#pre[@]})); then
+        read -r sc_pid _ <"/proc/$TR_PROC/task/$TR_PROC/children"
+        STARTED+=("$sc_pid")
+    fi
+    hwm() { awk '/^VmHWM:/ {print $2}' "/proc/$sc_pid/status" 2>/dev/null; }
+    pts_n=(0) pts_kib=("$(hwm)")
+    t0=$EPOCHREALTIME
+    while ((sent < MEM_EVENTS)); do
+        c=$((MEM_EVENTS - sent < MEM_CHUNK ? MEM_EVENTS - sent : MEM_CHUNK))
+        if ! target_round "$c" >/dev/null; then
+            stop=failed
+            break
+        fi
+        sent=$((sent + c))
+        kib=$(hwm)
+        pts_n+=("$sent") pts_kib+=("$kib")
+        if ((${kib:-0} / 1024 >= RSS_CAP_MIB)); then
+            stop="RSS cap ($RSS_CAP_MIB MiB, BENCH_RSS_CAP_MIB)"
+            break
+        fi
+        if awk "BEGIN {exit !($EPOCHREALTIME - $t0 > $MEM_BUDGET_S)}"; then
+            stop="time budget (${MEM_BUDGET_S}s of events)"
+            break
+        fi
+    done
+    # The target exits; syscatch drains what it has queued, writes its summary and exits too. (Not target_quit
+    # after the polling: writing to a target that has exited would kill the bench with SIGPIPE.)
+    (echo quit >&"$T_IN") 2>/dev/null
+    exec {T_IN}>&-
+    if ((${#pre[@]} == 0)); then
+        peak=${pts_kib[-1]}
+        while kib=$(hwm) && [[ -n $kib ]]; do
+            ((kib > peak)) && peak=$kib
+            sleep 0.05 # sampling, not synchronisation: the largest VmHWM read before syscatch exits
+        done
+    fi
+    exec {T_OUT}<&-
+    wait "$T_PROC" 2>/dev/null
+    tracer_wait
+    t1=$EPOCHREALTIME
+    ((${#pre[@]})) && peak=$(grep -o 'Maximum resident set size (kbytes): [0-9]*' "$TR_LOG" | grep -o '[0-9]*$')
+    matching=$(grep -o '[0-9]* matching' "$TR_LOG" | grep -o '^[0-9]*')
+    if [[ $stop == failed || -z $peak || $matching != "$sent" ]]; then
+        row rss_peak_mib "syscatch peak RSS" MiB failed \
+            "syscatch counted ${matching:-?} matching, expected $sent; peak ${peak:-?} kB"
+        return
+    fi
+    local secs
+    secs=$(calc "$t1 - $t0")
+    row rss_peak_mib "syscatch peak RSS, $sent events (64 frames, 50 sites)" MiB ok \
+        "$how; $sent events to /dev/null in $(fmt "$secs") s incl. drain; stopped by: $stop" \
+        "$(calc "$peak / 1024")" "" "" "$sent" 1
+    # Growth between the middle and the last round (VmHWM: includes events queued for analysis).
+    i=$((${#pts_n[@]} - 1))
+    a=$((i / 2)) b=$i
+    if ((b > a)); then
+        growth=$(calc "(${pts_kib[b]} - ${pts_kib[a]}) / 1024 * 100000 / (${pts_n[b]} - ${pts_n[a]})")
+        row rss_growth_mib_per_100k "syscatch RSS growth per 100k events" MiB ok \
+            "VmHWM $(fmt "$(calc "${pts_kib[a]} / 1024")") MiB at N=${pts_n[a]}, $(fmt \
+                "$(calc "${pts_kib[b]} / 1024")") MiB at N=${pts_n[b]}" \
+            "$growth" "" "" "${pts_n[b]}" 1
+        if ((sent >= 1000000)); then
+            row rss_peak_mib_per_1m_events "syscatch peak RSS per 1M events (goal < 150)" MiB ok \
+                "measured at N=$sent" "$(calc "$peak / 1024 * 1000000 / $sent")" "" "" "$sent" 1
+        else
+            extra=$(calc "$growth * (1000000 - $sent) / 100000")
+            row rss_peak_mib_per_1m_events "syscatch peak RSS per 1M events (goal < 150)" MiB ok \
+                "EXTRAPOLATED: peak at N=$sent + growth x $(((1000000 - sent) / 1000))k events" \
+                "$(calc "$peak / 1024 + $extra")" "" "" "$sent" 1
+        fi
+    else
+        row rss_growth_mib_per_100k "syscatch RSS growth per 100k events" MiB failed "fewer than two rounds"
+        row rss_peak_mib_per_1m_events "syscatch peak RSS per 1M events (goal < 150)" MiB failed \
+            "fewer than two rounds"
+    fi
+}
+
 # ---------------------------------------------------------------- run
 START=$EPOCHREALTIME
 say "baselines (untraced loops)"
@@ -373,10 +538,8 @@ bench_floor floor_unpinned "floor: int3 + waitpid/GETREGS/CONT, unpinned" "" "$N
 bench_syscatch sc_nonmatch "syscatch non-matching hit (getpid)" "" getpid "$N_SC" 65536 "--syscall mmap"
 bench_syscatch sc_nonmatch_pinned "syscatch non-matching hit, pinned to 1 CPU" "$PIN_CPU" getpid "$N_SC" 65536 \
     "syscatch and target on CPU $PIN_CPU"
-LAST_EVENTS=""
 bench_syscatch sc_match_stack "syscatch matching hit, rax + 64 KiB stack" "" mmap "$N_SC_MATCH" 65536 \
     "--stack-bytes 65536"
-STACK_EVENTS=$LAST_EVENTS
 bench_syscatch sc_match_nostack "syscatch matching hit, rax only" "" mmap "$N_SC_MATCH" 0 "--stack-bytes 0"
 bench_gdb gdb_nonmatch "gdb: break syscall if \$rdi == 9, non-matching" getpid "$N_GDB" 0 "commands: silent, continue"
 bench_gdb gdb_match_bt "gdb: matching hit with bt" mmap "$N_GDB_BT" 1 "commands: silent, bt, continue"
@@ -386,18 +549,56 @@ else
     row bpftrace_nonmatch "bpftrace uprobe on syscall, arg0 == 9" us/hit not_installed "not installed"
 fi
 
-# Unwind and symbolize costs: filled from syscatch's summary once it reports them (see docs/bench.md).
-for f in unwind_ns_per_frame:"unwind per frame (cached CFI)" \
-    symbolize_first_ns_per_frame:"symbolize per frame, first time" \
-    symbolize_cached_ns_per_frame:"symbolize per frame, cached"; do
-    field=${f%%:*}
-    v=$([[ -n $STACK_EVENTS ]] && summary_field "$STACK_EVENTS" "$field")
-    if [[ -n $v ]]; then
-        row "${field%_ns_per_frame}" "${f#*:}" ns/frame ok "from syscatch's summary ($field)" "$v" "" "" "" 1
-    else
-        row "${field%_ns_per_frame}" "${f#*:}" ns/frame pending "n/a until stacks land"
-    fi
-done
+# Stacks (issue 3): a 30-frame stack (deep chain: chain01 -> ... -> chain30 -> syscall, -O2 -fomit-frame-pointer).
+say "baseline (untraced 30-function chain)"
+baseline chain "$N_STACK_BASE"
+row base_chain "untraced chain01..chain30 -> mmap + munmap" us/iter ok "subtracted from the stack30 rows" \
+    "$(calc "${BASE[chain]} / 1000")" "" "" "$N_STACK_BASE" "$RUNS"
+LAST_EVENTS="" LAST_STOPPED_US=""
+bench_syscatch sc_stack30 "syscatch matching hit, 30-frame stack, 64 KiB copy" "" chain "$N_STACK_SC" 65536 \
+    "--stack-bytes 65536; stacks checked whole"
+STACK30_EVENTS=$LAST_EVENTS STOPPED_STACK=$LAST_STOPPED_US
+LAST_STOPPED_US=""
+bench_syscatch sc_stack30_nostack "syscatch matching hit, 30-frame stack, no copy" "" chain "$N_STACK_SC" 0 \
+    "--stack-bytes 0"
+STOPPED_NOSTACK=$LAST_STOPPED_US
+# The capture cost is what the copy adds to the time the thread is held stopped, from syscatch's own clock: on
+# the target's clock, wake-up latencies (an idle vCPU when the analysis thread has nothing to do) swamp it.
+if [[ -n $STOPPED_STACK && -n $STOPPED_NOSTACK ]]; then
+    row sc_stack30_capture "syscatch 64 KiB stack copy: added stopped time/hit" us/hit ok \
+        "summary stopped_ms/hits: $(fmt "$STOPPED_STACK") with the copy - $(fmt "$STOPPED_NOSTACK") without" \
+        "$(calc "$STOPPED_STACK - $STOPPED_NOSTACK")" "" "" "" 1
+else
+    row sc_stack30_capture "syscatch 64 KiB stack copy: added stopped time/hit" us/hit failed \
+        "needs sc_stack30 and sc_stack30_nostack"
+fi
+diff_row sc_stack30_capture_target "the same on the target's clock (noisy)" us/hit sc_stack30 sc_stack30_nostack \
+    "sc_stack30 - sc_stack30_nostack; wake-up latency dominates, can be < 0"
+LAST_GDB_FRAMES=""
+bench_gdb gdb_stack30_nobt "gdb: break syscall if \$rdi == 9, 30-frame stack" chain "$N_STACK_GDB" 0 \
+    "commands: silent, continue"
+bench_gdb gdb_stack30_bt "gdb: the same with bt, 30-frame stack" chain "$N_STACK_GDB" 1 \
+    "commands: silent, bt, continue"
+diff_row gdb_stack30_bt_cost "gdb's bt of a 30-frame stack, per hit" us/hit gdb_stack30_bt gdb_stack30_nobt \
+    "gdb_stack30_bt - gdb_stack30_nobt (target clock)"
+if [[ ${R_STATUS[gdb_stack30_bt_cost]} == ok && -n $LAST_GDB_FRAMES ]]; then
+    row gdb_stack30_bt_frame "gdb's bt per frame (unwind + symbolize + print)" ns/frame ok \
+        "gdb_stack30_bt_cost / $(fmt "$LAST_GDB_FRAMES") frames per bt (down to main)" \
+        "$(calc "${R_MED[gdb_stack30_bt_cost]} * 1000 / $LAST_GDB_FRAMES")" "" "" "" 1
+else
+    row gdb_stack30_bt_frame "gdb's bt per frame (unwind + symbolize + print)" ns/frame failed \
+        "needs gdb_stack30_bt_cost"
+fi
+summary_row unwind "syscatch unwind per frame (cached CFI)" "$STACK30_EVENTS" unwind_ns_per_frame
+summary_row symbolize_first "syscatch symbolize per new address" "$STACK30_EVENTS" symbolize_first_ns_per_frame
+summary_row symbolize_cached "syscatch symbolize per cached address" "$STACK30_EVENTS" symbolize_cached_ns_per_frame
+if [[ ${R_STATUS[unwind]} == ok && ${R_STATUS[symbolize_cached]} == ok ]]; then
+    row sc_frame_cached "syscatch unwind + cached symbolize per frame" ns/frame ok "unwind + symbolize_cached" \
+        "$(calc "${R_MED[unwind]} + ${R_MED[symbolize_cached]}")" "" "" "" 1
+else
+    row sc_frame_cached "syscatch unwind + cached symbolize per frame" ns/frame \
+        "$([[ ${R_STATUS[unwind]} == failed ]] && echo failed || echo pending)" "needs unwind and symbolize_cached"
+fi
 
 for n in "${ATTACH_THREADS[@]}"; do
     for kind in idle busy; do
@@ -405,9 +606,15 @@ for n in "${ATTACH_THREADS[@]}"; do
     done
 done
 
+bench_memory
+
 ratio() { # id name numerator-id denominator-id
     if [[ ${R_STATUS[$3]} == ok && ${R_STATUS[$4]} == ok ]] && awk "BEGIN {exit !(${R_MED[$4]} > 0)}"; then
         row "$1" "$2" x ok "$3 / $4" "$(calc "${R_MED[$3]} / ${R_MED[$4]}")"
+    elif [[ ${R_STATUS[$3]} == pending || ${R_STATUS[$4]} == pending ]]; then
+        row "$1" "$2" x pending "needs $3 and $4"
+    elif [[ ${R_STATUS[$3]} == ok && ${R_STATUS[$4]} == ok ]]; then
+        row "$1" "$2" x failed "$4 is not positive (noise larger than the cost?)"
     else
         row "$1" "$2" x failed "needs $3 and $4"
     fi
@@ -417,10 +624,16 @@ ratio ratio_sc_floor_pinned "syscatch / floor, non-matching, both pinned" sc_non
 ratio ratio_sc_floor_match "syscatch matching (64 KiB stack) / floor" sc_match_stack floor_pinned
 ratio ratio_gdb_sc "gdb / syscatch, non-matching" gdb_nonmatch sc_nonmatch
 ratio ratio_gdb_sc_match "gdb (bt) / syscatch (64 KiB stack), matching" gdb_match_bt sc_match_stack
+ratio ratio_gdb_sc_capture30 "gdb bt / syscatch 64 KiB copy, 30 frames, per hit" gdb_stack30_bt_cost sc_stack30_capture
+ratio ratio_gdb_sc_unwind "gdb bt per frame / syscatch unwind per frame" gdb_stack30_bt_frame unwind
+ratio ratio_gdb_sc_symbolize_first "gdb bt per frame / syscatch symbolize, new address" gdb_stack30_bt_frame \
+    symbolize_first
+ratio ratio_gdb_sc_symbolize_cached "gdb bt per frame / syscatch symbolize, cached" gdb_stack30_bt_frame \
+    symbolize_cached
+ratio ratio_gdb_sc_frame "gdb bt per frame / syscatch unwind + cached symbolize" gdb_stack30_bt_frame sc_frame_cached
 ELAPSED=$(calc "$EPOCHREALTIME - $START")
 
 # ---------------------------------------------------------------- output
-fmt() { [[ -z $1 ]] && echo "-" || awk "BEGIN {v=$1; printf (v >= 100 || v <= -100) ? \"%.0f\" : (v >= 10 || v <= -10) ? \"%.1f\" : \"%.2f\", v}"; }
 json_str() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
 json_num() { [[ -z $1 ]] && printf null || printf '%s' "$1"; }
 
@@ -443,13 +656,13 @@ if ((JSON)); then
 else
     printf 'syscatch bench  git %s  kernel %s  %s CPUs  %s runs per row (median)%s  %ss\n\n' "$GIT" "$(uname -r)" \
         "$(nproc)" "$RUNS" "$([[ $QUICK == 1 ]] && echo ", quick")" "$(printf '%.0f' "$ELAPSED")"
-    printf '%-24s %-52s %9s %9s %9s %-8s %6s  %s\n' id row median min max unit N note
+    printf '%-30s %-52s %9s %9s %9s %-8s %7s  %s\n' id row median min max unit N note
     for id in "${ROW_IDS[@]}"; do
         if [[ ${R_STATUS[$id]} == ok ]]; then
-            printf '%-24s %-52s %9s %9s %9s %-8s %6s  %s\n' "$id" "${R_NAME[$id]}" "$(fmt "${R_MED[$id]}")" \
+            printf '%-30s %-52s %9s %9s %9s %-8s %7s  %s\n' "$id" "${R_NAME[$id]}" "$(fmt "${R_MED[$id]}")" \
                 "$(fmt "${R_MIN[$id]}")" "$(fmt "${R_MAX[$id]}")" "${R_UNIT[$id]}" "${R_N[$id]:--}" "${R_NOTE[$id]}"
         else
-            printf '%-24s %-52s %9s %9s %9s %-8s %6s  %s\n' "$id" "${R_NAME[$id]}" "${R_STATUS[$id]}" - - \
+            printf '%-30s %-52s %9s %9s %9s %-8s %7s  %s\n' "$id" "${R_NAME[$id]}" "${R_STATUS[$id]}" - - \
                 "${R_UNIT[$id]}" - "${R_NOTE[$id]}"
         fi
     done
