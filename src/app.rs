@@ -261,7 +261,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         if out.json { Box::new(Json { out: w }) } else { Box::new(Text { out: w, err: std::io::stderr() }) };
     // Bounded: a burst of captures (each up to --stack-bytes) waits for the analysis thread instead of growing
     // syscatch's memory without limit.
-    let (tx, rx) = mpsc::sync_channel(1024);
+    let (tx, rx) = mpsc::sync_channel(256);
     // The baseline of growth is taken before anything is armed: the first call may come right after.
     let baseline = if out.leaks.is_some() { crate::leaks::read_sample(pid) } else { Vec::new() };
     let acfg = analysis::Config { pid, stack_depth: out.stack_depth, depths: plan.depths, leaks: out.leaks, baseline };
