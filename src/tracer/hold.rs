@@ -63,7 +63,7 @@ impl Tracer<'_> {
                         if let Some(t) = self.threads.get_mut(&tid)
                             && let State::Stepping { ev, .. } = &mut t.state
                         {
-                            ev.ret = Some(r.0.rax);
+                            super::set_syscall_result(ev, r.0.rax);
                         }
                     }
                     Ok(r) if self.fast_int3(r.ip().wrapping_sub(1)) => {
@@ -304,7 +304,7 @@ impl Tracer<'_> {
                         return;
                     };
                     match prev.as_mut() {
-                        State::Stepping { ev, after, .. } if r.ip() == *after => ev.ret = Some(r.0.rax),
+                        State::Stepping { ev, after, .. } if r.ip() == *after => super::set_syscall_result(ev, r.0.rax),
                         _ if ours => {
                             r.set_ip(r.ip() - 1);
                             let _ = ptrace::set_regs(tid, &r);

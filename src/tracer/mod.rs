@@ -196,6 +196,17 @@ impl Memory for CapturedMem<'_> {
     }
 }
 
+/// rax just after a stepped `syscall` instruction. -ERESTART* means the call was interrupted (by a signal, or by
+/// our PTRACE_INTERRUPT) and the kernel restarts it or fails it with EINTR: the target never sees that value. The
+/// single-step trap is dequeued before the interrupting signal (SIGTRAP is synchronous), so this is seen here.
+fn set_syscall_result(ev: &mut Event, rax: u64) {
+    if (-516..=-512).contains(&(rax as i64)) {
+        ev.ret_missing = Some("interrupted in the kernel; restarted, or failed with EINTR".into());
+    } else {
+        ev.ret = Some(rax);
+    }
+}
+
 fn os_errno(e: std::io::Error) -> Errno {
     Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
@@ -528,7 +539,7 @@ impl<'a> Tracer<'a> {
             if regs.ip() == after {
                 let Some(t) = self.threads.get_mut(&tid) else { return };
                 if let State::Stepping { mut ev, .. } = std::mem::replace(&mut t.state, State::Running) {
-                    ev.ret = Some(regs.0.rax);
+                    set_syscall_result(&mut ev, regs.0.rax);
                     self.summary.stopped += seen.elapsed();
                     self.resume(tid, 0);
                     self.emit(*ev);
@@ -805,12 +816,7 @@ impl<'a> Tracer<'a> {
         {
             match ptrace::get_regs(tid) {
                 Ok(r) if r.ip() == after => {
-                    if (-516..=-512).contains(&(r.0.rax as i64)) {
-                        // -ERESTART*: the kernel restarts the call after the handler, or fails it with EINTR.
-                        ev.ret_missing = Some(format!("interrupted by signal {sig}; restarted or failed with EINTR"));
-                    } else {
-                        ev.ret = Some(r.0.rax);
-                    }
+                    set_syscall_result(&mut ev, r.0.rax);
                     self.emit(*ev);
                 }
                 Ok(r) if r.ip() < after && ptrace::set_regs(tid, &entry).is_ok() => {
