@@ -60,12 +60,17 @@ impl Tracer<'_> {
                 };
                 match ptrace::get_regs(tid) {
                     Ok(r) if Some(r.ip()) == after => {
+                        // The step is done: the event is complete, and the thread runs on (CONT, not another
+                        // step whose trap would be taken for the target's own SIGTRAP) when let go.
                         if let Some(t) = self.threads.get_mut(&tid)
-                            && let State::Stepping { ev, .. } = &mut t.state
+                            && let State::Stepping { mut ev, .. } = std::mem::replace(&mut t.state, State::Running)
                         {
-                            super::set_syscall_result(ev, r.0.rax);
+                            super::set_syscall_result(&mut ev, r.0.rax);
+                            self.emit(*ev);
                         }
                     }
+                    // A slow-path step through the wrapper's prefix: ours; it steps on when let go.
+                    Ok(r) if after.is_some_and(|a| r.ip() < a && r.ip() >= a.saturating_sub(64)) => {}
                     Ok(r) if self.fast_int3(r.ip().wrapping_sub(1)) => {
                         // Stopped at the trampoline's int3: the call is complete; the thread runs on from here.
                         if let Some(ev) = self.fast_event(tid, &r) {
@@ -79,10 +84,16 @@ impl Tracer<'_> {
                         r.set_ip(r.ip() - 1);
                         let _ = ptrace::set_regs(tid, &r);
                     }
-                    _ => sig = libc::SIGTRAP,
+                    _ => {
+                        self.settle_step(tid, libc::SIGTRAP);
+                        sig = libc::SIGTRAP;
+                    }
                 }
             }
-            Stop::Signal(s) => sig = s,
+            Stop::Signal(s) => {
+                self.settle_step(tid, s);
+                sig = s;
+            }
             Stop::GroupStop(_) => group = true,
             Stop::Clone(new) | Stop::Fork(new) | Stop::Vfork(new) => {
                 self.on_child(new);
@@ -305,6 +316,7 @@ impl Tracer<'_> {
                     };
                     match prev.as_mut() {
                         State::Stepping { ev, after, .. } if r.ip() == *after => super::set_syscall_result(ev, r.0.rax),
+                        State::Stepping { after, .. } if r.ip() < *after && r.ip() >= after.saturating_sub(64) => {}
                         _ if ours => {
                             r.set_ip(r.ip() - 1);
                             let _ = ptrace::set_regs(tid, &r);

@@ -809,6 +809,13 @@ impl<'a> Tracer<'a> {
     /// the thread goes back to the wrapper's entry, takes the signal, and re-enters the wrapper afterwards (after
     /// its handler, or after SIGCONT), where it is caught again, so the call is reported once, with its result.
     fn on_signal(&mut self, tid: Tid, sig: i32) {
+        self.settle_step(tid, sig);
+        self.resume(tid, sig);
+    }
+
+    /// A stepping thread stopped by signal `sig` somewhere other than its step's trap: ends the step (the
+    /// thread is then resumed with CONT, never with a step that would make the handler's entry trap).
+    fn settle_step(&mut self, tid: Tid, sig: i32) {
         if let Some(t) = self.threads.get_mut(&tid)
             && let State::Stepping { after, ref entry, .. } = t.state
             && let entry = *entry.clone()
@@ -829,7 +836,6 @@ impl<'a> Tracer<'a> {
                 }
             }
         }
-        self.resume(tid, sig);
     }
 
     /// A new thread or child process `new`, reported by its parent's clone/fork/vfork event.
