@@ -78,7 +78,8 @@ impl Tracer<'_> {
                         }
                     }
                     Ok(mut r)
-                        if self.planted(r.ip().wrapping_sub(1)) || self.retired.contains(&r.ip().wrapping_sub(1)) =>
+                        if self.planted(r.ip().wrapping_sub(1))
+                            || self.retired.contains_key(&r.ip().wrapping_sub(1)) =>
                     {
                         // A hit seen while holding: rewound, it hits again (or runs the original) when let go.
                         r.set_ip(r.ip() - 1);
@@ -246,10 +247,7 @@ impl Tracer<'_> {
                 && !ptrace::same_vm(child, self.cfg.pid)
                 && let Ok(child_mem) = crate::os::mem::ProcMem::open(child)
             {
-                for site in self.sites.values() {
-                    let _ = child_mem.write_all(site.addr, &[site.orig]);
-                }
-                self.fast_restore_in(&child_mem);
+                self.clean_child(&child_mem);
                 self.summary.forks_cleaned += 1;
             }
             let _ = ptrace::detach(child, 0);
@@ -278,7 +276,7 @@ impl Tracer<'_> {
             }
         }
         self.summary.warnings.extend(warnings);
-        self.retired.extend(self.sites.keys().copied());
+        self.retired.extend(self.sites.values().map(|s| (s.addr, s.orig)));
         self.armed = false;
     }
 
@@ -310,7 +308,8 @@ impl Tracer<'_> {
                         }
                         continue;
                     }
-                    let ours = self.planted(r.ip().wrapping_sub(1)) || self.retired.contains(&r.ip().wrapping_sub(1));
+                    let ours =
+                        self.planted(r.ip().wrapping_sub(1)) || self.retired.contains_key(&r.ip().wrapping_sub(1));
                     let Some(Thread { state: State::Held { sig, prev, .. }, .. }) = self.threads.get_mut(&tid) else {
                         return;
                     };

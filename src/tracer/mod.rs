@@ -160,8 +160,9 @@ pub struct Tracer<'a> {
     cfg: Config,
     mem: ProcMem,
     sites: HashMap<u64, Site>,
-    /// Return sites whose byte was put back while a thread may already have executed their int3.
-    retired: HashSet<u64>,
+    /// Return sites whose byte was put back while a thread may already have executed their int3 (or a fork
+    /// child may still hold it), with that byte.
+    retired: HashMap<u64, u8>,
     threads: HashMap<Tid, Thread>,
     /// Stops of tids not known yet (a new thread's or child's first stop can come before its parent's event).
     early: HashMap<Tid, Stop>,
@@ -252,7 +253,7 @@ impl<'a> Tracer<'a> {
             cfg,
             mem,
             sites,
-            retired: HashSet::new(),
+            retired: HashMap::new(),
             threads: HashMap::new(),
             early: HashMap::new(),
             sink,
@@ -560,7 +561,7 @@ impl<'a> Tracer<'a> {
         }
         let addr = regs.ip().wrapping_sub(1);
         if !self.planted(addr) {
-            if self.retired.contains(&addr) && self.read_byte(addr) != Some(INT3) {
+            if self.retired.contains_key(&addr) && self.read_byte(addr) != Some(INT3) {
                 // It executed a return breakpoint's int3 just before the byte was put back: run the original.
                 regs.set_ip(addr);
                 if ptrace::set_regs(tid, &regs).is_ok() {
@@ -604,7 +605,7 @@ impl<'a> Tracer<'a> {
             // recognised by `retired` and rewound.
             let site = self.sites.remove(&addr).expect("site exists");
             let _ = self.mem.write_all(addr, &[site.orig]);
-            self.retired.insert(addr);
+            self.retired.insert(addr, site.orig);
         }
         true
     }
@@ -870,13 +871,25 @@ impl<'a> Tracer<'a> {
         if self.armed
             && let Ok(child_mem) = ProcMem::open(new)
         {
-            for site in self.sites.values() {
-                let _ = child_mem.write_all(site.addr, &[site.orig]);
-            }
-            self.fast_restore_in(&child_mem);
+            self.clean_child(&child_mem);
         }
         self.summary.forks_cleaned += 1;
         let _ = ptrace::detach(new, 0);
+    }
+
+    /// Puts the original bytes back in a fork child's copy of the memory: every planted site, and every return
+    /// site retired since the fork copied its int3 (its call returned before the fork event was handled).
+    fn clean_child(&self, child: &ProcMem) {
+        for site in self.sites.values() {
+            let _ = child.write_all(site.addr, &[site.orig]);
+        }
+        for (&addr, &orig) in &self.retired {
+            let mut b = [0u8; 1];
+            if child.read_exact(addr, &mut b).is_ok() && b[0] == INT3 {
+                let _ = child.write_all(addr, &[orig]);
+            }
+        }
+        self.fast_restore_in(child);
     }
 
     fn on_exec(&mut self, tid: Tid) {
