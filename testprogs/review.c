@@ -8,6 +8,8 @@
  *                   (its first instruction, `test %rdi,%rdi`, is not emulated); prints "mixed"
  *   forkret N       thread B calls callit() (-> retfn) in a loop while the main thread forks N children that
  *                   each call callit() once; prints "forks N killed K"
+ *   selftrap        installs a SIGTRAP handler (writes "trapped") and sends itself SIGTRAP through
+ *                   syscall(SYS_tgkill)
  * Every command ends with "ok". */
 #include "common.h"
 #include <pthread.h>
@@ -31,6 +33,12 @@ static void *reader(void *arg) {
 static void on_usr1(int sig) {
     (void)sig;
     static const char m[] = "handled\n";
+    write(1, m, sizeof m - 1);
+}
+
+static void on_trap(int sig) {
+    (void)sig;
+    static const char m[] = "trapped\n";
     write(1, m, sizeof m - 1);
 }
 
@@ -87,6 +95,9 @@ int main(void) {
             sa.sa_handler = on_usr1;
             sa.sa_flags = SA_RESTART;
             sigaction(SIGUSR1, &sa, NULL);
+        } else if (!strcmp(cmd, "selftrap")) {
+            signal(SIGTRAP, on_trap);
+            syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), SIGTRAP);
         } else if (!strcmp(cmd, "forkraw")) {
             long pid = syscall(SYS_fork);
             if (pid == 0) _exit(7);

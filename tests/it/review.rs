@@ -209,3 +209,22 @@ fn fork_child_never_inherits_a_retired_return_breakpoint() {
     assert!(status.success(), "{err:#?}");
     assert!(lines.iter().any(|l| l == "forks 3000 killed 0"), "fork children harmed: {lines:?}");
 }
+
+/// The target sends itself SIGTRAP through a matching syscall(SYS_tgkill): the step trap of that `syscall`
+/// instruction is merged into the already-pending SIGTRAP (one legacy signal), so the one stop at the step's end
+/// is also the target's own signal, which must still be delivered.
+#[test]
+fn own_sigtrap_sent_by_a_stepped_call_is_delivered() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("review"), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "tgkill", "--json"]);
+    sc.wait_attached();
+    t.send("selftrap");
+    let lines = t.out.until(|l| l == "ok");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    assert_eq!(events(&out).len(), 1, "{out:#?}");
+    assert!(lines.iter().any(|l| l == "trapped"), "the target's own SIGTRAP was lost: {lines:?}");
+}
