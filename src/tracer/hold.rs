@@ -60,6 +60,7 @@ impl Tracer<'_> {
                 };
                 match ptrace::get_regs(tid) {
                     Ok(r) if Some(r.ip()) == after => {
+                        sig = super::own_sigtrap(tid);
                         // The step is done: the event is complete, and the thread runs on (CONT, not another
                         // step whose trap would be taken for the target's own SIGTRAP) when let go.
                         if let Some(t) = self.threads.get_mut(&tid)

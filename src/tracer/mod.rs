@@ -208,6 +208,12 @@ fn set_syscall_result(ev: &mut Event, rax: u64) {
     }
 }
 
+/// At a step's trap: SIGTRAP if the stop is really the target's own SIGTRAP (sent by a process, si_code <= 0),
+/// pending when the step ended, which swallowed our trap (a legacy signal is queued once); else 0.
+fn own_sigtrap(tid: Tid) -> i32 {
+    if ptrace::sig_code(tid).is_ok_and(|c| c <= 0) { libc::SIGTRAP } else { 0 }
+}
+
 fn os_errno(e: std::io::Error) -> Errno {
     Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
@@ -538,11 +544,12 @@ impl<'a> Tracer<'a> {
         if let Some(Thread { state: State::Stepping { after, .. }, .. }) = self.threads.get(&tid) {
             let after = *after;
             if regs.ip() == after {
+                let sig = own_sigtrap(tid);
                 let Some(t) = self.threads.get_mut(&tid) else { return };
                 if let State::Stepping { mut ev, .. } = std::mem::replace(&mut t.state, State::Running) {
                     set_syscall_result(&mut ev, regs.0.rax);
                     self.summary.stopped += seen.elapsed();
-                    self.resume(tid, 0);
+                    self.resume(tid, sig);
                     self.emit(*ev);
                 }
             } else if regs.ip() < after && regs.ip() >= after.saturating_sub(64) {
