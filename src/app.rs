@@ -122,12 +122,19 @@ fn event_writer(path: Option<&std::path::Path>, spawned: bool) -> Result<Box<dyn
     })
 }
 
-/// Sends events to the analysis thread; the tracer never waits on rendering.
-struct ChannelSink(mpsc::SyncSender<Event>);
+/// Sends events to the analysis thread; the tracer never waits on rendering. When the channel is full (nobody
+/// reads our output: a pager not scrolled, a stopped consumer) the event is dropped and counted: blocking here
+/// would leave a thread of the target stopped, then every thread at its next hit, and Ctrl-C unheard.
+struct ChannelSink {
+    tx: mpsc::SyncSender<Event>,
+    dropped: u64,
+}
 
 impl Sink for ChannelSink {
     fn event(&mut self, ev: Event) {
-        let _ = self.0.send(ev);
+        if let Err(mpsc::TrySendError::Full(_)) = self.tx.try_send(ev) {
+            self.dropped += 1;
+        }
     }
 }
 
@@ -273,7 +280,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         live_status: std::io::stderr().is_terminal() && !spawned,
     };
     signals::install_handlers(50);
-    let mut sink = ChannelSink(tx);
+    let mut sink = ChannelSink { tx, dropped: 0 };
     let mut summary: Summary;
     let end;
     {
@@ -295,6 +302,12 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         end = tracer.run();
         summary = tracer.summary.clone();
+    }
+    if sink.dropped > 0 {
+        summary.warnings.push(format!(
+            "{} events were dropped: the output was not read as fast as they came (they are counted above)",
+            sink.dropped
+        ));
     }
     drop(sink);
     let done = worker.join().map_err(|_| anyhow!("the analysis thread panicked"))?;

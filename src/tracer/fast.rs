@@ -204,10 +204,14 @@ impl Tracer<'_> {
         ));
     }
 
-    /// The original bytes a fork child must get back.
+    /// The original bytes a fork child must get back, and nops for the page's int3s: a child forked by a
+    /// matching `syscall(SYS_fork)` returns from the kernel inside the page, just before one of them.
     pub(super) fn fast_restore_in(&self, child: &mem::ProcMem) {
         if let Some(f) = &self.fast {
             let _ = child.write_all(f.plan.at, &f.plan.orig);
+            for &a in f.int3s.keys() {
+                let _ = child.write_all(a, &[0x90]);
+            }
         }
     }
 }

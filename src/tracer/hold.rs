@@ -60,12 +60,18 @@ impl Tracer<'_> {
                 };
                 match ptrace::get_regs(tid) {
                     Ok(r) if Some(r.ip()) == after => {
+                        sig = super::own_sigtrap(tid);
+                        // The step is done: the event is complete, and the thread runs on (CONT, not another
+                        // step whose trap would be taken for the target's own SIGTRAP) when let go.
                         if let Some(t) = self.threads.get_mut(&tid)
-                            && let State::Stepping { ev, .. } = &mut t.state
+                            && let State::Stepping { mut ev, .. } = std::mem::replace(&mut t.state, State::Running)
                         {
-                            ev.ret = Some(r.0.rax);
+                            super::set_syscall_result(&mut ev, r.0.rax);
+                            self.emit(*ev);
                         }
                     }
+                    // A slow-path step through the wrapper's prefix: ours; it steps on when let go.
+                    Ok(r) if after.is_some_and(|a| r.ip() < a && r.ip() >= a.saturating_sub(64)) => {}
                     Ok(r) if self.fast_int3(r.ip().wrapping_sub(1)) => {
                         // Stopped at the trampoline's int3: the call is complete; the thread runs on from here.
                         if let Some(ev) = self.fast_event(tid, &r) {
@@ -73,16 +79,23 @@ impl Tracer<'_> {
                         }
                     }
                     Ok(mut r)
-                        if self.planted(r.ip().wrapping_sub(1)) || self.retired.contains(&r.ip().wrapping_sub(1)) =>
+                        if self.planted(r.ip().wrapping_sub(1))
+                            || self.retired.contains_key(&r.ip().wrapping_sub(1)) =>
                     {
                         // A hit seen while holding: rewound, it hits again (or runs the original) when let go.
                         r.set_ip(r.ip() - 1);
                         let _ = ptrace::set_regs(tid, &r);
                     }
-                    _ => sig = libc::SIGTRAP,
+                    _ => {
+                        self.settle_step(tid, libc::SIGTRAP);
+                        sig = libc::SIGTRAP;
+                    }
                 }
             }
-            Stop::Signal(s) => sig = s,
+            Stop::Signal(s) => {
+                self.settle_step(tid, s);
+                sig = s;
+            }
             Stop::GroupStop(_) => group = true,
             Stop::Clone(new) | Stop::Fork(new) | Stop::Vfork(new) => {
                 self.on_child(new);
@@ -235,10 +248,7 @@ impl Tracer<'_> {
                 && !ptrace::same_vm(child, self.cfg.pid)
                 && let Ok(child_mem) = crate::os::mem::ProcMem::open(child)
             {
-                for site in self.sites.values() {
-                    let _ = child_mem.write_all(site.addr, &[site.orig]);
-                }
-                self.fast_restore_in(&child_mem);
+                self.clean_child(&child_mem);
                 self.summary.forks_cleaned += 1;
             }
             let _ = ptrace::detach(child, 0);
@@ -267,7 +277,7 @@ impl Tracer<'_> {
             }
         }
         self.summary.warnings.extend(warnings);
-        self.retired.extend(self.sites.keys().copied());
+        self.retired.extend(self.sites.values().map(|s| (s.addr, s.orig)));
         self.armed = false;
     }
 
@@ -299,12 +309,14 @@ impl Tracer<'_> {
                         }
                         continue;
                     }
-                    let ours = self.planted(r.ip().wrapping_sub(1)) || self.retired.contains(&r.ip().wrapping_sub(1));
+                    let ours =
+                        self.planted(r.ip().wrapping_sub(1)) || self.retired.contains_key(&r.ip().wrapping_sub(1));
                     let Some(Thread { state: State::Held { sig, prev, .. }, .. }) = self.threads.get_mut(&tid) else {
                         return;
                     };
                     match prev.as_mut() {
-                        State::Stepping { ev, after, .. } if r.ip() == *after => ev.ret = Some(r.0.rax),
+                        State::Stepping { ev, after, .. } if r.ip() == *after => super::set_syscall_result(ev, r.0.rax),
+                        State::Stepping { after, .. } if r.ip() < *after && r.ip() >= after.saturating_sub(64) => {}
                         _ if ours => {
                             r.set_ip(r.ip() - 1);
                             let _ = ptrace::set_regs(tid, &r);

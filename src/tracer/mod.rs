@@ -160,8 +160,9 @@ pub struct Tracer<'a> {
     cfg: Config,
     mem: ProcMem,
     sites: HashMap<u64, Site>,
-    /// Return sites whose byte was put back while a thread may already have executed their int3.
-    retired: HashSet<u64>,
+    /// Return sites whose byte was put back while a thread may already have executed their int3 (or a fork
+    /// child may still hold it), with that byte.
+    retired: HashMap<u64, u8>,
     threads: HashMap<Tid, Thread>,
     /// Stops of tids not known yet (a new thread's or child's first stop can come before its parent's event).
     early: HashMap<Tid, Stop>,
@@ -194,6 +195,23 @@ impl Memory for CapturedMem<'_> {
     fn write_u64(&self, addr: u64, value: u64) -> Option<()> {
         self.mem.write_all(addr, &value.to_le_bytes()).ok()
     }
+}
+
+/// rax just after a stepped `syscall` instruction. -ERESTART* means the call was interrupted (by a signal, or by
+/// our PTRACE_INTERRUPT) and the kernel restarts it or fails it with EINTR: the target never sees that value. The
+/// single-step trap is dequeued before the interrupting signal (SIGTRAP is synchronous), so this is seen here.
+fn set_syscall_result(ev: &mut Event, rax: u64) {
+    if (-516..=-512).contains(&(rax as i64)) {
+        ev.ret_missing = Some("interrupted in the kernel; restarted, or failed with EINTR".into());
+    } else {
+        ev.ret = Some(rax);
+    }
+}
+
+/// At a step's trap: SIGTRAP if the stop is really the target's own SIGTRAP (sent by a process, si_code <= 0),
+/// pending when the step ended, which swallowed our trap (a legacy signal is queued once); else 0.
+fn own_sigtrap(tid: Tid) -> i32 {
+    if ptrace::sig_code(tid).is_ok_and(|c| c <= 0) { libc::SIGTRAP } else { 0 }
 }
 
 fn os_errno(e: std::io::Error) -> Errno {
@@ -241,7 +259,7 @@ impl<'a> Tracer<'a> {
             cfg,
             mem,
             sites,
-            retired: HashSet::new(),
+            retired: HashMap::new(),
             threads: HashMap::new(),
             early: HashMap::new(),
             sink,
@@ -526,11 +544,12 @@ impl<'a> Tracer<'a> {
         if let Some(Thread { state: State::Stepping { after, .. }, .. }) = self.threads.get(&tid) {
             let after = *after;
             if regs.ip() == after {
+                let sig = own_sigtrap(tid);
                 let Some(t) = self.threads.get_mut(&tid) else { return };
                 if let State::Stepping { mut ev, .. } = std::mem::replace(&mut t.state, State::Running) {
-                    ev.ret = Some(regs.0.rax);
+                    set_syscall_result(&mut ev, regs.0.rax);
                     self.summary.stopped += seen.elapsed();
-                    self.resume(tid, 0);
+                    self.resume(tid, sig);
                     self.emit(*ev);
                 }
             } else if regs.ip() < after && regs.ip() >= after.saturating_sub(64) {
@@ -549,7 +568,7 @@ impl<'a> Tracer<'a> {
         }
         let addr = regs.ip().wrapping_sub(1);
         if !self.planted(addr) {
-            if self.retired.contains(&addr) && self.read_byte(addr) != Some(INT3) {
+            if self.retired.contains_key(&addr) && self.read_byte(addr) != Some(INT3) {
                 // It executed a return breakpoint's int3 just before the byte was put back: run the original.
                 regs.set_ip(addr);
                 if ptrace::set_regs(tid, &regs).is_ok() {
@@ -593,7 +612,7 @@ impl<'a> Tracer<'a> {
             // recognised by `retired` and rewound.
             let site = self.sites.remove(&addr).expect("site exists");
             let _ = self.mem.write_all(addr, &[site.orig]);
-            self.retired.insert(addr);
+            self.retired.insert(addr, site.orig);
         }
         true
     }
@@ -798,6 +817,13 @@ impl<'a> Tracer<'a> {
     /// the thread goes back to the wrapper's entry, takes the signal, and re-enters the wrapper afterwards (after
     /// its handler, or after SIGCONT), where it is caught again, so the call is reported once, with its result.
     fn on_signal(&mut self, tid: Tid, sig: i32) {
+        self.settle_step(tid, sig);
+        self.resume(tid, sig);
+    }
+
+    /// A stepping thread stopped by signal `sig` somewhere other than its step's trap: ends the step (the
+    /// thread is then resumed with CONT, never with a step that would make the handler's entry trap).
+    fn settle_step(&mut self, tid: Tid, sig: i32) {
         if let Some(t) = self.threads.get_mut(&tid)
             && let State::Stepping { after, ref entry, .. } = t.state
             && let entry = *entry.clone()
@@ -805,12 +831,7 @@ impl<'a> Tracer<'a> {
         {
             match ptrace::get_regs(tid) {
                 Ok(r) if r.ip() == after => {
-                    if (-516..=-512).contains(&(r.0.rax as i64)) {
-                        // -ERESTART*: the kernel restarts the call after the handler, or fails it with EINTR.
-                        ev.ret_missing = Some(format!("interrupted by signal {sig}; restarted or failed with EINTR"));
-                    } else {
-                        ev.ret = Some(r.0.rax);
-                    }
+                    set_syscall_result(&mut ev, r.0.rax);
                     self.emit(*ev);
                 }
                 Ok(r) if r.ip() < after && ptrace::set_regs(tid, &entry).is_ok() => {
@@ -823,7 +844,6 @@ impl<'a> Tracer<'a> {
                 }
             }
         }
-        self.resume(tid, sig);
     }
 
     /// A new thread or child process `new`, reported by its parent's clone/fork/vfork event.
@@ -858,13 +878,25 @@ impl<'a> Tracer<'a> {
         if self.armed
             && let Ok(child_mem) = ProcMem::open(new)
         {
-            for site in self.sites.values() {
-                let _ = child_mem.write_all(site.addr, &[site.orig]);
-            }
-            self.fast_restore_in(&child_mem);
+            self.clean_child(&child_mem);
         }
         self.summary.forks_cleaned += 1;
         let _ = ptrace::detach(new, 0);
+    }
+
+    /// Puts the original bytes back in a fork child's copy of the memory: every planted site, and every return
+    /// site retired since the fork copied its int3 (its call returned before the fork event was handled).
+    fn clean_child(&self, child: &ProcMem) {
+        for site in self.sites.values() {
+            let _ = child.write_all(site.addr, &[site.orig]);
+        }
+        for (&addr, &orig) in &self.retired {
+            let mut b = [0u8; 1];
+            if child.read_exact(addr, &mut b).is_ok() && b[0] == INT3 {
+                let _ = child.write_all(addr, &[orig]);
+            }
+        }
+        self.fast_restore_in(child);
     }
 
     fn on_exec(&mut self, tid: Tid) {

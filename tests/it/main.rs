@@ -10,5 +10,6 @@ mod leaks;
 mod mem;
 mod probe;
 mod probe_run;
+mod review;
 mod stack;
 mod torture;
