@@ -128,12 +128,37 @@ fn event_writer(path: Option<&std::path::Path>, spawned: bool) -> Result<Box<dyn
 struct ChannelSink {
     tx: mpsc::SyncSender<Event>,
     dropped: u64,
+    /// Since when the queue has been full without the analysis thread taking anything.
+    stalled_since: Option<Instant>,
+}
+
+impl ChannelSink {
+    /// How long the tracer waits for a full queue before it stops waiting: the output is stuck (an unread pipe, a
+    /// stopped pager), and the target's threads must not freeze behind it.
+    const STALL: Duration = Duration::from_secs(1);
 }
 
 impl Sink for ChannelSink {
-    fn event(&mut self, ev: Event) {
-        if let Err(mpsc::TrySendError::Full(_)) = self.tx.try_send(ev) {
-            self.dropped += 1;
+    /// Waits while the analysis thread makes progress (a burst is slowed, never thinned), and drops (counted,
+    /// reported in the summary) only once the queue has been stuck for [`Self::STALL`].
+    fn event(&mut self, mut ev: Event) {
+        loop {
+            match self.tx.try_send(ev) {
+                Ok(()) => {
+                    self.stalled_since = None;
+                    return;
+                }
+                Err(mpsc::TrySendError::Disconnected(_)) => return,
+                Err(mpsc::TrySendError::Full(back)) => {
+                    let since = *self.stalled_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Self::STALL || signals::stop_requested() != 0 {
+                        self.dropped += 1;
+                        return;
+                    }
+                    ev = back;
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
         }
     }
 }
@@ -280,7 +305,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         live_status: std::io::stderr().is_terminal() && !spawned,
     };
     signals::install_handlers(50);
-    let mut sink = ChannelSink { tx, dropped: 0 };
+    let mut sink = ChannelSink { tx, dropped: 0, stalled_since: None };
     let mut summary: Summary;
     let end;
     {

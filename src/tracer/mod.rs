@@ -273,8 +273,8 @@ impl<'a> Tracer<'a> {
         })
     }
 
-    /// Seizes every thread of `cfg.pid` (no stop: a seized thread is traced, and threads it creates are traced
-    /// from birth), rescanning `/proc/PID/task` until a pass finds no new thread.
+    /// Seizes every thread of `cfg.pid`, rescanning `/proc/PID/task` until a pass finds no new thread, and leaves
+    /// them all held (stopped) so the breakpoints are armed before any thread runs on; `run` lets them go.
     pub fn attach(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
         let started = Instant::now();
         let pid = cfg.pid;
@@ -307,6 +307,11 @@ impl<'a> Tracer<'a> {
             if t.threads.is_empty() {
                 return Err(Errno::ESRCH);
             }
+            // Stop everything seized so far. Whether a new thread is traced is decided when its creator enters
+            // clone(), but it is listed in /proc/PID/task only once clone() returns: a creator seized in between
+            // makes an untraced thread the scan can miss, which would die of SIGTRAP at its first hit. A thread
+            // stops only after its clone() returned, so after this the next scan sees every such thread.
+            t.hold_all(None);
             if new == 0 {
                 t.summary.attach = started.elapsed();
                 return Ok(());
@@ -364,6 +369,8 @@ impl<'a> Tracer<'a> {
 
     /// Runs until the deadline, a stop signal, or the end of the target; then detaches everything.
     pub fn run(&mut self) -> End {
+        // Attaching left every thread held; the breakpoints are armed now.
+        self.release_all();
         let mut last_status = Instant::now();
         let end = loop {
             if let Some(end) = self.ended() {
