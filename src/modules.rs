@@ -73,7 +73,8 @@ impl Module {
             .segments()
             .find(|s| {
                 let (o, sz) = s.file_range();
-                o & !page <= off && off < (o + sz).max((o & !page) + 1)
+                // p_offset and p_filesz come from the file: a corrupt header must not overflow.
+                o & !page <= off && off < o.saturating_add(sz).max((o & !page) + 1)
             })
             .ok_or_else(|| ModuleError::NoSegment(map.path.clone(), off))?;
         let (seg_off, _) = seg.file_range();
