@@ -5,4 +5,5 @@
 mod common;
 mod container;
 mod core;
+mod fuzz_replay;
 mod torture;
