@@ -138,6 +138,8 @@ fn classify(cs: &Capstone, i: &capstone::Insn) -> Option<Insn> {
 /// Executes `d` on `regs` (and memory, for push) and moves rip past it. `None`: it cannot be emulated here
 /// (nothing was changed in memory; `regs` may be partly changed and must be discarded).
 pub fn emulate(d: &Decoded, regs: &mut Regs, mem: &dyn Memory) -> Option<()> {
+    // Checked first, so a `None` never follows a write to memory.
+    let next = d.addr.checked_add(d.len as u64)?;
     match d.insn? {
         Insn::MovRegReg { dst, src } => regs.set(dst, regs.get(src)),
         Insn::Load { dst, base, disp } => {
@@ -160,7 +162,7 @@ pub fn emulate(d: &Decoded, regs: &mut Regs, mem: &dyn Memory) -> Option<()> {
         Insn::Nop => {}
         Insn::Syscall => return None,
     }
-    regs.set_ip(d.addr + d.len as u64);
+    regs.set_ip(next);
     Some(())
 }
 

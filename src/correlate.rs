@@ -213,14 +213,29 @@ impl AddressSpace {
     /// Drops every byte the smaps sample does not show mapped as the same kind of memory (anonymous or
     /// file-backed), counting it as vanished for its stack.
     pub fn reconcile(&mut self, regions: &[SmapsRegion]) {
+        // The kernel lists regions sorted and disjoint; text from elsewhere may not be: keep only what is.
+        let mut spans: Vec<(u64, u64, bool)> = regions
+            .iter()
+            .filter(|r| r.map.start < r.map.end)
+            .map(|r| (r.map.start, r.map.end, anonymous_like(r)))
+            .collect();
+        spans.sort_unstable();
+        let mut last_end = 0;
+        spans.retain(|&(s, e, _)| {
+            let ok = s >= last_end;
+            if ok {
+                last_end = e;
+            }
+            ok
+        });
         let pieces: Vec<(u64, Piece)> = self.pieces.iter().map(|(&k, &p)| (k, p)).collect();
         for (start, p) in pieces {
             // The parts of [start, p.end) covered by a region of the same kind survive.
             let mut keep: Vec<(u64, u64)> = Vec::new();
-            let from = regions.partition_point(|r| r.map.end <= start);
-            for r in regions.get(from..).unwrap_or(&[]).iter().take_while(|r| r.map.start < p.end) {
-                if anonymous_like(r) == p.anon {
-                    keep.push((r.map.start.max(start), r.map.end.min(p.end)));
+            let from = spans.partition_point(|&(_, e, _)| e <= start);
+            for &(s, e, anon) in spans.get(from..).unwrap_or(&[]).iter().take_while(|&&(s, _, _)| s < p.end) {
+                if anon == p.anon {
+                    keep.push((s.max(start), e.min(p.end)));
                 }
             }
             let kept: u64 = keep.iter().map(|(s, e)| e - s).sum();

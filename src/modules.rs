@@ -68,7 +68,8 @@ impl Module {
             .segments()
             .find(|s| {
                 let (o, sz) = s.file_range();
-                o & !page <= off && off < (o + sz).max((o & !page) + 1)
+                // p_offset and p_filesz come from the file: a corrupt header must not overflow.
+                o & !page <= off && off < o.saturating_add(sz).max((o & !page) + 1)
             })
             .ok_or_else(|| ModuleError::NoSegment(map.path.clone(), off))?;
         let (seg_off, _) = seg.file_range();
@@ -97,9 +98,9 @@ impl Module {
         let file = object::File::parse(&*self.data).ok()?;
         let stated = addr.checked_sub(self.bias)?;
         let bytes = file.segments().find_map(|s| s.data_range(stated, len).ok().flatten())?;
-        // Re-borrow from self.data: the slice points into it.
-        let start = bytes.as_ptr() as usize - self.data.as_ptr() as usize;
-        self.data.get(start..start + bytes.len())
+        // Re-borrow from self.data: the slice points into it, except an empty one, which may point anywhere.
+        let start = (bytes.as_ptr() as usize).checked_sub(self.data.as_ptr() as usize)?;
+        self.data.get(start..start.checked_add(bytes.len())?)
     }
 
     /// The bytes of the file's PT_NOTE segments and their run-time addresses, to compare with what is mapped:

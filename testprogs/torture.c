@@ -94,7 +94,9 @@ static void add_counts(const struct counts *c) {
 static void *work(void *arg) {
     unsigned seed = (unsigned)(long)arg;
     struct counts c = {0};
-    while (running) iterate(&c, seed++);
+    /* At least one iteration, so a worker stopped at once still proves it ran. */
+    do iterate(&c, seed++);
+    while (running);
     add_counts(&c);
     return NULL;
 }

@@ -1,0 +1,150 @@
+//! One function per fuzz target: hostile bytes in, no panic out. Used by the fuzz binaries (fuzz_targets/) and
+//! replayed over the committed corpus by the main crate's `cargo test` (tests/it/fuzz_replay.rs).
+//!
+//! Targets still to add as their modules land (one function here, one file in fuzz_targets/, one [[bin]] in
+//! Cargo.toml, one corpus directory, one line in `TARGETS`):
+//! - TODO(unwind): the CFI unwinder: a Module whose sections are random, registers and stack bytes from the input.
+//! - TODO(symbolize): symbolization of a corrupt debug file (addr2line over arbitrary ELF/DWARF bytes).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use syscatch::breakpoints::{self, Memory};
+use syscatch::modules::{Module, ModuleMap};
+use syscatch::os::regs::{Reg, Regs};
+use syscatch::procmaps::{self, Mapping};
+
+/// A fuzz target's body.
+pub type Body = fn(&[u8]);
+
+/// Every target, by corpus directory name.
+pub const TARGETS: &[(&str, Body)] = &[
+    ("maps", maps),
+    ("status", status),
+    ("module", module),
+    ("breakpoints", breakpoints),
+    ("probe", probe),
+    ("smaps", smaps),
+];
+
+/// A probe script: parse, and for what parses, print and parse again (the printer must round-trip).
+pub fn probe(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(script) = syscatch::probe::parse_str(&text) {
+        let again = syscatch::probe::parse_str(&syscatch::probe::print(&script));
+        assert_eq!(again.ok(), Some(script), "print(parse(x)) parses back to the same script");
+    }
+}
+
+/// `/proc/PID/smaps` text, the classification built on it, and the leak model reconciled with it.
+pub fn smaps(data: &[u8]) {
+    let regions = syscatch::smaps::parse_smaps(&String::from_utf8_lossy(data));
+    let mut model = syscatch::correlate::AddressSpace::new();
+    for (i, r) in regions.iter().enumerate() {
+        let _ = r.rss_swap();
+        model.apply_call(
+            9,
+            &[0, r.map.len(), 3, 0x22, u64::MAX, 0],
+            Some(r.map.start),
+            syscatch::correlate::StackId(i as u32),
+        );
+    }
+    model.reconcile(&regions);
+    let _ = model.stacks();
+    let _ = model.growing(&regions, &regions);
+}
+
+/// `/proc/PID/maps` text, then the module grouping built on it.
+pub fn maps(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let maps = procmaps::parse_maps(&text);
+    for m in &maps {
+        let _ = (m.len(), m.is_empty(), m.contains(m.start), m.is_exec(), m.is_file());
+    }
+    for g in syscatch::modules::group_modules(&maps) {
+        let _ = syscatch::modules::file_name(&g.path);
+        let _ = syscatch::resolve::is_libc(&g.path);
+    }
+}
+
+/// `/proc/PID/status` text.
+pub fn status(data: &[u8]) {
+    let _ = syscatch::procinfo::parse_status(&String::from_utf8_lossy(data));
+}
+
+fn u64_at(data: &[u8], i: usize) -> u64 {
+    data.get(i..i + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())).unwrap_or(0)
+}
+
+/// An ELF file mapped at an address and file offset taken from the first 16 bytes of the input (the rest is the
+/// file): load bias, symbols, file bytes at a symbol, notes, and the `syscall()` site plan built on them.
+pub fn module(data: &[u8]) {
+    let (start, offset) = (u64_at(data, 0) & !0xfff, u64_at(data, 8) & 0xffff_f000);
+    let elf = data.get(16..).unwrap_or(&[]);
+    module_mapped(elf, start, offset);
+}
+
+/// As [`module`], for a whole file mapped at `start` from file offset `offset`.
+pub fn module_mapped(elf: &[u8], start: u64, offset: u64) {
+    let first = Mapping {
+        start,
+        end: start.saturating_add(0x1000),
+        perms: "r-xp".into(),
+        offset,
+        dev: "00:00".into(),
+        inode: 1,
+        path: "/fuzz/libc.so.6".into(),
+    };
+    let map = ModuleMap { path: first.path.clone(), start: first.start, end: first.end, first };
+    let Ok(m) = Module::parse(map, Arc::from(elf)) else {
+        return;
+    };
+    for name in ["syscall", "mmap", "", "\u{0}"] {
+        if let Some((addr, size)) = m.find_symbol(name) {
+            let _ = m.file_bytes(addr, size);
+            let _ = m.file_bytes(addr, 64);
+            let _ = m.file_bytes(addr, u64::MAX);
+        }
+    }
+    let _ = m.file_bytes(0, 16);
+    let _ = m.file_bytes(u64::MAX, 16);
+    let _ = m.file_bytes(m.bias, u64::MAX);
+    for (addr, note) in m.notes() {
+        let _ = (addr, note.len());
+    }
+    let _ = syscatch::resolve::wrapper_code(&m, "syscall");
+}
+
+struct FakeMem(RefCell<HashMap<u64, u64>>);
+
+impl Memory for FakeMem {
+    fn read_u64(&self, a: u64) -> Option<u64> {
+        self.0.borrow().get(&a).copied().or(Some(a ^ 0x5555))
+    }
+    fn write_u64(&self, a: u64, v: u64) -> Option<()> {
+        self.0.borrow_mut().insert(a, v);
+        Some(())
+    }
+}
+
+/// Machine code at an address from the first 8 bytes: decode, plan a wrapper, and emulate what was decoded on
+/// registers from the next 8 bytes.
+pub fn breakpoints(data: &[u8]) {
+    let Some(cs) = breakpoints::disassembler() else {
+        return;
+    };
+    let addr = u64_at(data, 0);
+    let seed = u64_at(data, 8);
+    let code = data.get(16..).unwrap_or(&[]);
+    let decoded = breakpoints::decode(&cs, code, addr, 16);
+    let _ = breakpoints::plan_wrapper(&cs, code, addr);
+    let mut regs = Regs::zeroed();
+    for (i, r) in [Reg::Rax, Reg::Rdi, Reg::Rsi, Reg::Rdx, Reg::Rcx, Reg::R8, Reg::R9, Reg::Rsp].into_iter().enumerate()
+    {
+        regs.set(r, seed.rotate_left(i as u32 * 8));
+    }
+    let mem = FakeMem(RefCell::new(HashMap::new()));
+    for d in &decoded {
+        let _ = breakpoints::emulate(d, &mut regs, &mem);
+    }
+}
