@@ -611,6 +611,7 @@ mod tests {
             ret: Some(0x5000_0000),
             ret_missing: None,
             capture: None,
+            also: Vec::new(),
         };
         let mut m = AddressSpace::new();
         m.apply(&ev, A);

@@ -39,6 +39,9 @@ pub struct Event {
     /// Why `ret` is missing.
     pub ret_missing: Option<String>,
     pub capture: Option<StackCapture>,
+    /// Other probes at the same address whose conditions also matched this call: each gets a copy of the event,
+    /// sent with it once the call is complete.
+    pub also: Vec<Arc<str>>,
 }
 
 /// How a trace ended.

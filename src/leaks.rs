@@ -269,6 +269,7 @@ mod tests {
             ret: Some(ret),
             ret_missing: None,
             capture: None,
+            also: Vec::new(),
         }
     }
 

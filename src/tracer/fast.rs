@@ -170,6 +170,7 @@ impl Tracer<'_> {
             ret: Some(g.rax),
             ret_missing: None,
             capture: if stack.is_empty() { None } else { Some(StackCapture { regs: at_entry, stack, asked }) },
+            also: Vec::new(),
         })
     }
 

@@ -129,11 +129,13 @@ pub struct Config {
 enum State {
     Running,
     /// A matching wrapper call is being stepped until rip reaches `after` (just past `syscall`); `entry`: the
-    /// registers at the wrapper's entry, to undo the step if a signal comes first.
+    /// registers at the wrapper's entry, to undo the step if a signal comes first; `matched`: the site's probes
+    /// that counted this call (their counters are given back if the step is undone).
     Stepping {
         ev: Box<Event>,
         after: u64,
         entry: Box<Regs>,
+        matched: Vec<usize>,
     },
     /// Stopped by us (to detach, or while another thread steps alone). `sig` is delivered when it is let go;
     /// `group`: it is in a group-stop and must stay stopped.
@@ -536,7 +538,13 @@ impl<'a> Tracer<'a> {
         }
     }
 
-    fn emit(&mut self, ev: Event) {
+    fn emit(&mut self, mut ev: Event) {
+        let also = std::mem::take(&mut ev.also);
+        for name in also {
+            let copy = Event { probe: Some(name), ..ev.clone() };
+            *self.summary.events_by_tid.entry(copy.tid).or_default() += 1;
+            self.sink.event(copy);
+        }
         *self.summary.events_by_tid.entry(ev.tid).or_default() += 1;
         self.sink.event(ev);
     }
@@ -720,21 +728,10 @@ impl<'a> Tracer<'a> {
             ret: None,
             ret_missing: None,
             capture,
+            also: matched[1..].iter().filter_map(|&i| site.probes[i].name.clone()).collect(),
         };
-        // Other probes at the same address that also matched get their own copy, without a return value.
-        let extra: Vec<Event> = matched[1..]
-            .iter()
-            .map(|&i| Event {
-                probe: site.probes[i].name.clone(),
-                ret_missing: Some("reported with the first probe at this address".into()),
-                ..ev.clone()
-            })
-            .collect();
-        for e in extra {
-            self.emit(e);
-        }
         if is_wrapper {
-            self.enter_wrapper(tid, regs, ev, seen);
+            self.enter_wrapper(tid, regs, ev, seen, matched);
         } else if want_ret {
             match ret_addr {
                 Some(ra) => self.wait_return(tid, ra, regs.sp().wrapping_add(8), ev),
@@ -752,7 +749,7 @@ impl<'a> Tracer<'a> {
     }
 
     /// Emulates a wrapper up to its `syscall` instruction and single-steps that instruction.
-    fn enter_wrapper(&mut self, tid: Tid, mut regs: Regs, mut ev: Event, seen: Instant) {
+    fn enter_wrapper(&mut self, tid: Tid, mut regs: Regs, mut ev: Event, seen: Instant, matched: Vec<usize>) {
         let addr = regs.ip();
         let Some(site) = self.sites.get(&addr) else { return };
         let Some(w) = site.wrapper.clone() else { return };
@@ -777,7 +774,7 @@ impl<'a> Tracer<'a> {
         }
         self.summary.stopped += seen.elapsed();
         if let Some(t) = self.threads.get_mut(&tid) {
-            t.state = State::Stepping { ev: Box::new(ev), after: w.syscall_at + 2, entry: Box::new(entry) };
+            t.state = State::Stepping { ev: Box::new(ev), after: w.syscall_at + 2, entry: Box::new(entry), matched };
         }
         self.resume(tid, 0);
     }
@@ -834,7 +831,7 @@ impl<'a> Tracer<'a> {
         if let Some(t) = self.threads.get_mut(&tid)
             && let State::Stepping { after, ref entry, .. } = t.state
             && let entry = *entry.clone()
-            && let State::Stepping { mut ev, .. } = std::mem::replace(&mut t.state, State::Running)
+            && let State::Stepping { mut ev, matched, .. } = std::mem::replace(&mut t.state, State::Running)
         {
             match ptrace::get_regs(tid) {
                 Ok(r) if r.ip() == after => {
@@ -843,7 +840,16 @@ impl<'a> Tracer<'a> {
                 }
                 Ok(r) if r.ip() < after && ptrace::set_regs(tid, &entry).is_ok() => {
                     let _ = r;
+                    // The call is caught again when the thread re-enters the wrapper: it must count then, once.
                     self.summary.matching = self.summary.matching.saturating_sub(1);
+                    if let Some(site) = self.sites.get_mut(&entry.ip()) {
+                        for &i in &matched {
+                            if let Some(p) = site.probes.get_mut(i) {
+                                p.emitted = p.emitted.saturating_sub(1);
+                                p.matched = p.matched.saturating_sub(1);
+                            }
+                        }
+                    }
                 }
                 _ => {
                     ev.ret_missing = Some(format!("signal {sig} arrived before the call returned"));
@@ -917,6 +923,7 @@ impl<'a> Tracer<'a> {
         // thread now has the leader's id; other threads report their exit.
         self.armed = false;
         self.sites.clear();
+        self.retired.clear();
         self.fast = None;
         self.threads.retain(|&t, th| t == tid || th.shared_child);
         if tid != self.cfg.pid
