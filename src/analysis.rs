@@ -7,9 +7,9 @@ use crate::os::Tid;
 use crate::report::Renderer;
 use crate::stack::Stack;
 use crate::unwind_modules::StackResolver;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 pub struct Config {

@@ -15,7 +15,6 @@ use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -122,43 +121,37 @@ fn event_writer(path: Option<&std::path::Path>, spawned: bool) -> Result<Box<dyn
     })
 }
 
-/// Sends events to the analysis thread; the tracer never waits on rendering. When the channel is full (nobody
-/// reads our output: a pager not scrolled, a stopped consumer) the event is dropped and counted: blocking here
-/// would leave a thread of the target stopped, then every thread at its next hit, and Ctrl-C unheard.
+/// Sends events to the analysis thread. A full queue is waited on while the analysis thread drains it (a burst
+/// slows the target a little, and no event is lost); if nothing drains for a second (nobody reads our output: a
+/// pager not scrolled, a stopped consumer), events are dropped and counted: blocking on would leave every thread
+/// of the target stopped at its next hit, and Ctrl-C unheard.
 struct ChannelSink {
-    tx: mpsc::SyncSender<Event>,
+    tx: crossbeam_channel::Sender<Event>,
     dropped: u64,
-    /// Since when the queue has been full without the analysis thread taking anything.
-    stalled_since: Option<Instant>,
+    /// The queue stayed full for [`Self::STALL`]: the output is stuck; don't wait again until it moves.
+    stalled: bool,
 }
 
 impl ChannelSink {
-    /// How long the tracer waits for a full queue before it stops waiting: the output is stuck (an unread pipe, a
-    /// stopped pager), and the target's threads must not freeze behind it.
+    /// How long the tracer waits for a full queue before it stops waiting.
     const STALL: Duration = Duration::from_secs(1);
 }
 
 impl Sink for ChannelSink {
-    /// Waits while the analysis thread makes progress (a burst is slowed, never thinned), and drops (counted,
-    /// reported in the summary) only once the queue has been stuck for [`Self::STALL`].
-    fn event(&mut self, mut ev: Event) {
-        loop {
+    /// Waits (woken as soon as a slot frees) while the analysis thread drains the queue: a burst is slowed, never
+    /// thinned. Drops (counted, reported in the summary) only once the queue has been stuck for [`Self::STALL`].
+    fn event(&mut self, ev: Event) {
+        if self.stalled || signals::stop_requested() != 0 {
             match self.tx.try_send(ev) {
-                Ok(()) => {
-                    self.stalled_since = None;
-                    return;
-                }
-                Err(mpsc::TrySendError::Disconnected(_)) => return,
-                Err(mpsc::TrySendError::Full(back)) => {
-                    let since = *self.stalled_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > Self::STALL || signals::stop_requested() != 0 {
-                        self.dropped += 1;
-                        return;
-                    }
-                    ev = back;
-                    std::thread::sleep(Duration::from_micros(50));
-                }
+                Ok(()) => self.stalled = false,
+                Err(crossbeam_channel::TrySendError::Full(_)) => self.dropped += 1,
+                Err(crossbeam_channel::TrySendError::Disconnected(_)) => {}
             }
+            return;
+        }
+        if let Err(crossbeam_channel::SendTimeoutError::Timeout(_)) = self.tx.send_timeout(ev, Self::STALL) {
+            self.dropped += 1;
+            self.stalled = true;
         }
     }
 }
@@ -293,7 +286,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         if out.json { Box::new(Json { out: w }) } else { Box::new(Text { out: w, err: std::io::stderr() }) };
     // Bounded: a burst of captures (each up to --stack-bytes) waits for the analysis thread instead of growing
     // syscatch's memory without limit.
-    let (tx, rx) = mpsc::sync_channel(256);
+    let (tx, rx) = crossbeam_channel::bounded(256);
     // The baseline of growth is taken before anything is armed: the first call may come right after.
     let baseline = if out.leaks.is_some() { crate::leaks::read_sample(pid) } else { Vec::new() };
     let acfg = analysis::Config { pid, stack_depth: out.stack_depth, depths: plan.depths, leaks: out.leaks, baseline };
@@ -305,7 +298,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         live_status: std::io::stderr().is_terminal() && !spawned,
     };
     signals::install_handlers(50);
-    let mut sink = ChannelSink { tx, dropped: 0, stalled_since: None };
+    let mut sink = ChannelSink { tx, dropped: 0, stalled: false };
     let mut summary: Summary;
     let end;
     {
@@ -330,7 +323,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     }
     if sink.dropped > 0 {
         summary.warnings.push(format!(
-            "{} events were dropped: the output was not read as fast as they came (they are counted above)",
+            "{} events were dropped: the output was not read for over a second (they are counted in the totals above)",
             sink.dropped
         ));
     }
