@@ -18,7 +18,7 @@ secs=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(maps status module breakpoints probe smaps)
+    targets=(maps status module breakpoints probe smaps unwind)
 fi
 command -v cargo-fuzz >/dev/null || { echo "fuzz.sh: cargo-fuzz missing: cargo install cargo-fuzz" >&2; exit 2; }
 export RUSTC_BOOTSTRAP=1

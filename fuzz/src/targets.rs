@@ -3,8 +3,6 @@
 //!
 //! Targets still to add as their modules land (one function here, one file in fuzz_targets/, one [[bin]] in
 //! Cargo.toml, one corpus directory, one line in `TARGETS`):
-//! - TODO(unwind): the CFI unwinder: a Module whose sections are random, registers and stack bytes from the input.
-//! - TODO(symbolize): symbolization of a corrupt debug file (addr2line over arbitrary ELF/DWARF bytes).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -25,7 +23,42 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("breakpoints", breakpoints),
     ("probe", probe),
     ("smaps", smaps),
+    ("unwind", unwind),
 ];
+
+/// Looks every address up in the one fuzzed module, mapped at bias 0.
+struct OneModule(Arc<syscatch::unwind::ModuleCfi>);
+
+impl syscatch::unwind::ModuleLookup for OneModule {
+    fn find(&mut self, _addr: u64) -> Option<syscatch::unwind::MappedCfi> {
+        Some(syscatch::unwind::MappedCfi { bias: 0, cfi: self.0.clone() })
+    }
+}
+
+/// The unwinder and the symbolizer over a module whose bytes (ELF headers, .eh_frame, .debug_frame, symbol tables,
+/// DWARF) come from the input after a 64-byte header (rip, rsp, rbp, a stack seed, and 32 bytes of stack).
+pub fn unwind(data: &[u8]) {
+    let elf: Arc<[u8]> = Arc::from(data.get(64..).unwrap_or(&[]));
+    let Ok(cfi) = syscatch::unwind::ModuleCfi::parse(elf.clone(), Some(elf.clone())) else {
+        return;
+    };
+    let mut regs = syscatch::unwind::UnwindRegs::default();
+    regs.0[16] = Some(u64_at(data, 0));
+    regs.0[7] = Some(u64_at(data, 8));
+    regs.0[6] = Some(u64_at(data, 16));
+    let stack: Vec<u8> = data.get(32..64).unwrap_or(&[]).iter().cycle().take(4096).copied().collect();
+    let window = syscatch::unwind::StackWindow { base: u64_at(data, 8), bytes: &stack, asked: 4096 };
+    let mut lookup = OneModule(Arc::new(cfi));
+    let u = syscatch::unwind::unwind(regs, &window, &mut lookup, 64);
+    let syms = syscatch::symbolize::SymTable::parse(&[&elf]);
+    let dwarf = syscatch::symbolize::Dwarf::load(&elf);
+    for f in &u.frames {
+        let _ = syms.find(f.lookup);
+        if let Some(d) = &dwarf {
+            let _ = d.frames(f.lookup);
+        }
+    }
+}
 
 /// A probe script: parse, and for what parses, print and parse again (the printer must round-trip).
 pub fn probe(data: &[u8]) {
