@@ -26,6 +26,10 @@ pub enum Insn {
     Push(Reg),
     /// `sub $imm,%rsp` (negative for `add`).
     SubRsp(i64),
+    /// `test %a,%b` on 64-bit (`wide`) or 32-bit registers: only the flags change.
+    Test { a: Reg, b: Reg, wide: bool },
+    /// `xor %r32,%r32` with the same register: the zeroing idiom (register and flags).
+    Zero32(Reg),
     /// `endbr64`, `nop`: nothing but the length.
     Nop,
     /// `syscall`: never emulated; marks where a wrapper enters the kernel.
@@ -124,6 +128,13 @@ fn classify(cs: &Capstone, i: &capstone::Insn) -> Option<Insn> {
             }
             Some(Insn::LeaAbs { dst: reg64(cs, *d)?, target: next.wrapping_add(m.disp() as u64) })
         }
+        ("test", [X86OperandType::Reg(a), X86OperandType::Reg(b)]) => match (reg64(cs, *a), reg64(cs, *b)) {
+            (Some(a), Some(b)) => Some(Insn::Test { a, b, wide: true }),
+            _ => Some(Insn::Test { a: reg32(cs, *a)?, b: reg32(cs, *b)?, wide: false }),
+        },
+        ("xor", [X86OperandType::Reg(a), X86OperandType::Reg(b)]) if a == b && reg64(cs, *a).is_none() => {
+            Some(Insn::Zero32(reg32(cs, *a)?))
+        }
         ("push", [X86OperandType::Reg(r)]) => Some(Insn::Push(reg64(cs, *r)?)),
         ("sub", [X86OperandType::Reg(r), X86OperandType::Imm(v)]) if cs.reg_name(*r)? == "rsp" => {
             Some(Insn::SubRsp(*v))
@@ -159,11 +170,41 @@ pub fn emulate(d: &Decoded, regs: &mut Regs, mem: &dyn Memory) -> Option<()> {
             regs.set(Reg::Rsp, sp);
         }
         Insn::SubRsp(v) => regs.set(Reg::Rsp, regs.sp().wrapping_sub(v as u64)),
+        Insn::Test { a, b, wide } => {
+            let mask = if wide { u64::MAX } else { 0xffff_ffff };
+            let sign = if wide { 1 << 63 } else { 1 << 31 };
+            set_logic_flags(regs, regs.get(a) & regs.get(b) & mask, sign);
+        }
+        Insn::Zero32(r) => {
+            regs.set(r, 0);
+            set_logic_flags(regs, 0, 1 << 31);
+        }
         Insn::Nop => {}
         Insn::Syscall => return None,
     }
     regs.set_ip(next);
     Some(())
+}
+
+/// Flags after a logical operation (`test`, `and`, `xor`): CF and OF cleared, ZF, SF and PF from the result
+/// (PF: even parity of its low byte); AF is undefined for these and left as it was.
+fn set_logic_flags(regs: &mut Regs, result: u64, sign_bit: u64) {
+    const CF: u64 = 1 << 0;
+    const PF: u64 = 1 << 2;
+    const ZF: u64 = 1 << 6;
+    const SF: u64 = 1 << 7;
+    const OF: u64 = 1 << 11;
+    let mut f = regs.0.eflags & !(CF | PF | ZF | SF | OF);
+    if result == 0 {
+        f |= ZF;
+    }
+    if result & sign_bit != 0 {
+        f |= SF;
+    }
+    if (result as u8).count_ones() % 2 == 0 {
+        f |= PF;
+    }
+    regs.0.eflags = f;
 }
 
 /// How `syscall()`-style wrappers are entered: the instructions before the `syscall` instruction (all
@@ -254,6 +295,35 @@ mod tests {
         assert_eq!((r.get(Reg::Rax), r.ip()), (42, 0x3007));
         emulate(&d[1], &mut r, &mem).unwrap();
         assert_eq!(r.get(Reg::Rax), 0x2345_6789);
+    }
+
+    #[test]
+    fn test_and_zeroing_set_flags_as_the_cpu_does() {
+        let cs = disassembler().unwrap();
+        // test %rdi,%rdi ; test %eax,%eax ; xor %eax,%eax
+        let code = [0x48, 0x85, 0xff, 0x85, 0xc0, 0x31, 0xc0];
+        let d = decode(&cs, &code, 0x4000, 3);
+        assert_eq!(d[0].insn, Some(Insn::Test { a: Reg::Rdi, b: Reg::Rdi, wide: true }));
+        assert_eq!(d[1].insn, Some(Insn::Test { a: Reg::Rax, b: Reg::Rax, wide: false }));
+        assert_eq!(d[2].insn, Some(Insn::Zero32(Reg::Rax)));
+        let mem = FakeMem(RefCell::new(HashMap::new()));
+        let flags = |r: &Regs| r.0.eflags & 0x8c5;
+        let mut r = Regs::zeroed();
+        r.0.eflags = 0x8c5 | 0x202; // every tested flag set, plus IF and the reserved bit
+        r.set(Reg::Rdi, 0);
+        emulate(&d[0], &mut r, &mem).unwrap();
+        assert_eq!(flags(&r), 0x44, "zero: ZF and PF");
+        assert_eq!(r.0.eflags & 0x202, 0x202, "other flags kept");
+        r.set(Reg::Rdi, 1 << 63 | 0x3);
+        r.set_ip(0x4000);
+        emulate(&d[0], &mut r, &mem).unwrap();
+        assert_eq!(flags(&r), 0x84, "negative, two bits in the low byte: SF and PF");
+        r.set(Reg::Rax, 0x1_0000_0001);
+        emulate(&d[1], &mut r, &mem).unwrap();
+        assert_eq!(flags(&r), 0, "32-bit: the upper half does not count; one bit: odd parity");
+        assert_eq!(r.get(Reg::Rax), 0x1_0000_0001, "test writes no register");
+        emulate(&d[2], &mut r, &mem).unwrap();
+        assert_eq!((r.get(Reg::Rax), flags(&r)), (0, 0x44));
     }
 
     #[test]
