@@ -201,7 +201,7 @@ fn set_logic_flags(regs: &mut Regs, result: u64, sign_bit: u64) {
     if result & sign_bit != 0 {
         f |= SF;
     }
-    if (result as u8).count_ones() % 2 == 0 {
+    if (result as u8).count_ones().is_multiple_of(2) {
         f |= PF;
     }
     regs.0.eflags = f;

@@ -280,9 +280,8 @@ mod tests {
         let exe = std::fs::read("/proc/self/exe").unwrap();
         let t = SymTable::parse(&[&exe]);
         assert!(!t.is_empty());
-        let s = t.0.iter().find(|s| s.name.contains("symbols_of_own_executable")).unwrap();
-        // Demangled, without the hash.
-        assert!(s.name.ends_with("tests::symbols_of_own_executable"), "{}", s.name);
+        // Demangled, without the hash (closures inside the test have names of their own: skip them).
+        let s = t.0.iter().find(|s| s.name.ends_with("tests::symbols_of_own_executable")).unwrap();
         assert_eq!(t.find(s.start + 1).map(|f| &f.name), Some(&s.name));
     }
 }

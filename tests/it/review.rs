@@ -52,7 +52,10 @@ fn blocked_call_at_detach_is_not_reported_as_returning_erestartsys() {
     assert!(status.success(), "{err:#?}");
     t.send("feed");
     t.out.until(|l| l == "ok");
-    assert!(t.out.seen.iter().any(|l| l == "read 1"), "the restarted read got its byte: {:?}", t.out.seen);
+    // The reader thread prints "read 1" when its call returns, in any order with the main thread's "ok".
+    if !t.out.seen.iter().any(|l| l == "read 1") {
+        t.out.until(|l| l == "read 1");
+    }
     let evs = events(&out);
     let reads: Vec<&Value> = evs.iter().filter(|e| e["syscall"] == "read" && e["tid"] == tid).collect();
     assert_eq!(reads.len(), 1, "{evs:#?}");
@@ -82,7 +85,9 @@ fn call_interrupted_by_a_restarting_handler_is_not_reported_as_returning_erestar
     wait_in_syscall(t.pid, tid, 0);
     t.send("feed");
     t.out.until(|l| l == "ok");
-    assert!(t.out.seen.iter().any(|l| l == "read 1"), "{:?}", t.out.seen);
+    if !t.out.seen.iter().any(|l| l == "read 1") {
+        t.out.until(|l| l == "read 1");
+    }
     sc.signal(libc::SIGINT);
     let (status, out, err) = sc.finish();
     assert!(status.success(), "{err:#?}");
