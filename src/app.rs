@@ -223,9 +223,6 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             return Err(usage("--leaks attributes memory to stacks: it needs --stack-bytes above 0"));
         }
     }
-    if out.leaks.is_some_and(|d| d.is_zero()) {
-        return Err(usage("--smaps-every must be positive"));
-    }
     match (args.pid, args.cmd.is_empty()) {
         (Some(_), false) => Err(usage("give either --pid or a command after --, not both")),
         (None, true) => Err(usage("nothing to trace: give --pid N, or a command after --")),
@@ -282,6 +279,13 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         Start::Adopt(p) => (p, true),
     };
     let w = event_writer(out.path.as_deref(), spawned)?;
+    // Report files are created before attaching, so a bad path is refused with the target untouched instead of
+    // losing the report after the trace.
+    let create = |p: &PathBuf| {
+        std::fs::File::create(p).map(std::io::BufWriter::new).with_context(|| format!("cannot create {}", p.display()))
+    };
+    let mut folded_file = out.folded.as_ref().map(create).transpose()?;
+    let mut flame_file = out.flamegraph.as_ref().map(create).transpose()?;
     let renderer: Box<dyn Renderer + Send> =
         if out.json { Box::new(Json { out: w }) } else { Box::new(Text { out: w, err: std::io::stderr() }) };
     // Bounded: a burst of captures (each up to --stack-bytes) waits for the analysis thread instead of growing
@@ -338,15 +342,14 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         tracker.sample(crate::leaks::read_sample(pid));
         let report = tracker.report();
         renderer.leaks(&report)?;
-        if let Some(path) = &out.folded {
+        if let (Some(f), Some(path)) = (folded_file.as_mut(), &out.folded) {
             let text: String = report.folded().iter().map(|l| format!("{l}\n")).collect();
-            std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+            f.write_all(text.as_bytes())
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
-        if let Some(path) = &out.flamegraph {
-            let mut f = std::io::BufWriter::new(
-                std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
-            );
-            report.flamegraph(&mut f).with_context(|| format!("cannot write {}", path.display()))?;
+        if let (Some(f), Some(path)) = (flame_file.as_mut(), &out.flamegraph) {
+            report.flamegraph(f).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
         }
     }
     renderer.summary(&summary)?;

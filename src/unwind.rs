@@ -124,6 +124,34 @@ enum Lookup {
     Bad(String),
 }
 
+/// The CFI row at `svma` from the FDE search of one section (`what`: its name, for messages); `None` when the
+/// section has no entry for the address, so the next section is tried.
+fn row_from<'s, S>(
+    fde: gimli::Result<gimli::FrameDescriptionEntry<EndianSlice<'s, LittleEndian>>>,
+    section: &S,
+    bases: &BaseAddresses,
+    ctx: &mut UnwindContext<usize>,
+    svma: u64,
+    what: &str,
+) -> Option<Lookup>
+where
+    S: UnwindSection<EndianSlice<'s, LittleEndian>>,
+{
+    let fde = match fde {
+        Ok(fde) => fde,
+        Err(gimli::Error::NoUnwindInfoForAddress) => return None,
+        Err(e) => return Some(Lookup::Bad(format!("corrupt {what} near {svma:#x}: {e}"))),
+    };
+    Some(match fde.unwind_info_for_address(section, bases, ctx, svma) {
+        Ok(row) => Lookup::Row {
+            row: Arc::new(row.clone()),
+            from_debug: what == ".debug_frame",
+            signal: fde.is_signal_trampoline(),
+        },
+        Err(e) => Lookup::Bad(format!("corrupt {what} entry for {svma:#x}: {e}")),
+    })
+}
+
 impl ModuleCfi {
     /// Reads the unwind sections of an ELF file (`data`); `debug` is a separate debug file, used for its
     /// `.debug_frame` when the module has none.
@@ -282,35 +310,14 @@ impl ModuleCfi {
                 }),
                 None => self.indexed_fde(&self.eh_index, &eh, &bases, svma),
             };
-            match fde {
-                Ok(fde) => {
-                    return match fde.unwind_info_for_address(&eh, &bases, &mut ctx, svma) {
-                        Ok(row) => Lookup::Row {
-                            row: Arc::new(row.clone()),
-                            from_debug: false,
-                            signal: fde.is_signal_trampoline(),
-                        },
-                        Err(e) => Lookup::Bad(format!("corrupt .eh_frame entry for {svma:#x}: {e}")),
-                    };
-                }
-                Err(gimli::Error::NoUnwindInfoForAddress) => {}
-                Err(e) => return Lookup::Bad(format!("corrupt .eh_frame/.eh_frame_hdr near {svma:#x}: {e}")),
+            if let Some(found) = row_from(fde, &eh, &bases, &mut ctx, svma, ".eh_frame") {
+                return found;
             }
         }
         if let Some(df) = self.debug() {
-            match self.indexed_fde(&self.debug_index, &df, &bases, svma) {
-                Ok(fde) => {
-                    return match fde.unwind_info_for_address(&df, &bases, &mut ctx, svma) {
-                        Ok(row) => Lookup::Row {
-                            row: Arc::new(row.clone()),
-                            from_debug: true,
-                            signal: fde.is_signal_trampoline(),
-                        },
-                        Err(e) => Lookup::Bad(format!("corrupt .debug_frame entry for {svma:#x}: {e}")),
-                    };
-                }
-                Err(gimli::Error::NoUnwindInfoForAddress) => {}
-                Err(e) => return Lookup::Bad(format!("corrupt .debug_frame near {svma:#x}: {e}")),
+            let fde = self.indexed_fde(&self.debug_index, &df, &bases, svma);
+            if let Some(found) = row_from(fde, &df, &bases, &mut ctx, svma, ".debug_frame") {
+                return found;
             }
         }
         Lookup::NoCfi

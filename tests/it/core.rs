@@ -56,6 +56,9 @@ fn captures_every_mmap_of_every_thread_exactly() {
     assert_eq!(summary["data"]["end"], "signal");
     assert_eq!(summary["data"]["matching"], 40);
     assert_eq!(summary["data"]["hits"], 40 * 3);
+    // Every non-matching hit (getpid, futex) resumed without a slow step: glibc's entry is resumed past the int3.
+    assert_eq!(summary["data"]["emulated"], 40 * 2);
+    assert_eq!(summary["data"]["slow_path"], 0);
     // After detach: no tracer, the probed bytes are libc's own, and the target finishes normally.
     let site = site_of(&err);
     let status_text = std::fs::read_to_string(format!("/proc/{}/status", t.pid)).unwrap();
@@ -407,6 +410,15 @@ fn bad_input_is_refused_with_one_line_and_the_target_untouched() {
         .unwrap();
     let line = refused(&["--pid", &thread.to_string()], 1);
     assert!(line.contains(&format!("is a thread of process {pid}")), "{line}");
+
+    // A report file that cannot be created is refused before attaching, not after the trace.
+    let line = refused(&["--pid", &pid.to_string(), "--leaks", "--folded", "/nonexistent-dir/x.folded"], 1);
+    assert!(line.contains("cannot create /nonexistent-dir/x.folded"), "{line}");
+    assert_eq!(tracer_of(pid), 0);
+    let line = refused(&["--pid", &pid.to_string(), "--leaks", "--stack-bytes", "0"], 2);
+    assert!(line.contains("--stack-bytes"), "{line}");
+    let line = refused(&["run", "/nonexistent.probe", "--pid", &pid.to_string()], 2);
+    assert!(line.contains("cannot read probe script"), "{line}");
 
     // Permission: an unprivileged user may not trace root's process.
     let o = std::process::Command::new("setpriv")
