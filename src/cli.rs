@@ -1,6 +1,7 @@
 //! Command-line definitions (clap) and their conversion into the configuration the library takes.
 //! Nothing here touches a process.
 
+use crate::model::duration::parse_duration;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -159,42 +160,9 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
-/// Parses `500ms`, `10s`, `2m`, `1h`, or a plain number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("bad duration `{s}`: expected e.g. 500ms, 10s, 2m"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!("bad duration `{s}`: unknown unit `{unit}` (use ms, s, m or h)"));
-        }
-    };
-    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
-        return Err(format!("bad duration `{s}`: must be positive"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("10x").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("-1s").is_err());
-    }
 
     #[test]
     fn trace_and_subcommands() {

@@ -21,12 +21,10 @@ use crate::event::Event;
 use crate::smaps::{SmapsRegion, previous_rss_swap};
 use std::collections::BTreeMap;
 
-pub const SYS_MMAP: u64 = 9;
-pub const SYS_MUNMAP: u64 = 11;
-pub const SYS_MREMAP: u64 = 25;
+use crate::model::consts::MAP_ANONYMOUS;
+pub use crate::model::consts::{MAPPING_SYSCALLS, SYS_MMAP, SYS_MREMAP, SYS_MUNMAP};
 
 const PAGE: u64 = 4096;
-const MAP_ANONYMOUS: u64 = 0x20;
 const MREMAP_DONTUNMAP: u64 = 4;
 
 /// An opaque id of a captured stack (the caller deduplicates stacks and numbers them).
@@ -111,7 +109,7 @@ impl AddressSpace {
 
     /// Applies a call by its number, arguments and return value (`None`: unknown).
     pub fn apply_call(&mut self, nr: u64, args: &[u64; 6], ret: Option<u64>, stack: StackId) {
-        if ![SYS_MMAP, SYS_MUNMAP, SYS_MREMAP].contains(&nr) {
+        if !MAPPING_SYSCALLS.contains(&nr) {
             return;
         }
         let Some(ret) = ret.filter(|&r| !is_err(r)) else {

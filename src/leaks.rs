@@ -61,7 +61,7 @@ impl LeakTracker {
 
     /// Records one event of the mapping family; others are ignored.
     pub fn event(&mut self, ev: &Event, stack: Option<&Stack>) {
-        if ev.func.is_some() || ![9, 11, 25].contains(&ev.nr) {
+        if ev.func.is_some() || !crate::model::consts::MAPPING_SYSCALLS.contains(&ev.nr) {
             return;
         }
         let id = self.stacks.intern(stack);

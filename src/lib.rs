@@ -14,6 +14,7 @@ pub mod hooks;
 pub mod leaks;
 pub mod memclass;
 pub mod memplot;
+pub mod model;
 pub mod modules;
 pub mod os;
 pub mod probe;

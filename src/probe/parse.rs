@@ -8,7 +8,6 @@ use super::check;
 use crate::syscalls;
 use std::collections::HashMap;
 use std::fmt;
-use std::time::Duration;
 
 /// Most nested parentheses and unary operators.
 pub const MAX_NESTING: usize = 64;
@@ -66,26 +65,6 @@ pub fn parse(file: &str, text: &str) -> Result<Script, ParseError> {
 pub fn parse_str(text: &str) -> Result<Script, ParseError> {
     parse("<input>", text)
 }
-
-/// Named integer constants a condition may use besides `SYS_<name>`: the flags of the memory calls.
-pub const CONSTANTS: &[(&str, u64)] = &[
-    ("PROT_NONE", 0),
-    ("PROT_READ", 0x1),
-    ("PROT_WRITE", 0x2),
-    ("PROT_EXEC", 0x4),
-    ("MAP_SHARED", 0x1),
-    ("MAP_PRIVATE", 0x2),
-    ("MAP_FIXED", 0x10),
-    ("MAP_ANONYMOUS", 0x20),
-    ("MAP_NORESERVE", 0x4000),
-    ("MAP_POPULATE", 0x8000),
-    ("MAP_STACK", 0x20000),
-    ("MAP_HUGETLB", 0x40000),
-    ("MAP_FIXED_NOREPLACE", 0x100000),
-    ("MREMAP_MAYMOVE", 0x1),
-    ("MREMAP_FIXED", 0x2),
-    ("MREMAP_DONTUNMAP", 0x4),
-];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Tok {
@@ -191,7 +170,10 @@ impl<'a> Parser<'a> {
             }
             Tok::Ident(self.chars[start..end].iter().collect())
         } else if c.is_ascii_digit() {
-            while self.ch(end).is_some_and(is_ident_char) {
+            // A `.` between digits belongs to the number (`1.5s`), so durations read as on the command line.
+            while self.ch(end).is_some_and(is_ident_char)
+                || (self.ch(end) == Some('.') && self.ch(end + 1).is_some_and(|d| d.is_ascii_digit()))
+            {
                 end += 1;
             }
             Tok::Number(self.chars[start..end].iter().collect())
@@ -356,7 +338,7 @@ impl<'a> Parser<'a> {
                 return Err(self.err_at(start, format!("expected `json` or `text`, found {}", t.describe())));
             }
             (_, Tok::Number(n)) => {
-                let d = parse_duration(n).map_err(|m| self.err_at(start, m))?;
+                let d = crate::model::duration::parse_duration(n).map_err(|m| self.err_at(start, m))?;
                 if key == "duration" {
                     settings.duration = Some(d);
                 } else {
@@ -811,8 +793,8 @@ impl<'a> Parser<'a> {
                 .map(Expr::Int)
                 .ok_or_else(|| format!("unknown syscall `{sys}` in `{name}`"));
         }
-        if let Some((_, v)) = CONSTANTS.iter().find(|(n, _)| *n == name) {
-            return Ok(Expr::Int(*v));
+        if let Some(v) = crate::model::consts::flag_value(name) {
+            return Ok(Expr::Int(v));
         }
         if name == "ret" {
             return Err(
@@ -872,26 +854,4 @@ pub fn parse_int(text: &str) -> Result<u64, String> {
     }
     let too_big = || format!("number `{text}` does not fit in 64 bits");
     u64::from_str_radix(&digits, radix).map_err(|_| too_big())?.checked_mul(mult).ok_or_else(too_big)
-}
-
-/// A duration: an integer with a unit `ns`, `us`, `ms`, `s`, `m` or `h` (no unit: seconds); more than zero.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (num, unit) = text.split_at(split);
-    let bad = || format!("invalid duration `{text}`: expected a whole number and a unit (500ms, 10s, 2m, 1h)");
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let too_big = || format!("duration `{text}` is too long");
-    let d = match unit {
-        "ns" => Duration::from_nanos(n),
-        "us" => Duration::from_micros(n),
-        "ms" => Duration::from_millis(n),
-        "s" | "" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(too_big)?),
-        "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(too_big)?),
-        _ => return Err(bad()),
-    };
-    if d.is_zero() {
-        return Err(format!("duration `{text}` must be more than zero"));
-    }
-    Ok(d)
 }

@@ -207,7 +207,7 @@ fn errors_at_exact_positions() {
         ("set\nprobe x at f {}", 2, 1, "expected a setting"),
         ("set verbose 1", 1, 5, "expected a setting"),
         ("set duration soon", 1, 14, "expected a duration"),
-        ("set duration 10x", 1, 14, "invalid duration `10x`"),
+        ("set duration 10x", 1, 14, "bad duration `10x`"),
         ("set duration 0ms", 1, 14, "must be more than zero"),
         ("set format yaml", 1, 12, "expected `json` or `text`, found `yaml`"),
         ("set format json\nset format text", 2, 1, "`format` is already set at line 1"),

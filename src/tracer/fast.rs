@@ -6,6 +6,7 @@
 use super::{State, Tracer};
 use crate::breakpoints;
 use crate::event::{Event, StackCapture};
+use crate::model::consts::MAP_FIXED_NOREPLACE;
 use crate::os::Tid;
 use crate::os::mem;
 use crate::os::ptrace::{self, Stop};
@@ -25,8 +26,6 @@ pub(super) struct Fast {
     int3s: HashMap<u64, u64>,
     page: u64,
 }
-
-const MAP_FIXED_NOREPLACE: u64 = 0x10_0000;
 
 impl Tracer<'_> {
     /// `--fast` where it can be installed; otherwise (said on stderr) the int3 sites given at construction.

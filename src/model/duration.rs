@@ -1,0 +1,61 @@
+//! The one duration grammar, shared by the command line and probe scripts: a decimal number and a unit.
+
+use std::time::Duration;
+
+/// Parses `500ms`, `1.5s`, `2m`, `1h`, `250us`, `10ns`, or a plain number of seconds. More than zero.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let s = text.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let bad = || format!("bad duration `{s}`: expected a number and a unit (500ms, 1.5s, 2m, 1h)");
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty() || (num.contains('.') && frac.is_empty()) || frac.contains('.') {
+        return Err(bad());
+    }
+    let unit_ns: u128 = match unit {
+        "ns" => 1,
+        "us" => 1_000,
+        "ms" => 1_000_000,
+        "" | "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        _ => return Err(format!("bad duration `{s}`: unknown unit `{unit}` (use ns, us, ms, s, m or h)")),
+    };
+    // Exact decimal arithmetic in nanoseconds: `7ns` and `1.5s` must print back as they were written.
+    let too_long = || format!("bad duration `{s}`: too long");
+    let whole: u128 = int.parse().map_err(|_| too_long())?;
+    let mut nanos = whole.checked_mul(unit_ns).ok_or_else(too_long)?;
+    let mut scale = unit_ns;
+    for digit in frac.bytes().take(30) {
+        scale /= 10;
+        nanos += u128::from(digit - b'0') * scale;
+    }
+    if nanos > 1_000_000_000 * 1_000_000_000 {
+        return Err(too_long());
+    }
+    let d = Duration::from_nanos(u64::try_from(nanos).map_err(|_| too_long())?);
+    if d.is_zero() {
+        return Err(format!("bad duration `{s}`: must be more than zero"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grammar() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse_duration("10ns"), Ok(Duration::from_nanos(10)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        for bad in ["10x", "", "0s", "-1s", ".5s", "1.s", "1..2s", "s", "1e3s", "99999999999h"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}
