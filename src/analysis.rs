@@ -2,7 +2,7 @@
 //! leak tracker, and samples /proc/PID/smaps on a timer (no ptrace: the target is not stopped for it).
 
 use crate::event::Event;
-use crate::leaks::{self, LeakTracker};
+use crate::leaks::LeakTracker;
 use crate::os::Tid;
 use crate::report::Renderer;
 use crate::stack::Stack;
@@ -76,7 +76,7 @@ pub fn run(rx: Receiver<Event>, mut renderer: Box<dyn Renderer + Send>, cfg: Con
         if let Some(t) = tracker.as_mut()
             && Instant::now() >= next_sample
         {
-            t.sample(leaks::read_sample(cfg.pid));
+            t.sample(crate::os::procfs::read_smaps_regions(cfg.pid));
             next_sample = Instant::now() + every;
         }
         let Some(ev) = ev else { continue };

@@ -292,7 +292,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     // syscatch's memory without limit.
     let (tx, rx) = crossbeam_channel::bounded(256);
     // The baseline of growth is taken before anything is armed: the first call may come right after.
-    let baseline = if out.leaks.is_some() { crate::leaks::read_sample(pid) } else { Vec::new() };
+    let baseline = if out.leaks.is_some() { procfs::read_smaps_regions(pid) } else { Vec::new() };
     let acfg = analysis::Config { pid, stack_depth: out.stack_depth, depths: plan.depths, leaks: out.leaks, baseline };
     let worker = std::thread::spawn(move || analysis::run(rx, renderer, acfg));
     let cfg = Config {
@@ -339,7 +339,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     summary.symbolize_cached_ns_per_frame = done.costs.symbolize_cached_ns_per_frame();
     if let Some(mut tracker) = done.leaks {
         // The last sample, after detach: the target runs on untouched.
-        tracker.sample(crate::leaks::read_sample(pid));
+        tracker.sample(procfs::read_smaps_regions(pid));
         let report = tracker.report();
         renderer.leaks(&report)?;
         if let (Some(f), Some(path)) = (folded_file.as_mut(), &out.folded) {

@@ -1,13 +1,12 @@
 //! The answer the user came for: which stack made the memory that keeps growing, and how much of it is still
 //! mapped. Fed by the analysis thread (events with their unwound stacks) and by smaps samples; renders the leak
-//! report as text, JSON Lines, collapsed stacks and a flame graph. Pure except for `read_sample`.
+//! report as text, JSON Lines, collapsed stacks and a flame graph. Pure: smaps samples come in as values.
 
 use crate::correlate::{AddressSpace, Growing, StackId, StackStats};
 use crate::event::Event;
-use crate::os::{Tid, procfs};
 use crate::report::json::{frame_json, hex, line};
 use crate::report::text::frame_text;
-use crate::smaps::{SmapsRegion, parse_smaps};
+use crate::smaps::SmapsRegion;
 use crate::stack::{Frame, Stack};
 use serde_json::json;
 use std::collections::HashMap;
@@ -15,11 +14,6 @@ use std::io::{self, Write};
 
 /// The mapping family traced together with `--leaks`.
 pub const LEAK_SYSCALLS: [&str; 3] = ["mmap", "munmap", "mremap"];
-
-/// Reads and parses `/proc/PID/smaps` (no ptrace: the target is not stopped). Empty if it cannot be read.
-pub fn read_sample(pid: Tid) -> Vec<SmapsRegion> {
-    procfs::read_smaps(pid).map(|t| parse_smaps(&t)).unwrap_or_default()
-}
 
 /// Stacks seen so far, interned by their frame addresses.
 #[derive(Default)]

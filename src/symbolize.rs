@@ -157,15 +157,20 @@ pub fn crc32(data: &[u8]) -> u32 {
     !crc
 }
 
-/// Finds and reads the separate debug file of the module whose file is `data`, checking it belongs to it
-/// (same build-id, or the debuglink's CRC when the module has no build-id).
-pub fn read_debug_file(root: &str, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)> {
+/// Finds the separate debug file of the module whose file is `data` among the candidates `load` can read,
+/// checking it belongs to it (same build-id, or the debuglink's CRC when the module has no build-id).
+pub fn find_debug_file(
+    root: &str,
+    path: &str,
+    data: &[u8],
+    load: impl Fn(&str) -> Option<Vec<u8>>,
+) -> Option<(String, Arc<[u8]>)> {
     let file = object::File::parse(data).ok()?;
     let build_id = file.build_id().ok().flatten();
     let link = file.gnu_debuglink().ok().flatten();
     let link_name = link.and_then(|(n, _)| std::str::from_utf8(n).ok());
     for cand in debug_file_candidates(root, path, build_id, link_name) {
-        let Ok(bytes) = std::fs::read(&cand) else { continue };
+        let Some(bytes) = load(&cand) else { continue };
         let ok = match (build_id, object::File::parse(&*bytes).ok()) {
             (Some(id), Some(f)) => f.build_id().ok().flatten() == Some(id),
             (None, Some(_)) => link.is_some_and(|(_, crc)| crc32(&bytes) == crc),

@@ -112,7 +112,7 @@ impl Modules {
             None => {
                 let root = format!("/proc/{}/root", self.pid);
                 let debug = if g.path.starts_with('/') {
-                    symbolize::read_debug_file(&root, &g.path, &module.data)
+                    symbolize::find_debug_file(&root, &g.path, &module.data, |p| std::fs::read(p).ok())
                 } else {
                     None
                 };

@@ -8,6 +8,11 @@ pub fn read_maps(pid: Tid) -> io::Result<String> {
     std::fs::read_to_string(format!("/proc/{pid}/maps"))
 }
 
+/// Reads and parses `/proc/PID/smaps` (no ptrace: the target is not stopped). Empty if it cannot be read.
+pub fn read_smaps_regions(pid: Tid) -> Vec<crate::smaps::SmapsRegion> {
+    read_smaps(pid).map(|t| crate::smaps::parse_smaps(&t)).unwrap_or_default()
+}
+
 pub fn read_smaps(pid: Tid) -> io::Result<String> {
     std::fs::read_to_string(format!("/proc/{pid}/smaps"))
 }
