@@ -15,6 +15,9 @@
  *               (S: exit status, or 1000 + signal if killed)
  *   spawn N     N posix_spawn of /bin/true (vfork + exec inside glibc); prints "spawn I status S"
  *   vfork N     N vfork children calling syscall(SYS_getpid) then exec of /bin/true; prints "vfork I status S"
+ *   storm       a storm thread alternates posix_spawn of /bin/true and fork (the child does one iteration and
+ *               exits 40 + i % 50), each child's status checked, until stop
+ *   spawned     prints "spawned S forked F": children of the storm thread so far
  *   signals     prints "signals N": real-time signals (SIGRTMIN) handled so far
  *   exec        execs itself with "exec-child" while the workers run; the new image prints "pid N", "execed"
  *   finish      as stop, then exits with status 23
@@ -45,6 +48,9 @@ static atomic_long churn_created, churn_joined;
 static pthread_t workers[MAX_WORKERS], churner;
 static int nworkers, has_churner, churn_width;
 static int futex_word;
+static pthread_t stormer;
+static atomic_int storming;
+static atomic_long storm_spawned, storm_forked;
 
 static void on_rt(int sig) {
     (void)sig;
@@ -147,7 +153,38 @@ static int __attribute__((noinline)) vfork_once(void) {
     return status_of(st);
 }
 
+/* Children all the time: while a posix_spawn child (CLONE_VFORK) lives, its parent sleeps in the kernel. */
+static void *storm(void *arg) {
+    (void)arg;
+    for (long i = 0; storming; i++) {
+        int st = -1;
+        if (i % 2 == 0) {
+            pid_t k;
+            char *args[] = {"true", NULL};
+            if (posix_spawn(&k, "/bin/true", NULL, NULL, args, environ)) fail("posix_spawn", 0, 0);
+            if (waitpid(k, &st, 0) != k || status_of(st) != 0) fail("spawn status", status_of(st), 0);
+            storm_spawned++;
+        } else {
+            pid_t k = fork();
+            if (k == 0) {
+                struct counts c = {0};
+                iterate(&c, (unsigned)i);
+                _exit(40 + (int)(i % 50));
+            }
+            if (k < 0) fail("fork", k, 0);
+            if (waitpid(k, &st, 0) != k || status_of(st) != 40 + (int)(i % 50))
+                fail("fork child status", status_of(st), 40 + (int)(i % 50));
+            storm_forked++;
+        }
+    }
+    return NULL;
+}
+
 static void stop_all(void) {
+    if (storming) {
+        storming = 0;
+        pthread_join(stormer, NULL);
+    }
     running = 0;
     for (int i = 0; i < nworkers; i++) pthread_join(workers[i], NULL);
     nworkers = 0;
@@ -219,6 +256,13 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(cmd, "vfork")) {
             for (long i = 0; i < n; i++) say("vfork %ld status %d\n", i, vfork_once());
+        } else if (!strcmp(cmd, "storm")) {
+            if (!storming) {
+                storming = 1;
+                if (pthread_create(&stormer, NULL, storm, NULL)) fail("pthread_create", 0, 0);
+            }
+        } else if (!strcmp(cmd, "spawned")) {
+            say("spawned %ld forked %ld\n", (long)storm_spawned, (long)storm_forked);
         } else if (!strcmp(cmd, "signals")) {
             say("signals %ld\n", (long)rt_handled);
         } else if (!strcmp(cmd, "exec")) {

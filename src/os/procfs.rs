@@ -26,6 +26,11 @@ pub fn read_task_status(pid: Tid, tid: Tid) -> io::Result<String> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
 }
 
+/// The kernel function a sleeping thread waits in (`0` while it runs).
+pub fn read_wchan(tid: Tid) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/{tid}/wchan"))
+}
+
 pub fn read_environ(pid: Tid) -> io::Result<Vec<u8>> {
     std::fs::read(format!("/proc/{pid}/environ"))
 }

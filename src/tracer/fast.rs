@@ -57,8 +57,12 @@ impl Tracer<'_> {
             return Err("the wrapper in memory differs from the file (another tool has patched it)".into());
         }
         crate::os::sched::realtime(|| {
-            self.hold_all(None);
-            let result = self.install(numbers, entry, plan, near);
+            let stuck = self.hold_all(None);
+            // Rewriting the wrapper needs every thread stopped: one that cannot stop might return into it.
+            let result = match stuck.first() {
+                Some((tid, why)) => Err(format!("thread {tid} cannot be stopped ({why})")),
+                None => self.install(numbers, entry, plan, near),
+            };
             self.release_all();
             result
         })

@@ -8,34 +8,109 @@ use crate::os::ptrace::{self, Stop};
 use crate::os::regs::Regs;
 use crate::os::{Tid, procfs, signals};
 use crate::procinfo;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+/// The longest [`Tracer::hold_all`] waits for threads that might still stop.
+const HOLD_LIMIT: Duration = Duration::from_millis(500);
+/// How long detach waits for threads that could not stop to stop once the others are let go.
+const LATE_LIMIT: Duration = Duration::from_millis(500);
+/// How long a thread in uninterruptible sleep (a page fault on slow storage, a killable kernel wait) is waited
+/// for before it is taken as unable to stop.
+const D_GRACE: Duration = Duration::from_millis(100);
 
 impl Tracer<'_> {
     /// Interrupts every running thread except `except` and waits until each is held (handling whatever they
-    /// report on the way). Bounded: a thread that never stops (it cannot, short of a kernel bug) is given up on.
-    pub(super) fn hold_all(&mut self, except: Option<Tid>) {
+    /// report on the way), but never for a thread that cannot stop: a vfork parent sleeps in the kernel until its
+    /// child (traced, maybe held by us) execs or exits, a zombie never stops again, and a thread in uninterruptible
+    /// sleep may stay there. Those are left out and returned with the reason; their interrupt stays pending, so
+    /// they stop (and are handled as usual) once they can. Bounded by [`HOLD_LIMIT`] in all cases.
+    pub(super) fn hold_all(&mut self, except: Option<Tid>) -> Vec<(Tid, String)> {
         for (&tid, t) in &self.threads {
             if Some(tid) != except && !matches!(t.state, State::Held { .. }) {
                 let _ = ptrace::interrupt(tid);
             }
         }
-        let give_up = Instant::now() + Duration::from_secs(10);
-        while self.threads.iter().any(|(&t, th)| Some(t) != except && !matches!(th.state, State::Held { .. }))
-            && Instant::now() < give_up
-        {
-            match ptrace::wait_any(false) {
-                Ok(Some((tid, stop))) if Some(tid) == except => {
-                    // The stepping thread is stopped at its trap: only its death can be reported.
-                    match stop {
-                        Stop::Exited(c) => self.gone(tid, End::Exited(c)),
-                        Stop::Killed(s) => self.gone(tid, End::Killed(s)),
-                        _ => {}
+        let started = Instant::now();
+        let mut stuck: HashMap<Tid, String> = HashMap::new();
+        let mut nap = Duration::from_micros(20);
+        loop {
+            let pending: Vec<Tid> = self
+                .threads
+                .iter()
+                .filter(|&(&t, th)| Some(t) != except && !matches!(th.state, State::Held { .. }))
+                .map(|(&t, _)| t)
+                .filter(|t| !stuck.contains_key(t))
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            // Polled, not blocking: a blocking wait would never return if every pending thread is stuck (and the
+            // SIGALRM tick that breaks waits is off during detach).
+            match ptrace::wait_any(true) {
+                Ok(Some((tid, stop))) => {
+                    if Some(tid) == except {
+                        // The stepping thread is stopped at its trap: only its death can be reported.
+                        match stop {
+                            Stop::Exited(c) => self.gone(tid, End::Exited(c)),
+                            Stop::Killed(s) => self.gone(tid, End::Killed(s)),
+                            _ => {}
+                        }
+                    } else {
+                        self.hold(tid, stop);
+                    }
+                    nap = Duration::from_micros(20);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    self.threads.retain(|&t, _| Some(t) == except);
+                    break;
+                }
+            }
+            let waited = started.elapsed();
+            for tid in pending {
+                if let Some(why) = self.cannot_stop(tid, waited) {
+                    stuck.insert(tid, why);
+                }
+            }
+            if waited >= HOLD_LIMIT {
+                for (&tid, th) in &self.threads {
+                    if Some(tid) != except && !matches!(th.state, State::Held { .. }) {
+                        stuck.entry(tid).or_insert_with(|| format!("no stop within {} ms", HOLD_LIMIT.as_millis()));
                     }
                 }
-                Ok(Some((tid, stop))) => self.hold(tid, stop),
-                Ok(None) => {}
-                Err(_) => self.threads.retain(|&t, _| Some(t) == except),
+                break;
             }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
+        let mut left: Vec<(Tid, String)> = stuck
+            .into_iter()
+            .filter(|(t, _)| self.threads.get(t).is_some_and(|th| !matches!(th.state, State::Held { .. })))
+            .collect();
+        left.sort_unstable();
+        left
+    }
+
+    /// Why thread `tid`, interrupted `waited` ago and not stopped yet, cannot stop now (None: it may still).
+    fn cannot_stop(&self, tid: Tid, waited: Duration) -> Option<String> {
+        if let Some((&child, _)) = self.threads.iter().find(|(_, t)| t.vfork_parent == Some(tid)) {
+            return Some(format!("a vfork parent waiting in the kernel for its child {child}"));
+        }
+        let status = procfs::read_status(tid).ok().map(|s| procinfo::parse_status(&s))?;
+        match status.state {
+            'Z' | 'X' => Some("a zombie".into()),
+            'D' if waited >= D_GRACE => {
+                let wchan = procfs::read_wchan(tid).unwrap_or_default();
+                let wchan = wchan.trim();
+                Some(if wchan.is_empty() || wchan == "0" {
+                    "in uninterruptible sleep".into()
+                } else {
+                    format!("in uninterruptible sleep in {wchan}")
+                })
+            }
+            _ => None,
         }
     }
 
@@ -98,7 +173,7 @@ impl Tracer<'_> {
             }
             Stop::GroupStop(_) => group = true,
             Stop::Clone(new) | Stop::Fork(new) | Stop::Vfork(new) => {
-                self.on_child(new);
+                self.on_child(tid, new);
                 if let Some(t) = self.threads.get(&new)
                     && t.shared_child
                 {
@@ -200,23 +275,13 @@ impl Tracer<'_> {
         self.detached = true;
         let started = Instant::now();
         signals::stop_timer();
-        self.hold_all(None);
-        let tids: Vec<Tid> = self.threads.keys().copied().collect();
+        let stuck = self.hold_all(None);
+        let tids: Vec<Tid> = self.threads.keys().copied().filter(|t| !stuck.iter().any(|(s, _)| s == t)).collect();
         for &tid in &tids {
             self.drain_traps(tid);
         }
         for &tid in &tids {
-            let Some(Thread { state: State::Held { prev, .. }, .. }) = self.threads.get_mut(&tid) else {
-                continue;
-            };
-            if let State::Stepping { ev, .. } = std::mem::replace(prev.as_mut(), State::Running) {
-                let mut ev = *ev;
-                if ev.ret.is_none() {
-                    // The thread enters (or restarts) the syscall by itself after detach.
-                    ev.ret_missing = Some("the trace ended before the call returned".into());
-                }
-                self.emit(ev);
-            }
+            self.end_held_call(tid);
         }
         let waiting: Vec<_> = self.sites.values_mut().flat_map(|s| s.waiting.drain(..)).collect();
         for (_, _, mut ev) in waiting {
@@ -233,8 +298,73 @@ impl Tracer<'_> {
             };
             let _ = ptrace::detach(tid, sig);
         }
+        // The bytes are back and the vfork children released: their parents wake and stop at their pending
+        // interrupt, and are detached like the others. A thread that still cannot stop is detached by the kernel
+        // when syscatch exits; it never ran our code and finds the original bytes.
+        self.detach_late(stuck);
         self.threads.clear();
         self.summary.detach = started.elapsed();
+    }
+
+    /// Waits (bounded) for the threads `hold_all` could not stop, detaching each as it stops; names those left.
+    fn detach_late(&mut self, stuck: Vec<(Tid, String)>) {
+        let mut stuck: HashMap<Tid, String> = stuck.into_iter().collect();
+        let give_up = Instant::now() + LATE_LIMIT;
+        let mut nap = Duration::from_micros(50);
+        while !stuck.is_empty() && Instant::now() < give_up {
+            match ptrace::wait_any(true) {
+                Ok(Some((tid, stop))) if stuck.contains_key(&tid) => {
+                    self.hold(tid, stop);
+                    if let Some(Thread { state: State::Held { .. }, .. }) = self.threads.get(&tid) {
+                        self.drain_traps(tid);
+                        self.end_held_call(tid);
+                        let sig = match self.threads.get(&tid).map(|t| &t.state) {
+                            Some(State::Held { sig, .. }) => *sig,
+                            _ => 0,
+                        };
+                        let _ = ptrace::detach(tid, sig);
+                    }
+                    self.threads.remove(&tid);
+                    stuck.remove(&tid);
+                }
+                Ok(Some((tid, stop))) => {
+                    // A stop of something we no longer track (a child whose parent's event is gone with it).
+                    if !matches!(stop, Stop::Exited(_) | Stop::Killed(_)) {
+                        self.early.insert(tid, stop);
+                    }
+                }
+                Ok(None) => {
+                    stuck.retain(|&t, _| procfs::read_status(t).is_ok());
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(Duration::from_millis(2));
+                }
+                Err(_) => stuck.clear(),
+            }
+        }
+        self.release_early_children();
+        let mut left: Vec<_> = stuck.into_iter().collect();
+        left.sort_unstable();
+        for (tid, why) in left {
+            self.summary.warnings.push(format!(
+                "thread {tid} could not be stopped to detach ({why}); the original bytes are back, and the kernel \
+                 detaches it when syscatch exits"
+            ));
+        }
+    }
+
+    /// A held thread that was stepping a matching call: the event goes out now, without a result if the call
+    /// had not returned (the thread enters, or restarts, the syscall by itself after detach).
+    fn end_held_call(&mut self, tid: Tid) {
+        let Some(Thread { state: State::Held { prev, .. }, .. }) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        if let State::Stepping { ev, .. } = std::mem::replace(prev.as_mut(), State::Running) {
+            let mut ev = *ev;
+            if ev.ret.is_none() {
+                ev.ret_missing = Some("the trace ended before the call returned".into());
+            }
+            self.emit(ev);
+        }
     }
 
     /// Children whose first stop came but whose parent's fork event was never handled (the trace ended in

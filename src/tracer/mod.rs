@@ -156,6 +156,8 @@ struct Thread {
     state: State,
     /// A process sharing our memory (vfork child): traced like a thread until it execs or exits.
     shared_child: bool,
+    /// For a vfork child: the thread that created it, asleep in the kernel until this child execs or exits.
+    vfork_parent: Option<Tid>,
 }
 
 pub struct Tracer<'a> {
@@ -330,7 +332,7 @@ impl<'a> Tracer<'a> {
     }
 
     fn add_thread(&mut self, tid: Tid, shared_child: bool) {
-        self.threads.insert(tid, Thread { state: State::Running, shared_child });
+        self.threads.insert(tid, Thread { state: State::Running, shared_child, vfork_parent: None });
         if !shared_child {
             self.summary.threads_seen += 1;
         }
@@ -484,7 +486,7 @@ impl<'a> Tracer<'a> {
             }
             Stop::Interrupted | Stop::VforkDone => self.resume(tid, 0),
             Stop::Clone(new) | Stop::Fork(new) | Stop::Vfork(new) => {
-                self.on_child(new);
+                self.on_child(tid, new);
                 self.resume(tid, 0);
             }
             Stop::Exec => self.on_exec(tid),
@@ -859,8 +861,8 @@ impl<'a> Tracer<'a> {
         }
     }
 
-    /// A new thread or child process `new`, reported by its parent's clone/fork/vfork event.
-    fn on_child(&mut self, new: Tid) {
+    /// A new thread or child process `new`, reported by its parent's (`parent`) clone/fork/vfork event.
+    fn on_child(&mut self, parent: Tid, new: Tid) {
         if new <= 0 || self.threads.contains_key(&new) {
             return;
         }
@@ -884,6 +886,9 @@ impl<'a> Tracer<'a> {
             // vfork/CLONE_VM: it shares our memory and our int3s; restoring the bytes would blind the parent.
             // Keep it traced and handle its hits until it execs or exits.
             self.add_thread(new, true);
+            if let Some(t) = self.threads.get_mut(&new) {
+                t.vfork_parent = Some(parent);
+            }
             self.resume(new, 0);
             return;
         }

@@ -209,6 +209,22 @@ impl Syscatch {
         unsafe { libc::kill(self.child.id() as i32, sig) };
     }
 
+    /// Waits at most `limit` for syscatch to exit, then as [`Syscatch::finish`]. A syscatch still running then
+    /// is hung: it is killed and the test fails, naming the state of every thread of `target`.
+    pub fn finish_within(mut self, limit: Duration, target: i32) -> (ExitStatus, Vec<String>, Vec<String>) {
+        let deadline = Instant::now() + limit;
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() >= deadline {
+                let states = thread_states_of(target);
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("syscatch hung: no exit within {limit:?}; target threads {states:?}: {:#?}", self.err.seen);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.finish()
+    }
+
     /// Waits for exit; returns (status, stdout lines, stderr lines).
     pub fn finish(mut self) -> (ExitStatus, Vec<String>, Vec<String>) {
         let out = self.out.rest();

@@ -712,3 +712,45 @@ fn target_exiting_while_syscatch_attaches() {
     }
     eprintln!("outcomes: {outcomes:?}");
 }
+
+/// Regression (#11): detaching while a posix_spawn child was held hung forever. The spawning thread sleeps in the
+/// kernel (vfork) until its child execs, so it can never reach the stop detach waited for, while the child sat in
+/// the stop syscatch holds it in: `hold_all` waited in `wait4` for good (6 of 200 interrupted runs). A storm thread
+/// spawning and forking all the time keeps a vfork parent asleep most of the time; every detach must end, quickly,
+/// with the target unharmed and every child's status right (the target checks them itself).
+#[test]
+fn detach_during_a_spawn_storm_ends_in_bounded_time() {
+    let mut rng = Rng::new("detach_during_a_spawn_storm_ends_in_bounded_time");
+    for tool in TOOLS {
+        let mut t = torture_target(&[]);
+        cmd(&mut t, "start 2");
+        cmd(&mut t, "storm");
+        let mut detach_ms = Vec::new();
+        for round in 0..rounds(12) {
+            let ctx = format!("spawn storm {} round {round}", tool.name);
+            let mut sc = attached(tool, &t);
+            if tool.events {
+                for _ in 0..rng.below(40) {
+                    sc.out.next();
+                }
+            }
+            spin(rng.below(200_000));
+            sc.signal(libc::SIGINT);
+            // Seconds, not the test's minute: a hang is what this looks for.
+            let (status, out, err) = sc.finish_within(std::time::Duration::from_secs(15), t.pid);
+            assert_no_panic(&err, &ctx);
+            assert!(status.success(), "{ctx}: {status:?} {err:#?}");
+            if tool.events {
+                let values = json_lines(&out);
+                let s = summary_data(&values);
+                assert_eq!(s["end"], "signal", "{ctx}: {s}");
+                detach_ms.push(s["detach_ms"].as_f64().unwrap_or(-1.0));
+                check_events(&values, &ctx);
+            }
+            assert_unharmed(t.pid, &err, &ctx);
+        }
+        let spawned = cmd(&mut t, "spawned").remove(0);
+        eprintln!("{}: {spawned}; detach ms {detach_ms:?}", tool.name);
+        finish(t, &format!("spawn storm {}", tool.name));
+    }
+}
