@@ -10,6 +10,7 @@ pub mod cli;
 pub mod commands;
 pub mod correlate;
 pub mod event;
+pub mod guardian;
 pub mod hooks;
 pub mod leaks;
 pub mod memclass;

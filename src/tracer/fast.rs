@@ -6,6 +6,7 @@
 use super::{State, Tracer};
 use crate::breakpoints;
 use crate::event::{Event, StackCapture};
+use crate::guardian::Msg;
 use crate::os::Tid;
 use crate::os::mem;
 use crate::os::ptrace::{self, Stop};
@@ -103,6 +104,9 @@ impl Tracer<'_> {
         let page = page.ok_or("no free page within reach of libc for the trampoline")?;
         let (code, int3s) = trampoline::assemble(&plan, page, numbers).ok_or("the trampoline does not fit or reach")?;
         let jump = trampoline::patch_bytes(&plan, page).ok_or("the trampoline page is out of jump range")?;
+        for &a in int3s.keys() {
+            self.tell(Msg::Nop(a));
+        }
         self.mem.write_all(page, &code).map_err(|e| format!("cannot write the trampoline: {e}"))?;
         self.mem.write_all(plan.at, &jump).map_err(|e| format!("cannot patch the wrapper: {e}"))?;
         self.fast = Some(Fast { plan, jump, entry, int3s, page });

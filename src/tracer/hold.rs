@@ -4,6 +4,7 @@
 use super::{State, Thread, Tracer};
 use crate::breakpoints::INT3;
 use crate::event::End;
+use crate::guardian::Msg;
 use crate::os::ptrace::{self, Stop};
 use crate::os::regs::Regs;
 use crate::os::{Tid, procfs, signals};
@@ -234,6 +235,7 @@ impl Tracer<'_> {
             let _ = ptrace::detach(tid, sig);
         }
         self.threads.clear();
+        self.tell(Msg::Done);
         self.summary.detach = started.elapsed();
     }
 
