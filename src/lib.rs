@@ -29,5 +29,6 @@ pub mod symbolize;
 pub mod syscalls;
 pub mod tracer;
 pub mod trampoline;
+pub mod trappad;
 pub mod unwind;
 pub mod unwind_modules;

@@ -227,6 +227,7 @@ impl Tracer<'_> {
         self.release_early_children();
         self.restore_all();
         self.unpatch();
+        self.remove_pad();
         for tid in tids {
             let sig = match self.threads.get(&tid).map(|t| &t.state) {
                 Some(State::Held { sig, .. }) => *sig,

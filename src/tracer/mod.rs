@@ -11,6 +11,7 @@
 
 mod fast;
 mod hold;
+mod pad;
 
 use crate::breakpoints::{self, Decoded, INT3, Insn, Memory};
 use crate::event::{End, Event, Sink, StackCapture, Summary};
@@ -180,6 +181,8 @@ pub struct Tracer<'a> {
     fast: Option<fast::Fast>,
     /// The guardian process that restores the bytes if we die without detaching.
     guard: Option<Guard>,
+    /// The SIGTRAP handler placed in the target for the same case.
+    pad: Option<pad::Pad>,
 }
 
 /// Reads through the captured stack first, then the target's memory (for the emulator's loads).
@@ -295,6 +298,7 @@ impl<'a> Tracer<'a> {
             cs,
             fast: None,
             guard,
+            pad: None,
         })
     }
 
@@ -384,6 +388,7 @@ impl<'a> Tracer<'a> {
             }
         }
         self.armed = true;
+        self.install_pad();
         self.start = Instant::now();
         Ok(())
     }
@@ -830,6 +835,7 @@ impl<'a> Tracer<'a> {
             self.emit(ev);
             return;
         };
+        self.pad_list(crate::trappad::entry(ret_addr, false));
         self.tell(Msg::Plant { addr: ret_addr, orig: vec![code[0]], planted: vec![INT3] });
         if self.mem.write_all(ret_addr, &[INT3]).is_err() {
             ev.ret_missing = Some(format!("cannot write a return breakpoint at {ret_addr:#x}"));
@@ -960,6 +966,7 @@ impl<'a> Tracer<'a> {
         self.sites.clear();
         self.retired.clear();
         self.fast = None;
+        self.pad = None;
         self.tell(Msg::Exec);
         self.threads.retain(|&t, th| t == tid || th.shared_child);
         if tid != self.cfg.pid
