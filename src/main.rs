@@ -19,6 +19,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
 }
 
 fn main() {
+    if std::env::args_os().nth(1).is_some_and(|a| a == syscatch::guardian::SUBCOMMAND) {
+        let args: Vec<String> = std::env::args_os().skip(2).map(|a| a.to_string_lossy().into_owned()).collect();
+        std::process::exit(syscatch::guardian::main(&args));
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {

@@ -11,6 +11,9 @@ pub struct Status {
     pub tracer_pid: i32,
     /// Signals pending for this thread alone (bit `n-1` for signal `n`).
     pub sig_pnd: u64,
+    /// Signals with a handler (`SigCgt`) or ignored (`SigIgn`), process-wide.
+    pub sig_cgt: u64,
+    pub sig_ign: u64,
     /// Kernel threads have no address space, hence no `VmSize` line.
     pub has_vm: bool,
 }
@@ -30,6 +33,8 @@ pub fn parse_status(text: &str) -> Status {
             "PPid" => s.ppid = val.parse().unwrap_or(0),
             "TracerPid" => s.tracer_pid = val.parse().unwrap_or(0),
             "SigPnd" => s.sig_pnd = u64::from_str_radix(val, 16).unwrap_or(0),
+            "SigCgt" => s.sig_cgt = u64::from_str_radix(val, 16).unwrap_or(0),
+            "SigIgn" => s.sig_ign = u64::from_str_radix(val, 16).unwrap_or(0),
             "VmSize" => s.has_vm = true,
             _ => {}
         }

@@ -4,6 +4,7 @@
 use super::Tid;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 
 pub struct ProcMem {
@@ -15,6 +16,11 @@ impl ProcMem {
     pub fn open(pid: Tid) -> io::Result<ProcMem> {
         let file = OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem"))?;
         Ok(ProcMem { file, pid })
+    }
+
+    /// An already open `/proc/PID/mem` (the guardian's, inherited from syscatch).
+    pub fn from_file(file: File, pid: Tid) -> ProcMem {
+        ProcMem { file, pid }
     }
 
     pub fn pid(&self) -> Tid {
@@ -34,6 +40,12 @@ impl ProcMem {
         let mut b = [0u8; 8];
         self.read_exact(addr, &mut b)?;
         Ok(u64::from_le_bytes(b))
+    }
+}
+
+impl AsRawFd for ProcMem {
+    fn as_raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
     }
 }
 

@@ -4,6 +4,7 @@
 use super::{State, Thread, Tracer};
 use crate::breakpoints::INT3;
 use crate::event::End;
+use crate::guardian::Msg;
 use crate::os::ptrace::{self, Stop};
 use crate::os::regs::Regs;
 use crate::os::{Tid, procfs, signals};
@@ -291,6 +292,7 @@ impl Tracer<'_> {
         self.release_early_children();
         self.restore_all();
         self.unpatch();
+        self.remove_pad();
         for tid in tids {
             let sig = match self.threads.get(&tid).map(|t| &t.state) {
                 Some(State::Held { sig, .. }) => *sig,
@@ -303,6 +305,7 @@ impl Tracer<'_> {
         // when syscatch exits; it never ran our code and finds the original bytes.
         self.detach_late(stuck);
         self.threads.clear();
+        self.tell(Msg::Done);
         self.summary.detach = started.elapsed();
     }
 

@@ -11,9 +11,11 @@
 
 mod fast;
 mod hold;
+mod pad;
 
 use crate::breakpoints::{self, Decoded, INT3, Insn, Memory};
 use crate::event::{End, Event, Sink, StackCapture, Summary};
+use crate::guardian::{Guard, Msg};
 use crate::os::mem::{self, ProcMem};
 use crate::os::ptrace::{self, Stop};
 use crate::os::regs::{Reg, Regs};
@@ -179,6 +181,10 @@ pub struct Tracer<'a> {
     cs: Option<capstone::Capstone>,
     /// The `--fast` patch, when installed.
     fast: Option<fast::Fast>,
+    /// The guardian process that restores the bytes if we die without detaching.
+    guard: Option<Guard>,
+    /// The SIGTRAP handler placed in the target for the same case.
+    pad: Option<pad::Pad>,
 }
 
 /// Reads through the captured stack first, then the target's memory (for the emulator's loads).
@@ -218,6 +224,24 @@ fn own_sigtrap(tid: Tid) -> i32 {
     if ptrace::sig_code(tid).is_ok_and(|c| c <= 0) { libc::SIGTRAP } else { 0 }
 }
 
+/// The guardian, started before anything is planted; without one (refused, or `SYSCATCH_NO_GUARDIAN` set by a
+/// test measuring what it saves), syscatch says what a SIGKILL would then do, and traces anyway.
+fn start_guard(pid: Tid, mem: &ProcMem, check: u64) -> Option<Guard> {
+    if std::env::var_os("SYSCATCH_NO_GUARDIAN").is_some() {
+        return None;
+    }
+    match Guard::start(pid, mem, check) {
+        Ok(g) => Some(g),
+        Err(why) => {
+            eprintln!(
+                "syscatch: warning: {why}; if syscatch is killed (SIGKILL, OOM) its breakpoints stay and the target \
+                 dies at its next hit"
+            );
+            None
+        }
+    }
+}
+
 fn os_errno(e: std::io::Error) -> Errno {
     Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
@@ -225,6 +249,7 @@ fn os_errno(e: std::io::Error) -> Errno {
 impl<'a> Tracer<'a> {
     fn new(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
         let mem = ProcMem::open(cfg.pid).map_err(os_errno)?;
+        let guard = start_guard(cfg.pid, &mem, specs.first().map_or(0, |s| s.addr));
         let cs = breakpoints::disassembler();
         let mut sites = HashMap::new();
         for spec in specs {
@@ -274,6 +299,8 @@ impl<'a> Tracer<'a> {
             leader_status: None,
             cs,
             fast: None,
+            guard,
+            pad: None,
         })
     }
 
@@ -353,6 +380,9 @@ impl<'a> Tracer<'a> {
             }
         }
         for site in self.sites.values() {
+            if let Some(g) = self.guard.as_mut() {
+                g.send(&Msg::Plant { addr: site.addr, orig: vec![site.orig], planted: vec![INT3] });
+            }
             if let Err(e) = self.mem.write_all(site.addr, &[INT3]) {
                 self.armed = true;
                 self.restore_all();
@@ -360,6 +390,7 @@ impl<'a> Tracer<'a> {
             }
         }
         self.armed = true;
+        self.install_pad();
         self.start = Instant::now();
         Ok(())
     }
@@ -606,6 +637,13 @@ impl<'a> Tracer<'a> {
         self.on_hit(tid, regs, seen);
     }
 
+    /// Tells the guardian (if any) what is planted: before a byte is planted, after it is taken back.
+    fn tell(&mut self, m: Msg) {
+        if let Some(g) = self.guard.as_mut() {
+            g.send(&m);
+        }
+    }
+
     fn read_byte(&self, addr: u64) -> Option<u8> {
         let mut b = [0u8; 1];
         self.mem.read_exact(addr, &mut b).ok().map(|_| b[0])
@@ -629,6 +667,7 @@ impl<'a> Tracer<'a> {
             // recognised by `retired` and rewound.
             let site = self.sites.remove(&addr).expect("site exists");
             let _ = self.mem.write_all(addr, &[site.orig]);
+            self.tell(Msg::Retire(addr));
             self.retired.insert(addr, site.orig);
         }
         true
@@ -798,6 +837,8 @@ impl<'a> Tracer<'a> {
             self.emit(ev);
             return;
         };
+        self.pad_list(crate::trappad::entry(ret_addr, false));
+        self.tell(Msg::Plant { addr: ret_addr, orig: vec![code[0]], planted: vec![INT3] });
         if self.mem.write_all(ret_addr, &[INT3]).is_err() {
             ev.ret_missing = Some(format!("cannot write a return breakpoint at {ret_addr:#x}"));
             self.emit(ev);
@@ -930,6 +971,8 @@ impl<'a> Tracer<'a> {
         self.sites.clear();
         self.retired.clear();
         self.fast = None;
+        self.pad = None;
+        self.tell(Msg::Exec);
         self.threads.retain(|&t, th| t == tid || th.shared_child);
         if tid != self.cfg.pid
             && let Some(th) = self.threads.remove(&tid)

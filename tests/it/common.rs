@@ -502,3 +502,11 @@ pub fn summary_data(values: &[serde_json::Value]) -> &serde_json::Value {
     assert_eq!(last["type"], "summary", "the summary is the last line");
     &last["data"]
 }
+
+impl Target {
+    /// As [`Target::send`], but false instead of a panic when the target is gone.
+    pub fn try_send(&mut self, line: &str) -> bool {
+        let Some(w) = self.stdin.as_mut() else { return false };
+        writeln!(w, "{line}").and_then(|_| w.flush()).is_ok()
+    }
+}

@@ -1,0 +1,186 @@
+//! Surviving syscatch's own death: syscatch attached and armed is SIGKILLed (nothing of it runs after that) and
+//! its guardian must leave the target able to call `syscall()` as before. Idle targets always; busy targets in
+//! most rounds (the figures over many seeded rounds come from `scripts/torture-kill.sh`).
+
+use crate::common::*;
+use std::os::unix::process::ExitStatusExt;
+
+/// splitmix64 from `KILL_SEED` (else the clock); the seed is printed when a test fails.
+struct Rng(u64, u64);
+
+impl Rng {
+    fn new() -> Rng {
+        let seed = std::env::var("KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+        });
+        Rng(seed, seed)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.1 = self.1.wrapping_add(0x9e3779b97f4a7c15);
+        let mut z = self.1;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+        (z ^ (z >> 31)) % n.max(1)
+    }
+}
+
+impl Drop for Rng {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("replay with KILL_SEED={}", self.0);
+        }
+    }
+}
+
+fn kill_rounds(default: u64) -> u64 {
+    std::env::var("KILL_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+/// SIGKILLs syscatch and waits until it and its guardian are gone (the guardian holds syscatch's stderr open
+/// until it has restored the target). Returns syscatch's stderr.
+fn kill(sc: Syscatch) -> Vec<String> {
+    sc.signal(libc::SIGKILL);
+    let (status, _, err) = sc.finish();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "syscatch was killed: {err:#?}");
+    err
+}
+
+fn idle_target_survives(extra: &[&str]) {
+    require_ptrace();
+    let mut t = Target::start(&testprog("target"), &[]);
+    let pid = t.pid.to_string();
+    let mut args = vec!["--syscall", "mmap", "--pid", pid.as_str()];
+    args.extend(extra);
+    let mut sc = Syscatch::start(&args);
+    sc.wait_attached();
+    let site = attached_site(&sc.err.seen).expect("the site is printed");
+    // The target sits in read(): syscatch is killed with every byte planted and nothing in flight.
+    let planted = read_mem(t.pid, site, 1)[0];
+    let err = kill(sc);
+    let restored = err.iter().find(|l| l.contains("guardian: syscatch ended without detaching"));
+    let restored = restored.unwrap_or_else(|| panic!("the guardian reports what it restored: {err:#?}"));
+    assert_eq!(tracer_pid(t.pid), Some(0), "not traced any more");
+    if extra.contains(&"--fast") {
+        assert!(restored.contains("made 1 trampoline int3(s) nops"), "{restored}");
+    } else {
+        assert_eq!(planted, 0xcc, "the int3 was planted before the kill");
+        assert!(restored.contains("put back 1 original byte(s)"), "{restored}");
+        assert_text_pristine(t.pid, "after the guardian");
+    }
+    // The proof: the calls that would have hit the int3 (or the trampoline's) run and return what they should.
+    t.send("mmap 3");
+    let lines = t.out.until(|l| l == "ok");
+    assert_eq!(truth_mmaps(&lines).len(), 3, "{lines:#?}");
+    t.send("exit 0");
+    let st = t.wait();
+    assert_eq!(st.code(), Some(0), "target exit {st:?}");
+}
+
+#[test]
+fn sigkill_of_syscatch_leaves_an_idle_target_healthy() {
+    idle_target_survives(&[]);
+}
+
+#[test]
+fn sigkill_of_syscatch_leaves_an_idle_target_healthy_with_fast() {
+    idle_target_survives(&["--fast"]);
+}
+
+/// SIGTRAP's bit in `SigCgt` of /proc/PID/status: a handler is installed.
+fn sigtrap_caught(pid: i32) -> bool {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let cgt = s.lines().find_map(|l| l.strip_prefix("SigCgt:")).map(|v| u64::from_str_radix(v.trim(), 16).unwrap());
+    cgt.unwrap() & (1 << (libc::SIGTRAP - 1)) != 0
+}
+
+/// A clean end tells the guardian so: it exits at once and never writes; the trap pad's handler and pages go.
+#[test]
+fn guardian_and_trap_pad_leave_with_a_clean_detach() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("target"), &[]);
+    let maps_before = maps_of(t.pid).len();
+    assert!(!sigtrap_caught(t.pid));
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--syscall", "mmap", "--pid", pid.as_str()]);
+    sc.wait_attached();
+    assert!(sigtrap_caught(t.pid), "the trap pad is in place while armed");
+    // Its code page at least (the data page may merge with a neighbouring anonymous mapping).
+    assert!(maps_of(t.pid).len() > maps_before, "the pad's pages are mapped");
+    sc.signal(libc::SIGINT);
+    // stderr closes only when the guardian, which shares it, has exited too.
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    assert!(!err.iter().any(|l| l.contains("guardian")), "{err:#?}");
+    assert_text_pristine(t.pid, "after a clean detach");
+    assert!(!sigtrap_caught(t.pid), "the default SIGTRAP action is back");
+    assert_eq!(maps_of(t.pid).len(), maps_before, "the pad's pages are unmapped");
+    t.send("exit 0");
+    assert_eq!(t.wait().code(), Some(0));
+}
+
+/// How a busy target fared after syscatch's SIGKILL.
+#[derive(Debug, PartialEq, Eq)]
+enum Fate {
+    Survived,
+    /// Killed by this signal.
+    Died(i32),
+}
+
+/// One round: three threads call syscall(SYS_mmap) in a loop, each result checked by the target itself;
+/// syscatch is killed after a random number of captured calls.
+fn busy_round(rng: &mut Rng, extra: &[&str]) -> Fate {
+    let mut t = Target::start(&testprog("torture"), &[]);
+    t.send("start 3");
+    t.out.until(|l| l == "ok");
+    let pid = t.pid.to_string();
+    let mut args = vec!["--syscall", "mmap", "--json", "--pid", pid.as_str()];
+    args.extend(extra);
+    let mut sc = Syscatch::start(&args);
+    sc.wait_attached();
+    for _ in 0..rng.below(20) {
+        sc.out.next();
+    }
+    for _ in 0..rng.below(200_000) {
+        std::hint::spin_loop();
+    }
+    kill(sc);
+    if t.try_send("finish")
+        && let Some(line) = t.out.next_or_end()
+        && line.starts_with("counts ")
+    {
+        let st = t.wait();
+        assert_eq!(st.code(), Some(23), "a surviving target finishes cleanly: {st:?} after {line}");
+        return Fate::Survived;
+    }
+    let st = t.wait();
+    assert_ne!(st.code(), Some(3), "the target's own checks failed after syscatch's death");
+    Fate::Died(st.signal().unwrap_or(-1))
+}
+
+/// Runs `KILL_ROUNDS` busy rounds and prints the figures (`scripts/torture-kill.sh` reads them).
+fn busy_rounds(default: u64, extra: &[&str]) -> (u64, Vec<i32>) {
+    require_ptrace();
+    let mut rng = Rng::new();
+    let rounds = kill_rounds(default);
+    let mut deaths = Vec::new();
+    for _ in 0..rounds {
+        if let Fate::Died(sig) = busy_round(&mut rng, extra) {
+            deaths.push(sig);
+        }
+    }
+    eprintln!(
+        "KILL-FIGURES mode={} seed={} rounds={rounds} survived={} died={} (signals {deaths:?})",
+        if extra.is_empty() { "int3" } else { "fast" },
+        rng.0,
+        rounds - deaths.len() as u64,
+        deaths.len()
+    );
+    (rounds, deaths)
+}
+
+#[test]
+fn sigkill_of_syscatch_mid_trace_busy_target() {
+    let (rounds, deaths) = busy_rounds(4, &[]);
+    assert!(deaths.len() as u64 * 4 <= rounds, "{} of {rounds} busy targets died", deaths.len());
+}
