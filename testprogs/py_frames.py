@@ -2,7 +2,8 @@
 plain function, a method, a list comprehension, a generator, a ctypes C callback and two threads at once. Before
 each call it prints the frames it expects (from sys._getframe(): co_qualname from 3.11, else co_name; file;
 f_lineno) as `expect SIZE JSON`. Handshake: prints `pid N`, waits for a line, runs, prints `done`, waits for a
-line, exits. `deep N COUNT` instead maps COUNT times from N nested calls (for the bench)."""
+line, exits. `park` instead prints the frames of a method that then blocks reading stdin (for `syscatch
+stack`). `deep N COUNT` instead maps COUNT times from N nested calls (for the bench)."""
 
 import ctypes
 import json
@@ -103,10 +104,18 @@ def deep(n, count):
         libc.syscall(SYS_MUNMAP, addr, PAGE, 0, 0, 0, 0)
 
 
+class Server:
+    def park(self):
+        # Blocks in read() under this frame until the test is done with it.
+        say("expect 0 %s" % json.dumps(frames_of(sys._getframe()))); sys.stdin.readline()  # noqa: E702
+
+
 def main():
     say("pid %d" % os.getpid())
     sys.stdin.readline()
-    if len(sys.argv) > 1 and sys.argv[1] == "deep":
+    if len(sys.argv) > 1 and sys.argv[1] == "park":
+        Server().park()
+    elif len(sys.argv) > 1 and sys.argv[1] == "deep":
         deep(int(sys.argv[2]), int(sys.argv[3]))
     else:
         plain()

@@ -160,3 +160,45 @@ fn python_frames_with_fast() {
         assert_placed(&ev["stack"], &format!("--fast, mmap of {size}"));
     }
 }
+
+/// `syscatch stack` shows a blocked thread's Python frames above its eval call, as `py-spy dump --native` does,
+/// equal to the target's own view, on every version.
+#[test]
+fn stack_command_shows_python_frames() {
+    require_ptrace();
+    let script = repo().join("testprogs/py_frames.py");
+    for minor in 9..=13 {
+        let mut t = Target::start(&pyenv(minor), &[script.to_str().unwrap(), "park"]);
+        t.send("go");
+        let line = t.out.next();
+        let js = line.strip_prefix("expect 0 ").unwrap_or_else(|| panic!("3.{minor}: {line}"));
+        let want: PyFrames = serde_json::from_str(js).unwrap();
+        crate::stack::wait_blocked_in_read(t.pid, t.pid, 0);
+        let (code, out, err) = run_syscatch(&["stack", "--pid", &t.pid.to_string(), "--json"]);
+        assert_eq!(code, 0, "3.{minor}: {err}");
+        let values = json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>());
+        let main = values.iter().find(|v| v["type"] == "thread" && v["data"]["tid"] == t.pid).unwrap();
+        let stack = &main["data"]["stack"];
+        assert_eq!(python_frames(stack), want, "3.{minor}: {stack:#}");
+        assert_placed(stack, &format!("3.{minor} stack"));
+        let text = run_syscatch(&["stack", "--pid", &t.pid.to_string()]).1;
+        assert!(text.contains(&format!("Server.park at {}:", script.display())) || minor < 11, "3.{minor}: {text}");
+        t.send("exit");
+        assert_eq!(t.wait().code(), Some(0));
+    }
+}
+
+/// A Python this syscatch cannot read (3.8) costs its frames and says why, once; the trace goes on.
+#[test]
+fn unsupported_python_gives_native_frames_and_one_warning() {
+    let (want, events, values) = run(&pyenv(8), &["--syscall", "mmap"]);
+    assert_eq!(want.len(), 7);
+    for size in want.keys() {
+        let ev = &events[size];
+        assert!(python_frames(&ev["stack"]).is_empty());
+        assert!(ev["stack"].as_array().unwrap().iter().any(|f| f["function"] == "_PyEval_EvalFrameDefault"));
+    }
+    let warnings = summary_data(&values)["warnings"].as_array().unwrap().clone();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(warnings[0].as_str().unwrap().contains("Python 3.8 is not supported"), "{warnings:#?}");
+}
