@@ -85,6 +85,7 @@ pub fn run(rx: Receiver<Event>, mut renderer: Box<dyn Renderer + Send>, cfg: Con
             let u = resolver.unwind(c);
             let t1 = Instant::now();
             let mut s: Stack = resolver.symbolize(&u);
+            crate::python::merge_python(&mut s, &c.python);
             let t2 = Instant::now();
             let frames = s.frames.len() as u64;
             let new = s.frames.iter().filter(|f| seen.insert(f.addr)).count() as u64;

@@ -295,8 +295,15 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let baseline = if out.leaks.is_some() { procfs::read_smaps_regions(pid) } else { Vec::new() };
     let acfg = analysis::Config { pid, stack_depth: out.stack_depth, depths: plan.depths, leaks: out.leaks, baseline };
     let worker = std::thread::spawn(move || analysis::run(rx, renderer, acfg));
+    // Found before attaching (symbols only; the interpreter's state is read at each capture, so a Python that
+    // has not started yet is fine). A Python that cannot be read costs its frames, not the trace.
+    let (python, python_error) = match crate::python::live::PythonReader::locate(pid) {
+        Ok(p) => (p, None),
+        Err(e) => (None, Some(format!("Python frames left out: {e}"))),
+    };
     let cfg = Config {
         pid,
+        python,
         stack_bytes: out.stack_bytes,
         deadline: out.duration.map(|d| Instant::now() + d),
         live_status: std::io::stderr().is_terminal() && !spawned,
@@ -324,6 +331,8 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         end = tracer.run();
         summary = tracer.summary.clone();
+        summary.warnings.extend(python_error);
+        summary.warnings.extend(tracer.python_warnings());
     }
     if sink.dropped > 0 {
         summary.warnings.push(format!(

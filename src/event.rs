@@ -15,6 +15,9 @@ pub struct StackCapture {
     pub stack: Vec<u8>,
     /// How many bytes were asked for.
     pub asked: usize,
+    /// The thread's Python frames, innermost first, read at the same stop (empty for a thread not running
+    /// CPython).
+    pub python: Vec<crate::python::PyFrame>,
 }
 
 /// One captured call.

@@ -5,7 +5,7 @@
 use crate::correlate::{AddressSpace, Growing, StackId, StackStats};
 use crate::event::Event;
 use crate::report::json::{frame_json, hex, line};
-use crate::report::text::frame_text;
+use crate::report::text::{frame_line, frame_text};
 use crate::smaps::SmapsRegion;
 use crate::stack::{Frame, Stack};
 use serde_json::json;
@@ -24,7 +24,7 @@ struct Stacks {
 
 impl Stacks {
     fn intern(&mut self, stack: Option<&Stack>) -> StackId {
-        let key: Vec<u64> = stack.map(|s| s.frames.iter().map(|f| f.addr).collect()).unwrap_or_default();
+        let key: Vec<u64> = stack.map(|s| s.frames.iter().map(frame_key).collect()).unwrap_or_default();
         if let Some(&id) = self.ids.get(&key) {
             return id;
         }
@@ -156,7 +156,7 @@ impl LeakReport<'_> {
             )?;
             if let Some(stack) = self.stack(*id) {
                 for f in stack.frames.iter().take(12) {
-                    writeln!(w, "      {:#018x} {}", f.addr, frame_text(f))?;
+                    writeln!(w, "      {}", frame_line(f))?;
                 }
                 if stack.frames.len() > 12 {
                     writeln!(w, "      ... {} more frames", stack.frames.len() - 12)?;
@@ -232,9 +232,24 @@ impl LeakReport<'_> {
     }
 }
 
+/// What tells frames apart: a native frame's address; a Python frame (address 0) by its name and line.
+fn frame_key(f: &Frame) -> u64 {
+    use std::hash::{Hash, Hasher};
+    if f.kind == crate::stack::FrameKind::Native {
+        return f.addr;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (f.kind, &f.function, &f.file, f.line).hash(&mut h);
+    h.finish()
+}
+
 /// A frame's name in collapsed stacks: no `;` or spaces, which the format uses as separators.
 fn folded_name(f: &Frame) -> String {
     let name = match (&f.function, &f.module) {
+        (Some(func), _) if f.kind != crate::stack::FrameKind::Native => {
+            let file = f.file.as_deref().map(crate::modules::file_name).unwrap_or("?");
+            format!("{func} ({file}:{})", f.line.unwrap_or(0))
+        }
         (Some(func), _) => func.clone(),
         (None, Some(m)) => format!("{m}+{:#x}", f.offset.unwrap_or(0)),
         (None, None) => format!("{:#x}", f.addr),

@@ -21,6 +21,7 @@ pub mod os;
 pub mod probe;
 pub mod procinfo;
 pub mod procmaps;
+pub mod python;
 pub mod report;
 pub mod resolve;
 pub mod smaps;

@@ -8,6 +8,7 @@
 use crate::event::StackCapture;
 use crate::os::ptrace::{self, Stop};
 use crate::os::{Tid, mem, task};
+use crate::python::live::PythonReader;
 use std::time::{Duration, Instant};
 
 /// How long to wait for a thread to stop (one in uninterruptible sleep stops only when it leaves it).
@@ -42,6 +43,15 @@ pub enum SnapshotError {
 
 /// Captures thread `tid` and lets it go. `stack_bytes` of stack are copied from its stack pointer.
 pub fn read_thread(tid: Tid, stack_bytes: usize) -> Result<ThreadSnapshot, SnapshotError> {
+    read_thread_with(tid, stack_bytes, None)
+}
+
+/// [`read_thread`], also reading the thread's Python frames while it is stopped when `python` is given.
+pub fn read_thread_with(
+    tid: Tid,
+    stack_bytes: usize,
+    python: Option<&mut PythonReader>,
+) -> Result<ThreadSnapshot, SnapshotError> {
     use nix::errno::Errno;
     let gone = |e: Errno| match e {
         Errno::ESRCH => SnapshotError::Gone(tid),
@@ -75,6 +85,10 @@ pub fn read_thread(tid: Tid, stack_bytes: usize) -> Result<ThreadSnapshot, Snaps
         Ok(r) if stack_bytes > 0 => mem::read_upto(tid, r.sp(), stack_bytes),
         _ => Vec::new(),
     };
+    let py = match (&regs, python) {
+        (Ok(r), Some(p)) => p.read_frames(tid, r, &stack),
+        _ => Vec::new(),
+    };
     let sig = match seen {
         Seen::Signal(s) => s,
         _ => 0,
@@ -82,5 +96,5 @@ pub fn read_thread(tid: Tid, stack_bytes: usize) -> Result<ThreadSnapshot, Snaps
     let detached = ptrace::detach(tid, sig);
     let regs = regs.map_err(gone)?;
     detached.map_err(gone)?;
-    Ok(ThreadSnapshot { tid, capture: StackCapture { regs, stack, asked: stack_bytes }, seen })
+    Ok(ThreadSnapshot { tid, capture: StackCapture { regs, stack, asked: stack_bytes, python: py }, seen })
 }

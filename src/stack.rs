@@ -1,8 +1,20 @@
 //! The stack of one captured call, as reported: frames from innermost outwards, and why the walk stopped.
 //! Filled by the unwinder (addresses) and the symbolizer (names, lines).
 
+/// What a frame is: a native one (machine code), or a Python function's frame read from the interpreter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    #[default]
+    Native,
+    /// Placed just above the native eval-loop frame that runs it.
+    Python,
+    /// Its eval-loop frame is not in the native stack (truncated unwind): appended after the native frames.
+    PythonUnplaced,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Frame {
+    pub kind: FrameKind,
     /// The frame's pc: the first frame's exact rip, then return addresses.
     pub addr: u64,
     pub module: Option<String>,

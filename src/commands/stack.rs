@@ -4,8 +4,9 @@
 use crate::app::check_target;
 use crate::cli::StackArgs;
 use crate::os::{Tid, procfs};
+use crate::python::live::PythonReader;
 use crate::report::json::{frame_json, hex, line};
-use crate::report::text::frame_text;
+use crate::report::text::frame_line;
 use crate::snapshot::{self, Seen, SnapshotError, ThreadSnapshot};
 use crate::unwind::End;
 use crate::unwind_modules::StackResolver;
@@ -18,7 +19,15 @@ use std::io::Write;
 pub fn run(args: &StackArgs) -> Result<i32> {
     let pid = args.pid;
     check_target(pid)?;
-    let (snaps, errors) = capture_all(pid, args.stack_bytes);
+    // A Python process's frames are read too; a Python that cannot be read is said once, native frames go on.
+    let mut python = match PythonReader::locate(pid) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("syscatch: Python frames left out: {e}");
+            None
+        }
+    };
+    let (snaps, errors) = capture_all(pid, args.stack_bytes, python.as_mut());
     if snaps.is_empty() {
         let why: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
         bail!("could not capture any thread of process {pid}: {}", why.join("; "));
@@ -27,7 +36,8 @@ pub fn run(args: &StackArgs) -> Result<i32> {
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
     for s in &snaps {
-        let (stack, unwound) = resolver.resolve_stack(&s.capture);
+        let (mut stack, unwound) = resolver.resolve_stack(&s.capture);
+        crate::python::merge_python(&mut stack, &s.capture.python);
         let name = procfs::read_task_status(pid, s.tid).map(|t| procinfo::parse_status(&t).name).unwrap_or_default();
         let end = match &unwound.end {
             End::Outermost(why) | End::Truncated(why) => why.clone(),
@@ -36,6 +46,10 @@ pub fn run(args: &StackArgs) -> Result<i32> {
         let mut how = Vec::with_capacity(stack.frames.len());
         let mut raw = unwound.frames.iter().peekable();
         for f in &stack.frames {
+            if f.kind != crate::stack::FrameKind::Native {
+                how.push("python");
+                continue;
+            }
             let h = raw.peek().map(|r| r.how.as_str()).unwrap_or("?");
             how.push(h);
             if !f.inlined {
@@ -74,7 +88,7 @@ pub fn run(args: &StackArgs) -> Result<i32> {
                     "frame-pointer" | "plt" | "signal" => format!(" [{h}]"),
                     _ => String::new(),
                 };
-                writeln!(out, "    #{i:<2} {:#018x} {}{mark}", f.addr, frame_text(f))?;
+                writeln!(out, "    #{i:<2} {}{mark}", frame_line(f))?;
             }
             match &stack.truncated {
                 Some(why) => writeln!(out, "    (stack truncated: {why})")?,
@@ -88,7 +102,8 @@ pub fn run(args: &StackArgs) -> Result<i32> {
         .iter()
         .map(|((path, _), why)| format!("{path}: frames in it are shown as addresses only: {why}"))
         .collect();
-    let errors: Vec<String> = errors.iter().map(|e| e.to_string()).chain(unreadable).collect();
+    let py_warnings = python.iter().flat_map(|p| p.warnings.iter().cloned());
+    let errors: Vec<String> = errors.iter().map(|e| e.to_string()).chain(unreadable).chain(py_warnings).collect();
     for e in &errors {
         if args.json {
             line(&mut out, "warning", json!({ "message": e }))?;
@@ -116,7 +131,11 @@ fn seen_text(s: Seen) -> String {
 }
 
 /// Captures each thread in turn; threads created meanwhile are caught by rescanning until a pass finds none.
-fn capture_all(pid: Tid, stack_bytes: usize) -> (Vec<ThreadSnapshot>, Vec<SnapshotError>) {
+fn capture_all(
+    pid: Tid,
+    stack_bytes: usize,
+    mut python: Option<&mut PythonReader>,
+) -> (Vec<ThreadSnapshot>, Vec<SnapshotError>) {
     let mut done = BTreeSet::new();
     let mut snaps = Vec::new();
     let mut errors = Vec::new();
@@ -128,7 +147,7 @@ fn capture_all(pid: Tid, stack_bytes: usize) -> (Vec<ThreadSnapshot>, Vec<Snapsh
         }
         for tid in tids {
             done.insert(tid);
-            match snapshot::read_thread(tid, stack_bytes) {
+            match snapshot::read_thread_with(tid, stack_bytes, python.as_deref_mut()) {
                 Ok(s) => snaps.push(s),
                 Err(SnapshotError::Gone(_)) => {}
                 Err(e) => errors.push(e),

@@ -61,3 +61,34 @@ pub fn read_upto(pid: Tid, addr: u64, len: usize) -> Vec<u8> {
     buf.truncate(n.max(0) as usize);
     buf
 }
+
+/// Copies several remote ranges with one process_vm_readv per 1024 of them (IOV_MAX). Returns how many of
+/// `reqs`, from the first, were filled completely: the kernel stops at the first range it cannot read.
+pub fn read_vectored(pid: Tid, reqs: &mut [(u64, &mut [u8])]) -> usize {
+    let mut done = 0;
+    for chunk in reqs.chunks_mut(1024) {
+        let local: Vec<libc::iovec> =
+            chunk.iter_mut().map(|(_, b)| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
+        let remote: Vec<libc::iovec> =
+            chunk.iter().map(|(a, b)| libc::iovec { iov_base: *a as *mut libc::c_void, iov_len: b.len() }).collect();
+        // SAFETY: each local iovec describes a distinct `&mut [u8]` borrowed for the whole call; the remote
+        // iovecs are addresses in the other process and are never dereferenced here.
+        let n = unsafe {
+            libc::process_vm_readv(pid, local.as_ptr(), local.len() as _, remote.as_ptr(), remote.len() as _, 0)
+        };
+        let mut left = n.max(0) as usize;
+        let mut full = 0;
+        for (_, b) in chunk.iter() {
+            if left < b.len() {
+                break;
+            }
+            left -= b.len();
+            full += 1;
+        }
+        done += full;
+        if full < chunk.len() {
+            break;
+        }
+    }
+    done
+}

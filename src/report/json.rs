@@ -2,11 +2,11 @@
 
 use super::{Renderer, errno_name, errno_of, syscall_name};
 use crate::event::{End, Event, Summary};
-use crate::stack::{Frame, Stack};
+use crate::stack::{Frame, FrameKind, Stack};
 use serde_json::{Value, json};
 use std::io::Write;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 pub struct Json<W: Write> {
     pub out: W,
@@ -17,7 +17,17 @@ pub fn hex(v: u64) -> String {
 }
 
 pub fn frame_json(f: &Frame) -> Value {
+    if f.kind != FrameKind::Native {
+        return json!({
+            "kind": "python",
+            "function": f.function,
+            "file": f.file,
+            "line": f.line,
+            "placed": f.kind == FrameKind::Python,
+        });
+    }
     json!({
+        "kind": "native",
         "addr": hex(f.addr),
         "module": f.module,
         "function": f.function,

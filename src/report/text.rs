@@ -2,7 +2,7 @@
 
 use super::{Renderer, decode, errno_name, errno_of, syscall_name};
 use crate::event::{End, Event, Summary};
-use crate::stack::{Frame, Stack};
+use crate::stack::{Frame, FrameKind, Stack};
 use std::io::Write;
 
 pub struct Text<W: Write, E: Write> {
@@ -22,8 +22,29 @@ pub fn ret_text(ev: &Event) -> String {
     }
 }
 
-/// `function+0x12 (module) at file:line`, or `module+0x1234` when nothing else is known.
+/// A frame as a stack line shows it after its number: the address (none for a Python frame), then
+/// [`frame_text`].
+pub fn frame_line(f: &Frame) -> String {
+    match f.kind {
+        FrameKind::Native => format!("{:#018x} {}", f.addr, frame_text(f)),
+        _ => frame_text(f),
+    }
+}
+
+/// `function+0x12 (module) at file:line`, or `module+0x1234` when nothing else is known; a Python frame is
+/// `Pool.grow at /srv/app/pool.py:42 [python]`.
 pub fn frame_text(f: &Frame) -> String {
+    if f.kind != FrameKind::Native {
+        let mut s = f.function.clone().unwrap_or_else(|| "??".into());
+        if let Some(file) = &f.file {
+            s.push_str(&format!(" at {file}"));
+            if let Some(line) = f.line {
+                s.push_str(&format!(":{line}"));
+            }
+        }
+        s.push_str(if f.kind == FrameKind::Python { " [python]" } else { " [python, not placed]" });
+        return s;
+    }
     let mut s = match (&f.function, &f.module) {
         (Some(func), Some(m)) => format!("{func}+{:#x} ({m})", f.offset.unwrap_or(0)),
         (Some(func), None) => format!("{func}+{:#x}", f.offset.unwrap_or(0)),
@@ -58,7 +79,7 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
         writeln!(self.out, "{:>10.6} {:>7} {probe}{call} = {}{regs}", ev.time, ev.tid, ret_text(ev))?;
         if let Some(stack) = stack {
             for (i, f) in stack.frames.iter().enumerate() {
-                writeln!(self.out, "    #{i:<2} {:#018x} {}", f.addr, frame_text(f))?;
+                writeln!(self.out, "    #{i:<2} {}", frame_line(f))?;
             }
             if let Some(why) = &stack.truncated {
                 writeln!(self.out, "    (stack truncated: {why})")?;

@@ -177,7 +177,12 @@ impl Tracer<'_> {
             regs: Vec::new(),
             ret: Some(g.rax),
             ret_missing: None,
-            capture: if stack.is_empty() { None } else { Some(StackCapture { regs: at_entry, stack, asked }) },
+            capture: if stack.is_empty() {
+                None
+            } else {
+                let python = self.cfg.python.as_mut().map(|p| p.read_frames(tid, regs, &stack)).unwrap_or_default();
+                Some(StackCapture { regs: at_entry, stack, asked, python })
+            },
             also: Vec::new(),
         })
     }

@@ -122,6 +122,8 @@ struct Site {
 pub struct Config {
     pub pid: Tid,
     pub stack_bytes: usize,
+    /// The target's CPython, when it runs one: each captured stack gets the thread's Python frames.
+    pub python: Option<crate::python::live::PythonReader>,
     pub deadline: Option<Instant>,
     /// Print a one-line live status to stderr (only when stderr is a terminal).
     pub live_status: bool,
@@ -403,6 +405,11 @@ impl<'a> Tracer<'a> {
     }
 
     /// Runs until the deadline, a stop signal, or the end of the target; then detaches everything.
+    /// Why Python frames were left out of some captures (each reason once).
+    pub fn python_warnings(&self) -> Vec<String> {
+        self.cfg.python.as_ref().map(|p| p.warnings.clone()).unwrap_or_default()
+    }
+
     pub fn run(&mut self) -> End {
         // Attaching left every thread held; the breakpoints are armed now.
         self.release_all();
@@ -755,7 +762,12 @@ impl<'a> Tracer<'a> {
         };
         let ret_addr = m.read_u64(regs.sp());
         let asked = self.cfg.stack_bytes;
-        let capture = if stack.is_empty() { None } else { Some(StackCapture { regs, stack, asked }) };
+        let capture = if stack.is_empty() {
+            None
+        } else {
+            let python = self.cfg.python.as_mut().map(|p| p.read_frames(tid, &regs, &stack)).unwrap_or_default();
+            Some(StackCapture { regs, stack, asked, python })
+        };
         let first = matched[0];
         let p = &site.probes[first];
         let ev = Event {

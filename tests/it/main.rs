@@ -12,6 +12,7 @@ mod leaks;
 mod mem;
 mod probe;
 mod probe_run;
+mod python;
 mod review;
 mod stack;
 mod torture;

@@ -75,7 +75,7 @@ fn event_stacks_reach_main_without_frame_pointers() {
 
 /// Waits until thread `tid` of `pid` is blocked in read(fd): the kernel's own view, no sleep-and-hope.
 /// Returns the user pc the kernel reports for it (the last field of /proc/PID/task/TID/syscall).
-fn wait_blocked_in_read(pid: i32, tid: i32, fd: u32) -> u64 {
+pub(crate) fn wait_blocked_in_read(pid: i32, tid: i32, fd: u32) -> u64 {
     let want = format!("0 {fd:#x} ");
     let deadline = std::time::Instant::now() + TIMEOUT;
     loop {

@@ -1,0 +1,144 @@
+//! The interpreter of a live process: which mapped module defines `_PyRuntime` (libpython, or a statically linked
+//! `python`), its version (3.13's `_Py_DebugOffsets`, else `Py_Version`, else the file name), and the per-event
+//! read of a stopped thread's frames through process_vm_readv, with the captured stack window and the thread's
+//! data stack served from copies.
+
+use super::layout::{self, DEBUG_OFFSETS_LEN, Layout};
+use super::walk::{Runtime, Walker};
+use super::{Memory, PyFrame};
+use crate::modules::{self, Module};
+use crate::os::Tid;
+use crate::os::mem::{self, ProcMem};
+use crate::os::regs::Regs;
+use crate::resolve;
+
+/// Reads the target's memory, serving ranges from local copies first.
+struct LiveMem<'a> {
+    pid: Tid,
+    copies: Vec<(u64, &'a [u8])>,
+    prefetched: Option<(u64, Vec<u8>)>,
+}
+
+impl LiveMem<'_> {
+    fn copied(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let pre = self.prefetched.as_ref().map(|(a, b)| (*a, b.as_slice()));
+        self.copies.iter().copied().chain(pre).find_map(|(base, bytes)| {
+            let off = usize::try_from(addr.checked_sub(base)?).ok()?;
+            bytes.get(off..off.checked_add(len)?)
+        })
+    }
+}
+
+impl Memory for LiveMem<'_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+        if let Some(b) = self.copied(addr, buf.len()) {
+            buf.copy_from_slice(b);
+            return true;
+        }
+        mem::read_vectored(self.pid, &mut [(addr, buf)]) == 1
+    }
+
+    fn read_each(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<bool> {
+        let mut ok = vec![false; reqs.len()];
+        let mut i = 0;
+        while i < reqs.len() {
+            let done = mem::read_vectored(self.pid, &mut reqs[i..]);
+            ok[i..i + done].iter_mut().for_each(|o| *o = true);
+            // The kernel stops at the first unreadable range: skip it and go on with the rest.
+            i += done + 1;
+        }
+        ok
+    }
+
+    fn prefetch(&mut self, addr: u64, len: u64) {
+        let Ok(len) = usize::try_from(len) else { return };
+        let data = mem::read_upto(self.pid, addr, len);
+        self.prefetched = Some((addr, data));
+    }
+}
+
+/// The Python interpreter of one process, ready to read its threads' frames.
+pub struct PythonReader {
+    pid: Tid,
+    walker: Walker,
+    /// Why walks failed, each reason once.
+    pub warnings: Vec<String>,
+    pub failed: u64,
+}
+
+impl PythonReader {
+    /// Finds the interpreter of process `pid`: `Ok(None)` if no mapped module defines `_PyRuntime`; `Err` names
+    /// why a Python process cannot be read (unsupported version, corrupt offsets).
+    pub fn locate(pid: Tid) -> Result<Option<PythonReader>, String> {
+        let maps = resolve::read_maps(pid).map_err(|e| format!("{e:#}"))?;
+        let procmem = ProcMem::open(pid).ok();
+        for g in modules::group_modules(&maps) {
+            let name = modules::file_name(&g.path);
+            // Only libpython or a python executable defines the runtime: no need to read every library.
+            if !name.contains("python") || name.ends_with(".pyc") {
+                continue;
+            }
+            let Ok(module) = resolve::read_module(pid, &g, procmem.as_ref()) else { continue };
+            let Some((runtime, _)) = module.find_symbol("_PyRuntime") else { continue };
+            let layout = read_layout(pid, &module, runtime, name)?;
+            let sym = |n: &str| module.find_symbol(n).map(|(a, _)| a).unwrap_or(0);
+            let rt = Runtime {
+                layout,
+                runtime,
+                code_type: sym("PyCode_Type"),
+                unicode_type: sym("PyUnicode_Type"),
+                bytes_type: sym("PyBytes_Type"),
+                frame_type: sym("PyFrame_Type"),
+            };
+            if rt.code_type == 0 {
+                return Err(format!("{}: no PyCode_Type symbol to check code objects against", g.path));
+            }
+            return Ok(Some(PythonReader { pid, walker: Walker::new(rt), warnings: Vec::new(), failed: 0 }));
+        }
+        Ok(None)
+    }
+
+    pub fn version(&self) -> (u8, u8) {
+        self.walker.rt.layout.version
+    }
+
+    /// The Python frames of stopped thread `tid`, innermost first; `stack` is the copy of its stack taken at
+    /// `regs.sp()` (shim frames and C frames live there). A failed check gives no frames and one warning.
+    pub fn read_frames(&mut self, tid: Tid, regs: &Regs, stack: &[u8]) -> Vec<PyFrame> {
+        let mut m = LiveMem { pid: self.pid, copies: vec![(regs.sp(), stack)], prefetched: None };
+        match self.walker.read_frames(&mut m, tid, regs.0.fs_base) {
+            Ok(f) => f,
+            Err(e) => {
+                self.failed += 1;
+                let (maj, min) = self.version();
+                let w = format!("Python {maj}.{min} frames left out: {e}");
+                if !self.warnings.contains(&w) && self.warnings.len() < 8 {
+                    self.warnings.push(w);
+                }
+                Vec::new()
+            }
+        }
+    }
+}
+
+fn read_layout(pid: Tid, module: &Module, runtime: u64, name: &str) -> Result<Layout, String> {
+    let head = mem::read_upto(pid, runtime, DEBUG_OFFSETS_LEN);
+    if head.starts_with(layout::DEBUG_COOKIE) {
+        return layout::parse_debug_offsets(&head).map_err(|e| e.to_string());
+    }
+    let version = match module.find_symbol("Py_Version") {
+        Some((addr, _)) => {
+            let b = mem::read_upto(pid, addr, 8);
+            let v = b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
+            ((v >> 24) as u8, (v >> 16) as u8)
+        }
+        None => {
+            layout::parse_version_from_name(name).ok_or_else(|| format!("{name}: cannot tell its Python version"))?
+        }
+    };
+    if version >= (3, 13) {
+        return Err(format!("Python {}.{}: _Py_DebugOffsets not found", version.0, version.1));
+    }
+    layout::layout_for(version.0, version.1)
+        .ok_or_else(|| format!("Python {}.{} is not supported (3.9 to 3.13 are)", version.0, version.1))
+}

@@ -1,0 +1,361 @@
+//! The frame walk over any [`Memory`]: find the thread's state, follow its frame chain, name each frame from its
+//! code object (cached by address and a fingerprint of the code object's header, since addresses are reused),
+//! and say which native eval-loop call runs it. Every value read is checked; a bad one fails the walk with a
+//! reason, it never panics and never yields a frame that is not there.
+
+use super::layout::{FRAME_OWNED_BY_CSTACK, FRAME_OWNED_BY_GENERATOR, FrameKind, Layout};
+use super::lines::parse_line;
+use super::{Memory, PyFrame};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// More frames than this is a corrupt chain (the default recursion limit is 1000).
+pub const MAX_FRAMES: usize = 4096;
+const MAX_THREADS: usize = 4096;
+const MAX_INTERPRETERS: usize = 64;
+const MAX_STRING: u64 = 4096;
+const MAX_TABLE: u64 = 1 << 20;
+/// How much of the thread's data stack chunk is copied at once (the frames near its top, i.e. the innermost).
+const CHUNK_PREFETCH: u64 = 64 << 10;
+
+/// Where one interpreter lives in the target.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    pub layout: Layout,
+    /// Address of `_PyRuntime`.
+    pub runtime: u64,
+    /// Type objects, to check what a pointer points to (0: unknown, not checked).
+    pub code_type: u64,
+    pub unicode_type: u64,
+    pub bytes_type: u64,
+    pub frame_type: u64,
+}
+
+struct Code {
+    fingerprint: [u64; 6],
+    function: Arc<str>,
+    file: Arc<str>,
+    first: i32,
+    table: Vec<u8>,
+    firsttraceable: i64,
+}
+
+/// A frame found in the chain, before its code is named.
+struct Raw {
+    code: u64,
+    instr: u64,
+    owner: u8,
+    call: u32,
+}
+
+/// Walks the frames of threads of one process, caching thread states and code objects between walks.
+pub struct Walker {
+    pub rt: Runtime,
+    code: HashMap<u64, Arc<Code>>,
+    tstates: HashMap<i32, u64>,
+}
+
+fn u64_at(b: &[u8], off: u64) -> u64 {
+    usize::try_from(off)
+        .ok()
+        .and_then(|o| b.get(o..o.checked_add(8)?))
+        .and_then(|s| s.try_into().ok())
+        .map(u64::from_le_bytes)
+        .unwrap_or(0)
+}
+
+fn u32_at(b: &[u8], off: u64) -> u32 {
+    usize::try_from(off)
+        .ok()
+        .and_then(|o| b.get(o..o.checked_add(4)?))
+        .and_then(|s| s.try_into().ok())
+        .map(u32::from_le_bytes)
+        .unwrap_or(0)
+}
+
+fn u8_at(b: &[u8], off: u64) -> u8 {
+    usize::try_from(off).ok().and_then(|o| b.get(o).copied()).unwrap_or(0)
+}
+
+fn read_vec(mem: &mut dyn Memory, addr: u64, len: u64) -> Option<Vec<u8>> {
+    let mut v = vec![0u8; usize::try_from(len).ok()?];
+    mem.read(addr, &mut v).then_some(v)
+}
+
+impl Walker {
+    pub fn new(rt: Runtime) -> Walker {
+        Walker { rt, code: HashMap::new(), tstates: HashMap::new() }
+    }
+
+    /// The Python frames of thread `tid` (whose `fs_base`, i.e. `pthread_self()`, is given), innermost first.
+    /// Empty when the thread has no Python thread state or no frames; `Err` names what failed a check.
+    pub fn read_frames(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64) -> Result<Vec<PyFrame>, String> {
+        let Some(ts) = self.find_tstate(mem, tid, fs_base)? else { return Ok(Vec::new()) };
+        let l = &self.rt.layout;
+        let raw = match l.frames {
+            FrameKind::Objects => self.chain_objects(mem, &ts)?,
+            FrameKind::Entry311 | FrameKind::Shim312 => self.chain_interpreter(mem, &ts)?,
+        };
+        self.name(mem, raw)
+    }
+
+    fn matches(&self, ts: &[u8], tid: i32, fs_base: u64) -> bool {
+        let l = &self.rt.layout;
+        match l.ts_native_thread_id {
+            Some(off) => u64_at(ts, off) == tid as u64,
+            None => fs_base != 0 && u64_at(ts, l.ts_thread_id) == fs_base,
+        }
+    }
+
+    fn find_tstate(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64) -> Result<Option<Vec<u8>>, String> {
+        let l = self.rt.layout.clone();
+        if let Some(&addr) = self.tstates.get(&tid) {
+            if let Some(ts) = read_vec(mem, addr, l.ts_size).filter(|ts| self.matches(ts, tid, fs_base)) {
+                return Ok(Some(ts));
+            }
+            self.tstates.remove(&tid);
+        }
+        let mut head = [0u8; 8];
+        let at = self.rt.runtime.wrapping_add(l.runtime_interpreters_head);
+        if !mem.read(at, &mut head) {
+            return Err(format!("cannot read _PyRuntime at {at:#x}"));
+        }
+        let mut interp = u64::from_le_bytes(head);
+        let mut seen = HashSet::new();
+        for _ in 0..MAX_INTERPRETERS {
+            if interp == 0 || !seen.insert(interp) {
+                break;
+            }
+            let mut p = [0u8; 8];
+            if !mem.read(interp.wrapping_add(l.interp_threads_head), &mut p) {
+                return Err(format!("cannot read the interpreter state at {interp:#x}"));
+            }
+            let mut ts = u64::from_le_bytes(p);
+            for _ in 0..MAX_THREADS {
+                if ts == 0 || !seen.insert(ts) {
+                    break;
+                }
+                let Some(data) = read_vec(mem, ts, l.ts_size) else {
+                    return Err(format!("cannot read the thread state at {ts:#x}"));
+                };
+                if self.matches(&data, tid, fs_base) {
+                    self.tstates.insert(tid, ts);
+                    return Ok(Some(data));
+                }
+                ts = u64_at(&data, l.ts_next);
+            }
+            if !mem.read(interp.wrapping_add(l.interp_next), &mut p) {
+                break;
+            }
+            interp = u64::from_le_bytes(p);
+        }
+        Ok(None)
+    }
+
+    /// 3.9/3.10: frame objects linked by `f_back`, each run by its own eval call.
+    fn chain_objects(&self, mem: &mut dyn Memory, ts: &[u8]) -> Result<Vec<Raw>, String> {
+        let l = &self.rt.layout;
+        let mut frame = u64_at(ts, l.ts_frame.unwrap_or(0));
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        while frame != 0 {
+            if out.len() >= MAX_FRAMES || !seen.insert(frame) {
+                return Err(format!("the frame chain has a cycle or more than {MAX_FRAMES} frames"));
+            }
+            let f = read_vec(mem, frame, l.frame_size).ok_or_else(|| format!("cannot read the frame at {frame:#x}"))?;
+            if self.rt.frame_type != 0 && u64_at(&f, 8) != self.rt.frame_type {
+                return Err(format!("the object at {frame:#x} in the frame chain is not a frame"));
+            }
+            let lasti = u32_at(&f, l.frame_instr) as i32 as i64;
+            // Stored as the instruction pointer: the byte offset of the last instruction (3.10 counts units).
+            let bytes = if l.version >= (3, 10) { lasti.saturating_mul(2) } else { lasti };
+            out.push(Raw { code: u64_at(&f, l.frame_code), instr: bytes as u64, owner: 0, call: out.len() as u32 });
+            frame = u64_at(&f, l.frame_back);
+        }
+        Ok(out)
+    }
+
+    /// 3.11+: interpreter frames, most in the thread's data stack (prefetched in one read), shims and entry
+    /// frames on the C stack.
+    fn chain_interpreter(&self, mem: &mut dyn Memory, ts: &[u8]) -> Result<Vec<Raw>, String> {
+        let l = &self.rt.layout;
+        let mut frame = match (l.ts_cframe, l.ts_frame) {
+            (Some(cf), _) => {
+                let cframe = u64_at(ts, cf);
+                if cframe == 0 {
+                    return Ok(Vec::new());
+                }
+                let mut p = [0u8; 8];
+                if !mem.read(cframe.wrapping_add(l.cframe_current_frame), &mut p) {
+                    return Err(format!("cannot read the C frame at {cframe:#x}"));
+                }
+                u64::from_le_bytes(p)
+            }
+            (None, Some(f)) => u64_at(ts, f),
+            (None, None) => 0,
+        };
+        if let Some((chunk_off, top_off)) = l.ts_datastack {
+            let (chunk, top) = (u64_at(ts, chunk_off), u64_at(ts, top_off));
+            if chunk != 0 && top > chunk {
+                let from = chunk.max(top.saturating_sub(CHUNK_PREFETCH));
+                mem.prefetch(from, top - from);
+            }
+        }
+        let mut out: Vec<Raw> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut call = 0u32;
+        while frame != 0 {
+            if seen.len() >= MAX_FRAMES || !seen.insert(frame) {
+                return Err(format!("the frame chain has a cycle or more than {MAX_FRAMES} frames"));
+            }
+            let f = read_vec(mem, frame, l.frame_size).ok_or_else(|| format!("cannot read the frame at {frame:#x}"))?;
+            let owner = l.frame_owner.map(|o| u8_at(&f, o)).unwrap_or(0);
+            let back = u64_at(&f, l.frame_back);
+            if l.frames == FrameKind::Shim312 && owner == FRAME_OWNED_BY_CSTACK {
+                call += 1;
+                frame = back;
+                continue;
+            }
+            out.push(Raw { code: u64_at(&f, l.frame_code), instr: u64_at(&f, l.frame_instr), owner, call });
+            if l.frame_is_entry.is_some_and(|o| u8_at(&f, o) != 0) {
+                call += 1;
+            }
+            frame = back;
+        }
+        Ok(out)
+    }
+
+    /// Names each frame from its code object: the headers of all of them in one read, the cached names when the
+    /// header is the same as when they were read.
+    fn name(&mut self, mem: &mut dyn Memory, raw: Vec<Raw>) -> Result<Vec<PyFrame>, String> {
+        let l = self.rt.layout.clone();
+        let mut addrs: Vec<u64> = raw.iter().map(|r| r.code).collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        let mut bufs: Vec<Vec<u8>> = addrs.iter().map(|_| vec![0u8; l.code_size as usize]).collect();
+        let ok = {
+            let mut reqs: Vec<(u64, &mut [u8])> =
+                addrs.iter().zip(bufs.iter_mut()).map(|(&a, b)| (a, b.as_mut_slice())).collect();
+            mem.read_each(&mut reqs)
+        };
+        let mut codes: HashMap<u64, Option<Arc<Code>>> = HashMap::new();
+        for ((&addr, hdr), ok) in addrs.iter().zip(&bufs).zip(ok) {
+            if !ok {
+                return Err(format!("cannot read the code object at {addr:#x}"));
+            }
+            let ty = u64_at(hdr, 8);
+            if self.rt.code_type != 0 && ty != self.rt.code_type {
+                // 3.13: a frame may run something other than a code object (a trampoline); it is not shown.
+                if l.version >= (3, 13) {
+                    codes.insert(addr, None);
+                    continue;
+                }
+                return Err(format!("the code object at {addr:#x} is not a code object (type {ty:#x})"));
+            }
+            let fingerprint = [
+                ty,
+                u64_at(hdr, l.code_filename),
+                u64_at(hdr, l.code_name),
+                l.code_qualname.map(|o| u64_at(hdr, o)).unwrap_or(0),
+                u64_at(hdr, l.code_linetable),
+                u32_at(hdr, l.code_firstlineno) as u64,
+            ];
+            let cached = self.code.get(&addr).filter(|c| c.fingerprint == fingerprint).cloned();
+            let code = match cached {
+                Some(c) => c,
+                None => {
+                    let c = Arc::new(self.load_code(mem, addr, hdr, fingerprint)?);
+                    if self.code.len() >= 1 << 16 {
+                        self.code.clear();
+                    }
+                    self.code.insert(addr, c.clone());
+                    c
+                }
+            };
+            codes.insert(addr, Some(code));
+        }
+        let mut out = Vec::with_capacity(raw.len());
+        for r in raw {
+            let Some(Some(code)) = codes.get(&r.code) else { continue };
+            let offset = match l.code_adaptive {
+                Some(adaptive) => {
+                    let start = r.code.wrapping_add(adaptive);
+                    // Not started yet (before its first traceable instruction): CPython hides it too.
+                    let first = start.wrapping_add(code.firsttraceable.max(0) as u64 * 2);
+                    if r.owner != FRAME_OWNED_BY_GENERATOR && r.instr < first {
+                        continue;
+                    }
+                    r.instr.wrapping_sub(start) as i64
+                }
+                None => r.instr as i64,
+            };
+            let line = parse_line(l.lines, &code.table, code.first, offset);
+            out.push(PyFrame { function: code.function.clone(), file: code.file.clone(), line, call: r.call });
+        }
+        Ok(out)
+    }
+
+    fn load_code(&self, mem: &mut dyn Memory, addr: u64, hdr: &[u8], fingerprint: [u64; 6]) -> Result<Code, String> {
+        let l = &self.rt.layout;
+        let name = fingerprint[if l.code_qualname.is_some() { 3 } else { 2 }];
+        let function = self.read_str(mem, name).map_err(|e| format!("code object at {addr:#x}: name: {e}"))?;
+        let file = self.read_str(mem, fingerprint[1]).map_err(|e| format!("code object at {addr:#x}: file: {e}"))?;
+        let table =
+            self.read_bytes(mem, fingerprint[4]).map_err(|e| format!("code object at {addr:#x}: line table: {e}"))?;
+        Ok(Code {
+            fingerprint,
+            function: function.into(),
+            file: file.into(),
+            first: u32_at(hdr, l.code_firstlineno) as i32,
+            table,
+            firsttraceable: l.code_firsttraceable.map(|o| u32_at(hdr, o) as i32 as i64).unwrap_or(0),
+        })
+    }
+
+    /// A `str` object's text (compact strings only, as every identifier and file name is).
+    pub fn read_str(&self, mem: &mut dyn Memory, addr: u64) -> Result<String, String> {
+        let l = &self.rt.layout;
+        let hdr = read_vec(mem, addr, l.unicode_compact_size).ok_or("unreadable")?;
+        if self.rt.unicode_type != 0 && u64_at(&hdr, 8) != self.rt.unicode_type {
+            return Err("not a str".into());
+        }
+        let state = u32_at(&hdr, l.unicode_state);
+        let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
+        let len = u64_at(&hdr, l.unicode_length);
+        if !compact || len > MAX_STRING || !matches!(kind, 1 | 2 | 4) || (ascii && kind != 1) {
+            return Err(format!("unexpected string (state {state:#x}, length {len})"));
+        }
+        let data = if ascii { l.unicode_ascii_size } else { l.unicode_compact_size };
+        let bytes = read_vec(mem, addr.wrapping_add(data), len * kind as u64).ok_or("unreadable text")?;
+        let text: String = match kind {
+            1 => bytes.iter().map(|&b| b as char).collect(),
+            2 => char::decode_utf16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])))
+                .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+                .collect(),
+            _ => bytes
+                .chunks_exact(4)
+                .map(|c| {
+                    char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or(char::REPLACEMENT_CHARACTER)
+                })
+                .collect(),
+        };
+        if ascii && !text.is_ascii() {
+            return Err("an ASCII string with non-ASCII bytes".into());
+        }
+        Ok(text)
+    }
+
+    /// A `bytes` object's contents.
+    pub fn read_bytes(&self, mem: &mut dyn Memory, addr: u64) -> Result<Vec<u8>, String> {
+        let l = &self.rt.layout;
+        let hdr = read_vec(mem, addr, l.bytes_sval).ok_or("unreadable")?;
+        if self.rt.bytes_type != 0 && u64_at(&hdr, 8) != self.rt.bytes_type {
+            return Err("not a bytes object".into());
+        }
+        let len = u64_at(&hdr, l.bytes_size);
+        if len > MAX_TABLE {
+            return Err(format!("implausible size {len}"));
+        }
+        read_vec(mem, addr.wrapping_add(l.bytes_sval), len).ok_or_else(|| "unreadable contents".into())
+    }
+}

@@ -1,0 +1,131 @@
+"""A Python target for syscatch's Python frames: maps memory through ctypes -> libc syscall(SYS_mmap) from a
+plain function, a method, a list comprehension, a generator, a ctypes C callback and two threads at once. Before
+each call it prints the frames it expects (from sys._getframe(): co_qualname from 3.11, else co_name; file;
+f_lineno) as `expect SIZE JSON`. Handshake: prints `pid N`, waits for a line, runs, prints `done`, waits for a
+line, exits. `park` instead prints the frames of a method that then blocks reading stdin (for `syscatch
+stack`). `deep N COUNT` instead maps COUNT times from N nested calls (for the bench)."""
+
+import ctypes
+import json
+import os
+import sys
+import threading
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.syscall.argtypes = [ctypes.c_long] * 7
+SYS_MMAP, SYS_MUNMAP = 9, 11
+PAGE = 4096
+lock = threading.Lock()
+
+
+def name_of(code):
+    return getattr(code, "co_qualname", code.co_name)
+
+
+def frames_of(f):
+    out = []
+    while f is not None:
+        out.append([name_of(f.f_code), f.f_code.co_filename, f.f_lineno])
+        f = f.f_back
+    return out
+
+
+def say(line):
+    with lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def mmap_here(size):
+    # The expectation and the call share one line: frame 0's line is the call's.
+    want = frames_of(sys._getframe()); addr = libc.syscall(SYS_MMAP, 0, size, 3, 0x22, -1, 0)  # noqa: E702
+    say("expect %d %s" % (size, json.dumps(want)))
+    libc.syscall(SYS_MUNMAP, addr, size, 0, 0, 0, 0)
+    return addr
+
+
+def plain():
+    return mmap_here(1 * PAGE)
+
+
+class Pool:
+    def grow(self):
+        return mmap_here(2 * PAGE)
+
+
+def comprehension():
+    return [mmap_here(3 * PAGE) for _ in range(1)]
+
+
+def generator():
+    yield mmap_here(4 * PAGE)
+
+
+CMP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+called = []
+
+
+def compare(a, b):
+    if not called:
+        called.append(1)
+        nested()
+    return 0
+
+
+def nested():
+    return mmap_here(5 * PAGE)
+
+
+def through_callback():
+    arr = (ctypes.c_int * 2)(1, 2)
+    libc.qsort(arr, 2, ctypes.sizeof(ctypes.c_int), CMP(compare))
+
+
+def two_threads():
+    barrier = threading.Barrier(2)
+
+    def worker(pages):
+        barrier.wait()
+        mmap_here(pages * PAGE)
+
+    ts = [threading.Thread(target=worker, args=(p,)) for p in (6, 7)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def deep(n, count):
+    if n > 1:
+        return deep(n - 1, count)
+    for _ in range(count):
+        addr = libc.syscall(SYS_MMAP, 0, PAGE, 3, 0x22, -1, 0)
+        libc.syscall(SYS_MUNMAP, addr, PAGE, 0, 0, 0, 0)
+
+
+class Server:
+    def park(self):
+        # Blocks in read() under this frame until the test is done with it.
+        say("expect 0 %s" % json.dumps(frames_of(sys._getframe()))); sys.stdin.readline()  # noqa: E702
+
+
+def main():
+    say("pid %d" % os.getpid())
+    sys.stdin.readline()
+    if len(sys.argv) > 1 and sys.argv[1] == "park":
+        Server().park()
+    elif len(sys.argv) > 1 and sys.argv[1] == "deep":
+        deep(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        plain()
+        Pool().grow()
+        comprehension()
+        next(generator())
+        through_callback()
+        two_threads()
+    say("done")
+    sys.stdin.readline()
+
+
+main()

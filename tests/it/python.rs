@@ -1,0 +1,204 @@
+//! Python frames against the target's own view: testprogs/py_frames.py prints, before each mmap it makes
+//! through ctypes -> libc syscall(), the frames sys._getframe() sees (qualified name, file, line); each captured
+//! event's Python frames must equal them, in order, on every installed CPython (pyenv 3.9 to 3.13, and the
+//! system's statically linked python3). Each run of Python frames must sit just above a native
+//! `_PyEval_EvalFrameDefault` frame, one run per eval call.
+
+use crate::common::*;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// The pyenv interpreter of version 3.MINOR; missing is a failure (CI machines have the same pyenv).
+fn pyenv(minor: u32) -> PathBuf {
+    let root = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".pyenv/versions");
+    let dirs =
+        std::fs::read_dir(&root).unwrap_or_else(|e| panic!("{}: {e} (pyenv with CPython 3.{minor})", root.display()));
+    let prefix = format!("3.{minor}.");
+    let dir = dirs
+        .flatten()
+        .map(|d| d.path())
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix)))
+        .unwrap_or_else(|| panic!("CPython 3.{minor} is not installed under {}", root.display()));
+    dir.join("bin/python3")
+}
+
+type PyFrames = Vec<(String, String, u64)>;
+
+/// Runs the target under `syscatch ARGS --json --pid N` and returns (expected frames by size, events by size).
+fn run(python: &std::path::Path, args: &[&str]) -> (HashMap<u64, PyFrames>, HashMap<u64, Value>, Vec<Value>) {
+    require_ptrace();
+    let script = repo().join("testprogs/py_frames.py");
+    let mut t = Target::start(python, &[script.to_str().unwrap()]);
+    let pid = t.pid.to_string();
+    let mut all = vec!["--pid", &pid, "--json"];
+    all.extend_from_slice(args);
+    let mut sc = Syscatch::start(&all);
+    sc.wait_attached();
+    t.send("go");
+    let mut want = HashMap::new();
+    for l in t.out.until(|l| l == "done") {
+        if let Some(rest) = l.strip_prefix("expect ") {
+            let (size, js) = rest.split_once(' ').unwrap();
+            let frames: Vec<(String, String, u64)> = serde_json::from_str(js).unwrap();
+            want.insert(size.parse().unwrap(), frames);
+        }
+    }
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "syscatch failed: {err:#?}");
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(0));
+    let values = json_lines(&out);
+    let mut events = HashMap::new();
+    for v in &values {
+        if v["type"] == "event" && v["data"]["syscall"] == "mmap" {
+            let len = u64::from_str_radix(v["data"]["args"][1].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+            events.insert(len, v["data"].clone());
+        }
+    }
+    (want, events, values)
+}
+
+fn python_frames(stack: &Value) -> PyFrames {
+    stack
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "python")
+        .map(|f| {
+            (
+                f["function"].as_str().unwrap().to_string(),
+                f["file"].as_str().unwrap().to_string(),
+                f["line"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// Every run of Python frames is followed by `_PyEval_EvalFrameDefault`; every frame is placed.
+fn assert_placed(stack: &Value, ctx: &str) {
+    let frames = stack.as_array().unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        assert!(f["kind"] == "native" || f["kind"] == "python", "{ctx}: frame kind {f}");
+        if f["kind"] != "python" {
+            continue;
+        }
+        assert_eq!(f["placed"], true, "{ctx}: frame {i} not placed: {stack:#}");
+        let next = &frames[i + 1];
+        assert!(
+            next["kind"] == "python" || next["function"] == "_PyEval_EvalFrameDefault",
+            "{ctx}: frame {i} is followed by {next}: {stack:#}"
+        );
+    }
+}
+
+fn check(python: PathBuf, ctx: &str) {
+    let (want, events, values) = run(&python, &["--syscall", "mmap"]);
+    // plain, method, comprehension, generator, C callback, two threads.
+    assert_eq!(want.len(), 7, "{ctx}: the target's expectations: {want:#?}");
+    for (size, frames) in &want {
+        let ev = events.get(size).unwrap_or_else(|| panic!("{ctx}: no event for mmap of {size}"));
+        assert_eq!(&python_frames(&ev["stack"]), frames, "{ctx}: mmap of {size}: {:#}", ev["stack"]);
+        assert_placed(&ev["stack"], &format!("{ctx}: mmap of {size}"));
+    }
+    // The two threads are told apart by tid: both have their own frames, each from its own thread state.
+    let tids: std::collections::HashSet<_> = [6u64, 7].iter().map(|p| events[&(p * 4096)]["tid"].clone()).collect();
+    assert_eq!(tids.len(), 2, "{ctx}: the two threads' events");
+    let summary = summary_data(&values);
+    assert_eq!(summary["schema"], 2);
+    assert_eq!(summary["warnings"], serde_json::json!([]), "{ctx}");
+}
+
+#[test]
+fn python_frames_3_9() {
+    check(pyenv(9), "3.9");
+}
+
+#[test]
+fn python_frames_3_10() {
+    check(pyenv(10), "3.10");
+}
+
+#[test]
+fn python_frames_3_11() {
+    check(pyenv(11), "3.11");
+}
+
+#[test]
+fn python_frames_3_12() {
+    check(pyenv(12), "3.12");
+}
+
+#[test]
+fn python_frames_3_13() {
+    check(pyenv(13), "3.13");
+}
+
+/// Debian's python3 is one static executable (no libpython): `_PyRuntime` is found in it.
+#[test]
+fn python_frames_system_static_python() {
+    let p = PathBuf::from("/usr/bin/python3");
+    let maps_libpython = std::process::Command::new("ldd")
+        .arg(&p)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("libpython"))
+        .unwrap_or(true);
+    assert!(!maps_libpython, "/usr/bin/python3 is expected to be statically linked here");
+    check(p, "system python3");
+}
+
+/// With `--fast` the matching call stops once, in the trampoline, after the kernel returned: the frames are the
+/// same.
+#[test]
+fn python_frames_with_fast() {
+    let (want, events, _) = run(&pyenv(12), &["--syscall", "mmap", "--fast"]);
+    assert_eq!(want.len(), 7);
+    for (size, frames) in &want {
+        let ev = events.get(size).unwrap_or_else(|| panic!("no event for mmap of {size}"));
+        assert_eq!(&python_frames(&ev["stack"]), frames, "mmap of {size}");
+        assert_placed(&ev["stack"], &format!("--fast, mmap of {size}"));
+    }
+}
+
+/// `syscatch stack` shows a blocked thread's Python frames above its eval call, as `py-spy dump --native` does,
+/// equal to the target's own view, on every version.
+#[test]
+fn stack_command_shows_python_frames() {
+    require_ptrace();
+    let script = repo().join("testprogs/py_frames.py");
+    for minor in 9..=13 {
+        let mut t = Target::start(&pyenv(minor), &[script.to_str().unwrap(), "park"]);
+        t.send("go");
+        let line = t.out.next();
+        let js = line.strip_prefix("expect 0 ").unwrap_or_else(|| panic!("3.{minor}: {line}"));
+        let want: PyFrames = serde_json::from_str(js).unwrap();
+        crate::stack::wait_blocked_in_read(t.pid, t.pid, 0);
+        let (code, out, err) = run_syscatch(&["stack", "--pid", &t.pid.to_string(), "--json"]);
+        assert_eq!(code, 0, "3.{minor}: {err}");
+        let values = json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>());
+        let main = values.iter().find(|v| v["type"] == "thread" && v["data"]["tid"] == t.pid).unwrap();
+        let stack = &main["data"]["stack"];
+        assert_eq!(python_frames(stack), want, "3.{minor}: {stack:#}");
+        assert_placed(stack, &format!("3.{minor} stack"));
+        let text = run_syscatch(&["stack", "--pid", &t.pid.to_string()]).1;
+        assert!(text.contains(&format!("Server.park at {}:", script.display())) || minor < 11, "3.{minor}: {text}");
+        t.send("exit");
+        assert_eq!(t.wait().code(), Some(0));
+    }
+}
+
+/// A Python this syscatch cannot read (3.8) costs its frames and says why, once; the trace goes on.
+#[test]
+fn unsupported_python_gives_native_frames_and_one_warning() {
+    let (want, events, values) = run(&pyenv(8), &["--syscall", "mmap"]);
+    assert_eq!(want.len(), 7);
+    for size in want.keys() {
+        let ev = &events[size];
+        assert!(python_frames(&ev["stack"]).is_empty());
+        assert!(ev["stack"].as_array().unwrap().iter().any(|f| f["function"] == "_PyEval_EvalFrameDefault"));
+    }
+    let warnings = summary_data(&values)["warnings"].as_array().unwrap().clone();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(warnings[0].as_str().unwrap().contains("Python 3.8 is not supported"), "{warnings:#?}");
+}
