@@ -12,6 +12,7 @@ pub mod correlate;
 pub mod event;
 pub mod hooks;
 pub mod leaks;
+pub mod mappaths;
 pub mod memclass;
 pub mod memplot;
 pub mod modules;
