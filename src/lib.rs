@@ -22,6 +22,7 @@ pub mod procinfo;
 pub mod procmaps;
 pub mod report;
 pub mod resolve;
+pub mod rules;
 pub mod smaps;
 pub mod snapshot;
 pub mod stack;
