@@ -21,6 +21,8 @@ pub struct Config {
     pub leaks: Option<Duration>,
     /// The first smaps sample, taken before the breakpoints were armed.
     pub baseline: Vec<crate::smaps::SmapsRegion>,
+    /// Render each event (report mode without `-o FILE` renders none: only the report is wanted).
+    pub render_events: bool,
 }
 
 /// Time spent unwinding and symbolizing, for the summary.
@@ -66,7 +68,7 @@ pub fn run(rx: Receiver<Event>, mut renderer: Box<dyn Renderer + Send>, cfg: Con
     let mut next_sample = Instant::now() + every;
     let mut costs = Costs::default();
     let mut seen: HashSet<u64> = HashSet::new();
-    let mut broken = false;
+    let mut broken = !cfg.render_events;
     loop {
         let ev = match rx.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
             Ok(ev) => Some(ev),

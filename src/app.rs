@@ -121,6 +121,11 @@ fn event_writer(path: Option<&std::path::Path>, spawned: bool) -> Result<Box<dyn
     })
 }
 
+/// Where the report goes in report mode: stdout, or stderr when a spawned command owns stdout.
+fn report_writer(spawned: bool) -> Box<dyn Write + Send> {
+    if spawned { Box::new(std::io::stderr()) } else { Box::new(std::io::BufWriter::new(std::io::stdout())) }
+}
+
 /// Sends events to the analysis thread. A full queue is waited on while the analysis thread drains it (a burst
 /// slows the target a little, and no event is lost); if nothing drains for a second (nobody reads our output: a
 /// pager not scrolled, a stopped consumer), events are dropped and counted: blocking on would leave every thread
@@ -167,6 +172,9 @@ pub struct Output {
     pub leaks: Option<Duration>,
     pub folded: Option<PathBuf>,
     pub flamegraph: Option<PathBuf>,
+    /// Report mode (`--leaks`): events go only to `path` (none without it); stdout (stderr with `-- CMD`)
+    /// carries the report and the summary.
+    pub report: bool,
 }
 
 /// Where to stop and what for.
@@ -178,6 +186,8 @@ pub struct Plan {
     pub what: String,
     /// A probe's own `stack(N)` limit, by probe name.
     pub depths: HashMap<Arc<str>, usize>,
+    /// The paths to a mapping that are watched (`--leaks`), for the report.
+    pub watched: crate::mappaths::Watched,
 }
 
 impl Output {
@@ -192,6 +202,7 @@ impl Output {
             leaks: leaks.then_some(args.smaps_every),
             folded: args.folded.clone(),
             flamegraph: args.flamegraph.clone(),
+            report: leaks,
         }
     }
 }
@@ -210,7 +221,33 @@ fn syscall_plan(numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Plan {
         what: format!("breakpoint on syscall() at {:#x}", site.addr),
         fast: fast.then_some((wanted, site)),
         depths: HashMap::new(),
+        watched: crate::mappaths::Watched::default(),
     }
+}
+
+/// `--leaks`: the plan of `--syscall` plus probes on libc's own mapping functions, so that mappings made through
+/// `mmap()` (also by a hook library that redirected GOT slots and calls the real one) are caught too.
+fn leak_plan(pid: Tid, numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Result<Plan> {
+    let at = site.addr;
+    let mut plan = syscall_plan(numbers, site, fast);
+    plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap)"));
+    if fast {
+        let why = "(--fast watches only syscall(); run without --fast to catch them)";
+        plan.watched.skipped.extend(["libc mmap", "munmap", "mremap"].map(|f| format!("{f} {why}")));
+        return Ok(plan);
+    }
+    let mem = open_mem(pid)?;
+    let maps = resolve::read_maps(pid)?;
+    let libc = resolve::find_libc(&maps).ok_or_else(|| anyhow!("process {pid} has no libc mapped"))?;
+    let module = resolve::read_module(pid, &libc, Some(&mem))?;
+    let specs = crate::mappaths::function_specs(&module, &mem, &mut plan.watched);
+    if !specs.is_empty() {
+        let names: Vec<String> =
+            specs.iter().filter_map(|s| s.probes[0].label.as_deref().map(str::to_string)).collect();
+        plan.what = format!("{}; function probes on {}", plan.what, names.join(", "));
+    }
+    plan.specs.extend(specs);
+    Ok(plan)
 }
 
 /// Runs a trace as the command line asks. Returns the exit status.
@@ -231,7 +268,12 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             let mem = open_mem(pid)?;
             let site = syscall_site(pid, &mem)?;
             drop(mem);
-            run_trace(&out, syscall_plan(numbers, site, args.fast), Start::Attach(pid))?;
+            let plan = if out.report {
+                leak_plan(pid, numbers, site, args.fast)?
+            } else {
+                syscall_plan(numbers, site, args.fast)
+            };
+            run_trace(&out, plan, Start::Attach(pid))?;
             Ok(0)
         }
         (None, false) => {
@@ -243,7 +285,19 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
                     return Err(e);
                 }
             };
-            let end = run_trace(&out, syscall_plan(numbers, site, args.fast), Start::Adopt(pid))?;
+            let plan = if out.report {
+                leak_plan(pid, numbers, site, args.fast)
+            } else {
+                Ok(syscall_plan(numbers, site, args.fast))
+            };
+            let plan = match plan {
+                Ok(plan) => plan,
+                Err(e) => {
+                    let _ = ptrace::detach(pid, 0);
+                    return Err(e);
+                }
+            };
+            let end = run_trace(&out, plan, Start::Adopt(pid))?;
             // The command is our child: once detached it runs on, and its own status is ours (as strace does).
             let end = match end {
                 End::Exited(_) | End::Killed(_) => end,
@@ -278,7 +332,10 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         Start::Attach(p) => (p, false),
         Start::Adopt(p) => (p, true),
     };
-    let w = event_writer(out.path.as_deref(), spawned)?;
+    // In report mode the event stream is wanted only in a file: without one, events are not rendered at all.
+    let render_events = !out.report || out.path.is_some();
+    let w: Box<dyn Write + Send> =
+        if render_events { event_writer(out.path.as_deref(), spawned)? } else { Box::new(std::io::sink()) };
     // Report files are created before attaching, so a bad path is refused with the target untouched instead of
     // losing the report after the trace.
     let create = |p: &PathBuf| {
@@ -293,7 +350,14 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let (tx, rx) = crossbeam_channel::bounded(256);
     // The baseline of growth is taken before anything is armed: the first call may come right after.
     let baseline = if out.leaks.is_some() { procfs::read_smaps_regions(pid) } else { Vec::new() };
-    let acfg = analysis::Config { pid, stack_depth: out.stack_depth, depths: plan.depths, leaks: out.leaks, baseline };
+    let acfg = analysis::Config {
+        pid,
+        stack_depth: out.stack_depth,
+        depths: plan.depths,
+        leaks: out.leaks,
+        baseline,
+        render_events,
+    };
     let worker = std::thread::spawn(move || analysis::run(rx, renderer, acfg));
     // Found before attaching (symbols only; the interpreter's state is read at each capture, so a Python that
     // has not started yet is fine). A Python that cannot be read costs its frames, not the trace.
@@ -343,6 +407,15 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     drop(sink);
     let done = worker.join().map_err(|_| anyhow!("the analysis thread panicked"))?;
     let mut renderer = done.renderer;
+    if out.report {
+        // The event file is complete; the report and the summary go to the terminal's stream.
+        renderer.flush()?;
+        renderer = if out.json {
+            Box::new(Json { out: report_writer(spawned) })
+        } else {
+            Box::new(Text { out: report_writer(spawned), err: std::io::stderr() })
+        };
+    }
     summary.unwind_ns_per_frame = done.costs.unwind_ns_per_frame();
     summary.symbolize_first_ns_per_frame = done.costs.symbolize_first_ns_per_frame();
     summary.symbolize_cached_ns_per_frame = done.costs.symbolize_cached_ns_per_frame();

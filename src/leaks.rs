@@ -39,6 +39,16 @@ impl Stacks {
     }
 }
 
+/// A call seen at `syscall()`: when it started, and what it was.
+#[derive(Clone, Copy, PartialEq)]
+struct RawCall {
+    time: f64,
+    nr: u64,
+    addr: u64,
+    len: u64,
+    ret: Option<u64>,
+}
+
 /// Everything needed for the leak report, built while tracing.
 #[derive(Default)]
 pub struct LeakTracker {
@@ -46,6 +56,11 @@ pub struct LeakTracker {
     stacks: Stacks,
     first: Option<Vec<SmapsRegion>>,
     last: Vec<SmapsRegion>,
+    /// Per thread, the last call seen through `syscall()`, to recognise the same call seen again when the libc
+    /// function that made it returns.
+    last_raw: HashMap<crate::os::Tid, RawCall>,
+    /// Calls seen twice (at a libc function and at the `syscall()` inside it) and counted once.
+    pub nested: u64,
 }
 
 impl LeakTracker {
@@ -54,12 +69,38 @@ impl LeakTracker {
     }
 
     /// Records one event of the mapping family; others are ignored.
+    /// A call through a watched libc function (`libc.so.6:mmap`) counts as the syscall it makes; one whose
+    /// `syscall()` was already seen on the same thread, just before, with the same result, is that same call (a hook
+    /// reached from the function that made the real call through `syscall()`): counted once.
     pub fn event(&mut self, ev: &Event, stack: Option<&Stack>) {
-        if ev.func.is_some() || !crate::model::consts::MAPPING_SYSCALLS.contains(&ev.nr) {
+        let nr = match ev.func.as_deref() {
+            None => ev.nr,
+            Some(label) => match crate::mappaths::parse_label_syscall(label) {
+                Some(nr) => nr,
+                None => return,
+            },
+        };
+        if !crate::model::consts::MAPPING_SYSCALLS.contains(&nr) {
             return;
         }
+        let call = RawCall { time: ev.time, nr, addr: ev.args[0], len: ev.args[1], ret: ev.ret };
+        if ev.func.is_none() {
+            self.last_raw.insert(ev.tid, call);
+        } else if let Some(raw) = self.last_raw.remove(&ev.tid) {
+            // Events carry the time of entry: the raw call started inside the function's call. (The address
+            // argument of mmap is a hint a hook may change; the length and the result are the call's.)
+            let same_args = if nr == crate::model::consts::SYS_MMAP {
+                raw.len == call.len
+            } else {
+                (raw.addr, raw.len) == (call.addr, call.len)
+            };
+            if raw.time >= call.time && raw.nr == nr && raw.ret == call.ret && same_args {
+                self.nested += 1;
+                return;
+            }
+        }
         let id = self.stacks.intern(stack);
-        self.model.apply(ev, id);
+        self.model.apply_call(nr, &ev.args, ev.ret, id);
     }
 
     /// One smaps sample: the first is the baseline; each reconciles the model (bytes no longer mapped are dropped).

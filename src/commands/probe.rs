@@ -31,6 +31,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
         leaks: script.settings.smaps_every,
         folded: None,
         flamegraph: None,
+        report: false,
     };
     app::run_trace(&out, plan, app::Start::Attach(pid))?;
     Ok(0)

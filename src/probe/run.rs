@@ -114,5 +114,6 @@ pub fn plan(
         fast: None,
         what: format!("{n} breakpoint(s): {}", what.join(", ")),
         depths,
+        watched: Default::default(),
     })
 }

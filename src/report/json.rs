@@ -66,6 +66,10 @@ impl<W: Write> Renderer for Json<W> {
         report.write_json(&mut self.out)
     }
 
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+
     fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> std::io::Result<()> {
         line(&mut self.out, "event", event_json(ev, stack))
     }

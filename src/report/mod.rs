@@ -13,6 +13,8 @@ pub trait Renderer {
     fn summary(&mut self, s: &Summary) -> std::io::Result<()>;
     /// The leak report (`--leaks`), after the events and before the summary.
     fn leaks(&mut self, report: &crate::leaks::LeakReport) -> std::io::Result<()>;
+    /// Writes out what is buffered (the event file of report mode, before the report goes elsewhere).
+    fn flush(&mut self) -> std::io::Result<()>;
 }
 
 /// The return value as a signed number when it is an error (`-4095..=-1`).

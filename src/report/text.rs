@@ -65,6 +65,10 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
         report.write_text(&mut self.out)
     }
 
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+
     fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> std::io::Result<()> {
         let probe = ev.probe.as_deref().map(|p| format!("[{p}] ")).unwrap_or_default();
         let call = match &ev.func {
