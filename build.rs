@@ -49,6 +49,11 @@ fn git_commit() -> Option<String> {
         let text = String::from_utf8(out.stdout).ok()?;
         (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_string())
     };
+    // A source tree unpacked inside some other repository must not report that repository's commit.
+    let top = std::fs::canonicalize(git(&["rev-parse", "--show-toplevel"])?).ok()?;
+    if top != std::fs::canonicalize(std::env::var("CARGO_MANIFEST_DIR").ok()?).ok()? {
+        return None;
+    }
     let commit = git(&["rev-parse", "--short=12", "HEAD"])?;
     // Rebuild when HEAD moves: HEAD itself (a checkout), the branch it names (a commit), packed refs.
     let mut watched = vec![git(&["rev-parse", "--git-path", "HEAD"])?];

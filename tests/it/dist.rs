@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 fn dist() -> &'static Path {
     static DIST: OnceLock<PathBuf> = OnceLock::new();
     DIST.get_or_init(|| {
-        let status = Command::new(repo().join("scripts/dist.sh")).status().expect("scripts/dist.sh runs");
-        assert!(status.success(), "scripts/dist.sh failed");
+        let o = Command::new(repo().join("scripts/dist.sh")).output().expect("scripts/dist.sh runs");
+        assert!(o.status.success(), "scripts/dist.sh failed: {}", String::from_utf8_lossy(&o.stderr));
         repo().join("target/dist")
     })
 }
@@ -128,4 +128,56 @@ fn wheel_installs_into_a_fresh_venv_and_traces_python() {
     assert!(functions.contains(&"_PyEval_EvalFrameDefault"), "{functions:#?}");
     t.send("exit");
     assert_eq!(t.wait().code(), Some(0));
+}
+
+#[test]
+fn version_names_the_commit_and_how_it_was_built() {
+    let (code, out, _) = run_syscatch(&["--version"]);
+    assert_eq!(code, 0);
+    let head = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).current_dir(repo()).output();
+    let commit = match head {
+        Ok(o) if o.status.success() => String::from_utf8(o.stdout).unwrap().trim().to_string(),
+        _ => std::env::var("SYSCATCH_COMMIT").unwrap_or_else(|_| "unknown".into()),
+    };
+    let want = format!("syscatch {} (commit {commit}, features: dynamic, ", env!("CARGO_PKG_VERSION"));
+    assert!(out.starts_with(&want), "{out} does not start with {want}");
+    assert!(out.trim_end().ends_with("x86_64-unknown-linux-gnu)"), "{out}");
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_definitions() {
+    for (shell, marker) in
+        [("bash", "complete -F _syscatch"), ("zsh", "#compdef syscatch"), ("fish", "complete -c syscatch")]
+    {
+        let (code, out, err) = run_syscatch(&["completions", shell]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains(marker), "{shell}: {out}");
+        assert!(out.contains("stack") && out.contains("leaks") && out.contains("smaps-every"), "{shell}: {out}");
+    }
+    let (code, out, err) = run_syscatch(&["completions", "tcsh"]);
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("tcsh"), "{err}");
+
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("man");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, _, err) = run_syscatch(&["manpage", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let mut pages: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    pages.sort();
+    let want = ["check", "completions", "demo", "hooks", "mem", "run", "stack"];
+    let mut expected: Vec<String> = want.iter().map(|s| format!("syscatch-{s}.1")).collect();
+    expected.push("syscatch.1".into());
+    expected.sort();
+    assert_eq!(pages, expected, "one page per visible subcommand, none for the hidden manpage");
+    let main = std::fs::read_to_string(dir.join("syscatch.1")).unwrap();
+    for needle in
+        [".SH EXAMPLES", "syscatch \\-\\-pid 1234 \\-\\-leaks \\-\\-for 1m", "\\-\\-smaps\\-every", "CAP_SYS_PTRACE"]
+    {
+        assert!(main.contains(needle), "syscatch.1 lacks {needle}:\n{main}");
+    }
+    let (code, help, _) = run_syscatch(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(help.contains("Examples:\n") && help.contains("syscatch --pid 1234 --leaks --for 1m"), "{help}");
 }
