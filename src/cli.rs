@@ -6,10 +6,41 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// `--version`: the crate version, the git commit and how the binary was built (build.rs).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("SYSCATCH_BUILD_INFO"), ")");
+
+/// The common tasks, shown after `--help` and in the man page's EXAMPLES: (command, what it does).
+pub const EXAMPLES: &[(&str, &str)] = &[
+    ("syscatch --pid 1234 --for 10s", "every mmap made through syscall(), with its stack"),
+    ("syscatch --pid 1234 --leaks --for 1m", "which stacks mapped the memory that grew, and still hold it"),
+    ("syscatch --pid 1234 --leaks --flamegraph leaks.svg", "the same as a flame graph of still-mapped bytes"),
+    ("syscatch --syscall mmap,munmap --json -o ev.jsonl -- ./prog", "start a program under the tracer"),
+    ("syscatch mem --pid 1234", "memory by class from /proc, with advice (the target never stops)"),
+    ("syscatch stack --pid 1234", "every thread's stack once, like pstack"),
+    ("syscatch hooks --pid 1234", "who intercepted mmap, munmap, malloc..."),
+    ("syscatch demo", "try it on a bundled program that leaks"),
+    ("syscatch completions bash > /etc/bash_completion.d/syscatch", "shell completion (bash, zsh, fish)"),
+];
+
+/// Tracing needs ptrace rights over the target.
+pub const PERMISSIONS: &str =
+    "Tracing needs root or CAP_SYS_PTRACE (in a container: --cap-add SYS_PTRACE); see README.md.";
+
+fn examples_help() -> String {
+    let mut s = String::from("Examples:\n");
+    for (cmd, what) in EXAMPLES {
+        s.push_str(&format!("  {what}:\n      {cmd}\n"));
+    }
+    s.push('\n');
+    s.push_str(PERMISSIONS);
+    s
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "syscatch",
-    version,
+    version = VERSION,
+    after_help = examples_help(),
     about = "Find who makes a process's memory grow outside the malloc heap: catch syscall() calls with their \
              returned addresses and full stacks, on a live process, without stopping it.",
     args_conflicts_with_subcommands = true,
@@ -36,6 +67,23 @@ pub enum Command {
     Check(CheckArgs),
     /// Start a bundled program that leaks mappings through syscall(), and trace it.
     Demo(DemoArgs),
+    /// Print a shell completion script (e.g. `syscatch completions bash > /etc/bash_completion.d/syscatch`).
+    Completions(CompletionsArgs),
+    /// Write man pages (syscatch.1 and one per subcommand) into DIR; used by scripts/dist.sh.
+    #[command(hide = true)]
+    Manpage(ManpageArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+pub struct ManpageArgs {
+    /// Directory to write the pages into (created if missing).
+    pub dir: PathBuf,
 }
 
 #[derive(Args, Debug, Default, Clone)]
@@ -174,5 +222,15 @@ mod tests {
         let c = Cli::try_parse_from(["syscatch", "stack", "--pid", "7"]).unwrap();
         assert!(matches!(c.command, Some(Command::Stack(StackArgs { pid: 7, .. }))));
         assert!(Cli::try_parse_from(["syscatch", "--for", "soon"]).is_err());
+        let c = Cli::try_parse_from(["syscatch", "completions", "zsh"]).unwrap();
+        assert!(matches!(c.command, Some(Command::Completions(CompletionsArgs { shell: clap_complete::Shell::Zsh }))));
+        assert!(Cli::try_parse_from(["syscatch", "completions", "tcsh"]).is_err());
+    }
+
+    #[test]
+    fn definitions_are_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        assert!(VERSION.starts_with(env!("CARGO_PKG_VERSION")) && VERSION.contains("commit "), "{VERSION}");
     }
 }

@@ -15,6 +15,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Some(Command::Run(a)) => commands::probe::run(&a),
         Some(Command::Check(a)) => commands::probe::check(&a),
         Some(Command::Demo(a)) => commands::demo::run(&a),
+        Some(Command::Completions(a)) => commands::shell::completions(&a),
+        Some(Command::Manpage(a)) => commands::shell::manpage(&a),
     }
 }
 

@@ -4,4 +4,5 @@ pub mod demo;
 pub mod hooks;
 pub mod mem;
 pub mod probe;
+pub mod shell;
 pub mod stack;

@@ -5,6 +5,7 @@
 mod common;
 mod container;
 mod core;
+mod dist;
 mod fuzz_replay;
 mod guardian;
 mod hooks;
