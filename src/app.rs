@@ -294,7 +294,17 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     // The baseline of growth is taken before anything is armed: the first call may come right after.
     let baseline = if out.leaks.is_some() { crate::leaks::read_sample(pid) } else { Vec::new() };
     let acfg = analysis::Config { pid, stack_depth: out.stack_depth, depths: plan.depths, leaks: out.leaks, baseline };
-    let worker = std::thread::spawn(move || analysis::run(rx, renderer, acfg));
+    // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
+    let worker = std::thread::Builder::new()
+        .name("analysis".into())
+        .spawn(move || {
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| analysis::run(rx, renderer, acfg)));
+            if done.is_err() {
+                signals::fault();
+            }
+            done
+        })
+        .context("cannot start the analysis thread")?;
     let cfg = Config {
         pid,
         stack_bytes: out.stack_bytes,
@@ -303,9 +313,10 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     };
     signals::install_handlers(50);
     let mut sink = ChannelSink { tx, dropped: 0, stalled: false };
-    let mut summary: Summary;
-    let end;
-    {
+    crate::crash::contain();
+    // The tracer's own panic is caught here: unwinding drops the tracer, whose `Drop` detaches with whatever
+    // state is left (the thread caught mid-stop included), so the target is never left with our bytes.
+    let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(End, Summary)> {
         let mut tracer = match start {
             Start::Attach(_) => Tracer::attach(cfg, plan.specs, &mut sink).map_err(|e| attach_error(pid, e))?,
             Start::Adopt(_) => Tracer::adopt(cfg, plan.specs, &mut sink).map_err(|e| attach_error(pid, e))?,
@@ -322,9 +333,17 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
             // The spawned program is held at its entry point; let it go.
             let _ = ptrace::cont(pid, 0);
         }
-        end = tracer.run();
-        summary = tracer.summary.clone();
-    }
+        let end = tracer.run();
+        Ok((end, tracer.summary.clone()))
+    }));
+    let (end, mut summary) = match traced {
+        Ok(r) => r?,
+        Err(_) => {
+            drop(sink);
+            let _ = worker.join();
+            return Err(internal_error("the tracer"));
+        }
+    };
     if sink.dropped > 0 {
         summary.warnings.push(format!(
             "{} events were dropped: the output was not read for over a second (they are counted in the totals above)",
@@ -332,7 +351,13 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         ));
     }
     drop(sink);
-    let done = worker.join().map_err(|_| anyhow!("the analysis thread panicked"))?;
+    let done = match worker.join() {
+        Ok(Ok(done)) => done,
+        _ => return Err(internal_error("the analysis thread")),
+    };
+    if let Some(e) = done.output_error {
+        bail!("cannot write the events ({e}); the trace was stopped, and the target detached with its original bytes");
+    }
     let mut renderer = done.renderer;
     summary.unwind_ns_per_frame = done.costs.unwind_ns_per_frame();
     summary.symbolize_first_ns_per_frame = done.costs.symbolize_first_ns_per_frame();
@@ -358,6 +383,12 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         Text { out: std::io::sink(), err: std::io::stderr() }.summary(&summary)?;
     }
     Ok(end)
+}
+
+/// The one line for a panic contained during a trace (the target is detached by then).
+fn internal_error(whose: &str) -> anyhow::Error {
+    let what = crate::crash::take().unwrap_or_else(|| "a panic".into());
+    anyhow!("internal error in {whose}: {what}; the trace was stopped, and the target detached with its original bytes")
 }
 
 /// Forks and execs `cmd` stopped at its entry point, seized, with libc mapped. Returns its pid.

@@ -179,6 +179,8 @@ pub struct Tracer<'a> {
     cs: Option<capstone::Capstone>,
     /// The `--fast` patch, when installed.
     fast: Option<fast::Fast>,
+    /// The thread whose stop is being handled.
+    current: Option<Tid>,
 }
 
 /// Reads through the captured stack first, then the target's memory (for the emulator's loads).
@@ -274,6 +276,7 @@ impl<'a> Tracer<'a> {
             leader_status: None,
             cs,
             fast: None,
+            current: None,
         })
     }
 
@@ -384,6 +387,9 @@ impl<'a> Tracer<'a> {
             if sig != 0 {
                 break End::Signal(sig);
             }
+            if signals::faulted() {
+                break End::Fault;
+            }
             if self.cfg.deadline.is_some_and(|d| Instant::now() >= d) {
                 break End::Duration;
             }
@@ -396,7 +402,13 @@ impl<'a> Tracer<'a> {
             }
             match ptrace::wait_any(false) {
                 Ok(None) => continue,
-                Ok(Some((tid, stop))) => self.handle(tid, stop, Instant::now()),
+                Ok(Some((tid, stop))) => {
+                    // Known while the stop is handled: a panic in between leaves this thread in a stop whose
+                    // wait status is consumed, and detach must know that (`adopt_interrupted`).
+                    self.current = Some(tid);
+                    self.handle(tid, stop, Instant::now());
+                    self.current = None;
+                }
                 Err(_) => self.threads.clear(),
             }
         };
@@ -698,6 +710,9 @@ impl<'a> Tracer<'a> {
         if matched.is_empty() {
             self.step_over(tid, regs, seen);
             return;
+        }
+        if crate::crash::injected("tracer-panic") {
+            panic!("injected fault: tracer-panic");
         }
         self.summary.matching += 1;
         let want_stack = matched.iter().any(|&i| site.probes[i].want_stack);

@@ -754,3 +754,70 @@ fn detach_during_a_spawn_storm_ends_in_bounded_time() {
         finish(t, &format!("spawn storm {}", tool.name));
     }
 }
+
+/// #11: a panic in the tracer's thread (injected at the first matching hit, that thread stopped just past the
+/// int3 and others running through the site) or in the analysis thread ends the trace with a clean detach: exit
+/// status 1, one line naming the fault, the target untraced with its text intact, and its workers, which never
+/// stopped calling syscall(), pass their own checks afterwards.
+#[test]
+fn a_panic_in_syscatch_ends_the_trace_with_a_clean_detach() {
+    for (fault, whose) in [("tracer-panic", "the tracer"), ("analysis-panic", "the analysis thread")] {
+        let ctx = format!("fault {fault}");
+        let mut t = torture_target(&[]);
+        cmd(&mut t, "start 3");
+        let pid = t.pid.to_string();
+        let mut sc = Syscatch::start_cmd(syscatch_cmd().env("SYSCATCH_TEST_FAULT", fault).args([
+            "--syscall",
+            "mmap",
+            "--json",
+            "--pid",
+            &pid,
+        ]));
+        sc.wait_attached();
+        let (status, _, err) = sc.finish_within(std::time::Duration::from_secs(15), t.pid);
+        assert_eq!(status.code(), Some(1), "{ctx}: {status:?} {err:#?}");
+        let after: Vec<&String> = err.iter().filter(|l| !l.contains("attached to")).collect();
+        assert_eq!(after.len(), 1, "{ctx}: one line: {err:#?}");
+        assert!(
+            after[0].starts_with(&format!("syscatch: internal error in {whose}: injected fault: {fault}"))
+                && after[0].contains("detached"),
+            "{ctx}: {err:#?}"
+        );
+        assert_unharmed(t.pid, &err, &ctx);
+        let truth = truth_mmaps(&cmd(&mut t, "mmap 3"));
+        assert_eq!(truth.len(), 3, "{ctx}");
+        finish(t, &ctx);
+    }
+}
+
+/// #11: the reader of syscatch's output goes away (`syscatch ... | head -1`): the write error ends the trace
+/// with a clean detach, exit status 1 and one line, instead of tracing on with nowhere to write.
+#[test]
+fn output_closed_early_ends_the_trace_with_a_clean_detach() {
+    use std::io::Read;
+    let ctx = "stdout closed";
+    let mut t = torture_target(&[]);
+    cmd(&mut t, "start 3");
+    let pid = t.pid.to_string();
+    let mut child = syscatch_cmd()
+        .args(["--syscall", "mmap", "--json", "--pid", &pid])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("syscatch starts");
+    let mut err = Lines::new(child.stderr.take().expect("stderr"), "syscatch stderr");
+    err.until(|l| l.contains("attached to"));
+    let mut out = child.stdout.take().expect("stdout");
+    let mut first = [0u8; 64];
+    out.read_exact(&mut first).expect("some events");
+    drop(out);
+    let sc = Syscatch { child, out: Lines::new(std::io::empty(), "none"), err };
+    let (status, _, err) = sc.finish_within(std::time::Duration::from_secs(15), t.pid);
+    assert_eq!(status.code(), Some(1), "{ctx}: {status:?} {err:#?}");
+    let after: Vec<&String> = err.iter().filter(|l| !l.contains("attached to")).collect();
+    assert_eq!(after.len(), 1, "{ctx}: one line: {err:#?}");
+    assert!(after[0].starts_with("syscatch: cannot write the events (Broken pipe"), "{ctx}: {err:#?}");
+    assert_unharmed(t.pid, &err, ctx);
+    finish(t, ctx);
+}
