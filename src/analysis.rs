@@ -53,6 +53,8 @@ impl Costs {
 
 pub struct Done {
     pub renderer: Box<dyn Renderer + Send>,
+    /// The first error writing an event (a closed pipe, a full disk): the trace was asked to stop then.
+    pub output_error: Option<std::io::Error>,
     pub leaks: Option<LeakTracker>,
     pub costs: Costs,
 }
@@ -68,7 +70,7 @@ pub fn run(rx: Receiver<Event>, mut renderer: Box<dyn Renderer + Send>, cfg: Con
     let mut next_sample = Instant::now() + every;
     let mut costs = Costs::default();
     let mut seen: HashSet<u64> = HashSet::new();
-    let mut broken = !cfg.render_events;
+    let mut output_error = None;
     loop {
         let ev = match rx.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
             Ok(ev) => Some(ev),
@@ -82,6 +84,9 @@ pub fn run(rx: Receiver<Event>, mut renderer: Box<dyn Renderer + Send>, cfg: Con
             next_sample = Instant::now() + every;
         }
         let Some(ev) = ev else { continue };
+        if crate::crash::injected("analysis-panic") {
+            panic!("injected fault: analysis-panic");
+        }
         let stack = ev.capture.as_ref().map(|c| {
             let t0 = Instant::now();
             let u = resolver.unwind(c);
@@ -111,10 +116,15 @@ pub fn run(rx: Receiver<Event>, mut renderer: Box<dyn Renderer + Send>, cfg: Con
         if let Some(t) = tracker.as_mut() {
             t.event(&ev, stack.as_ref());
         }
-        if !broken && renderer.event(&ev, stack.as_ref()).is_err() {
-            // The output is gone (a closed pipe): keep draining so the tracer never blocks.
-            broken = true;
+        if cfg.render_events
+            && output_error.is_none()
+            && let Err(e) = renderer.event(&ev, stack.as_ref())
+        {
+            // The output is gone (a closed pipe, a full disk): the trace ends, and events queued meanwhile are
+            // drained so the tracer never blocks on the queue.
+            output_error = Some(e);
+            crate::os::signals::fault();
         }
     }
-    Done { renderer, leaks: tracker, costs }
+    Done { renderer, output_error, leaks: tracker, costs }
 }

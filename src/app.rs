@@ -358,7 +358,17 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         baseline,
         render_events,
     };
-    let worker = std::thread::spawn(move || analysis::run(rx, renderer, acfg));
+    // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
+    let worker = std::thread::Builder::new()
+        .name("analysis".into())
+        .spawn(move || {
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| analysis::run(rx, renderer, acfg)));
+            if done.is_err() {
+                signals::fault();
+            }
+            done
+        })
+        .context("cannot start the analysis thread")?;
     // Found before attaching (symbols only; the interpreter's state is read at each capture, so a Python that
     // has not started yet is fine). A Python that cannot be read costs its frames, not the trace.
     let (python, python_error) = match crate::python::live::PythonReader::locate(pid) {
@@ -374,9 +384,10 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     };
     signals::install_handlers(50);
     let mut sink = ChannelSink { tx, dropped: 0, stalled: false };
-    let mut summary: Summary;
-    let end;
-    {
+    crate::crash::contain();
+    // The tracer's own panic is caught here: unwinding drops the tracer, whose `Drop` detaches with whatever
+    // state is left (the thread caught mid-stop included), so the target is never left with our bytes.
+    let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(End, Summary)> {
         let mut tracer = match start {
             Start::Attach(_) => Tracer::attach(cfg, plan.specs, &mut sink).map_err(|e| attach_error(pid, e))?,
             Start::Adopt(_) => Tracer::adopt(cfg, plan.specs, &mut sink).map_err(|e| attach_error(pid, e))?,
@@ -393,11 +404,20 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
             // The spawned program is held at its entry point; let it go.
             let _ = ptrace::cont(pid, 0);
         }
-        end = tracer.run();
-        summary = tracer.summary.clone();
-        summary.warnings.extend(python_error);
+        let end = tracer.run();
+        let mut summary = tracer.summary.clone();
         summary.warnings.extend(tracer.python_warnings());
-    }
+        Ok((end, summary))
+    }));
+    let (end, mut summary) = match traced {
+        Ok(r) => r?,
+        Err(_) => {
+            drop(sink);
+            let _ = worker.join();
+            return Err(internal_error("the tracer"));
+        }
+    };
+    summary.warnings.extend(python_error);
     if sink.dropped > 0 {
         summary.warnings.push(format!(
             "{} events were dropped: the output was not read for over a second (they are counted in the totals above)",
@@ -405,7 +425,13 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         ));
     }
     drop(sink);
-    let done = worker.join().map_err(|_| anyhow!("the analysis thread panicked"))?;
+    let done = match worker.join() {
+        Ok(Ok(done)) => done,
+        _ => return Err(internal_error("the analysis thread")),
+    };
+    if let Some(e) = done.output_error {
+        bail!("cannot write the events ({e}); the trace was stopped, and the target detached with its original bytes");
+    }
     let mut renderer = done.renderer;
     if out.report {
         // The event file is complete; the report and the summary go to the terminal's stream.
@@ -440,6 +466,12 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         Text { out: std::io::sink(), err: std::io::stderr() }.summary(&summary)?;
     }
     Ok(end)
+}
+
+/// The one line for a panic contained during a trace (the target is detached by then).
+fn internal_error(whose: &str) -> anyhow::Error {
+    let what = crate::crash::take().unwrap_or_else(|| "a panic".into());
+    anyhow!("internal error in {whose}: {what}; the trace was stopped, and the target detached with its original bytes")
 }
 
 /// Forks and execs `cmd` stopped at its entry point, seized, with libc mapped. Returns its pid.

@@ -57,6 +57,8 @@ pub enum End {
     Killed(i32),
     /// The target called execve: the traced program is gone.
     Exec,
+    /// syscatch itself failed (a panic, an output error): the trace was stopped early.
+    Fault,
 }
 
 /// Counters for the summary line, kept by the tracer.

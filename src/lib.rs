@@ -9,6 +9,7 @@ pub mod breakpoints;
 pub mod cli;
 pub mod commands;
 pub mod correlate;
+pub mod crash;
 pub mod event;
 pub mod guardian;
 pub mod hooks;

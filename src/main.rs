@@ -36,7 +36,13 @@ fn main() {
         }
         Err(e) => e.exit(),
     };
-    match run(cli) {
+    // Any panic becomes one line and exit status 1 (a trace contains its own first, detaching cleanly).
+    syscatch::crash::contain();
+    let result = std::panic::catch_unwind(|| run(cli)).unwrap_or_else(|_| {
+        let what = syscatch::crash::take().unwrap_or_else(|| "a panic".into());
+        Err(anyhow::anyhow!("internal error: {what}"))
+    });
+    match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("syscatch: {e:#}");

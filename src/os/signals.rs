@@ -1,9 +1,10 @@
 //! syscatch's own signals: SIGINT, SIGTERM and SIGHUP ask for a clean detach; a periodic SIGALRM makes a
 //! blocking waitpid return (EINTR) so a flag set just before it blocked, or a deadline, is never missed.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+static FAULT: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_stop(sig: libc::c_int) {
     STOP_SIGNAL.store(sig, Ordering::SeqCst);
@@ -46,4 +47,15 @@ pub fn stop_timer() {
 /// The stop signal received so far (0: none).
 pub fn stop_requested() -> i32 {
     STOP_SIGNAL.load(Ordering::SeqCst)
+}
+
+/// Asks the tracer to end the trace because another thread of syscatch failed (a panic, an output error). Seen at
+/// the tracer's next loop turn (at most one SIGALRM tick away).
+pub fn fault() {
+    FAULT.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`fault`] was called.
+pub fn faulted() -> bool {
+    FAULT.load(Ordering::SeqCst)
 }

@@ -81,6 +81,7 @@ impl<W: Write> Renderer for Json<W> {
             Some(End::Exited(c)) => ("target_exited", Some(*c)),
             Some(End::Killed(sig)) => ("target_killed", Some(*sig)),
             Some(End::Exec) => ("target_exec", None),
+            Some(End::Fault) => ("fault", None),
         };
         line(
             &mut self.out,

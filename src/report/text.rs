@@ -100,6 +100,7 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             Some(End::Exited(code)) => format!("target exited with status {code}"),
             Some(End::Killed(sig)) => format!("target was killed by signal {sig}"),
             Some(End::Exec) => "target called execve; the traced program is gone".into(),
+            Some(End::Fault) => "stopped by an internal error".into(),
         };
         let per_thread: Vec<String> = s.events_by_tid.iter().map(|(t, n)| format!("{t}:{n}")).collect();
         writeln!(

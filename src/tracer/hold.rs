@@ -276,6 +276,7 @@ impl Tracer<'_> {
         self.detached = true;
         let started = Instant::now();
         signals::stop_timer();
+        self.adopt_interrupted();
         let stuck = self.hold_all(None);
         let tids: Vec<Tid> = self.threads.keys().copied().filter(|t| !stuck.iter().any(|(s, _)| s == t)).collect();
         for &tid in &tids {
@@ -307,6 +308,36 @@ impl Tracer<'_> {
         self.threads.clear();
         self.tell(Msg::Done);
         self.summary.detach = started.elapsed();
+    }
+
+    /// After a panic in the middle of handling a stop of a thread, that thread may still sit in the stop we took
+    /// from it (its wait status consumed, never resumed): no interrupt would ever be reported for it. Such a
+    /// thread is held as it is, rewound if it stopped just past one of our int3s (it runs the original
+    /// instruction once the bytes are back). A stop it reported since is handled as any stop while holding.
+    fn adopt_interrupted(&mut self) {
+        let Some(tid) = self.current.take() else { return };
+        if self.threads.get(&tid).is_none_or(|t| matches!(t.state, State::Held { .. })) {
+            return;
+        }
+        let stopped = procfs::read_status(tid).is_ok_and(|s| procinfo::parse_status(&s).state == 't');
+        if let Ok(Some((_, stop))) = ptrace::wait_for(tid, true) {
+            self.hold(tid, stop);
+            return;
+        }
+        if !stopped {
+            return;
+        }
+        if let Ok(mut r) = ptrace::get_regs(tid) {
+            let at = r.ip().wrapping_sub(1);
+            if self.planted(at) || self.retired.contains_key(&at) {
+                r.set_ip(at);
+                let _ = ptrace::set_regs(tid, &r);
+            }
+        }
+        if let Some(t) = self.threads.get_mut(&tid) {
+            let prev = std::mem::replace(&mut t.state, State::Running);
+            t.state = State::Held { sig: 0, group: false, prev: Box::new(prev) };
+        }
     }
 
     /// Waits (bounded) for the threads `hold_all` could not stop, detaching each as it stops; names those left.

@@ -187,6 +187,8 @@ pub struct Tracer<'a> {
     guard: Option<Guard>,
     /// The SIGTRAP handler placed in the target for the same case.
     pad: Option<pad::Pad>,
+    /// The thread whose stop is being handled.
+    current: Option<Tid>,
 }
 
 /// Reads through the captured stack first, then the target's memory (for the emulator's loads).
@@ -303,6 +305,7 @@ impl<'a> Tracer<'a> {
             fast: None,
             guard,
             pad: None,
+            current: None,
         })
     }
 
@@ -422,6 +425,9 @@ impl<'a> Tracer<'a> {
             if sig != 0 {
                 break End::Signal(sig);
             }
+            if signals::faulted() {
+                break End::Fault;
+            }
             if self.cfg.deadline.is_some_and(|d| Instant::now() >= d) {
                 break End::Duration;
             }
@@ -434,7 +440,13 @@ impl<'a> Tracer<'a> {
             }
             match ptrace::wait_any(false) {
                 Ok(None) => continue,
-                Ok(Some((tid, stop))) => self.handle(tid, stop, Instant::now()),
+                Ok(Some((tid, stop))) => {
+                    // Known while the stop is handled: a panic in between leaves this thread in a stop whose
+                    // wait status is consumed, and detach must know that (`adopt_interrupted`).
+                    self.current = Some(tid);
+                    self.handle(tid, stop, Instant::now());
+                    self.current = None;
+                }
                 Err(_) => self.threads.clear(),
             }
         };
@@ -744,6 +756,9 @@ impl<'a> Tracer<'a> {
         if matched.is_empty() {
             self.step_over(tid, regs, seen);
             return;
+        }
+        if crate::crash::injected("tracer-panic") {
+            panic!("injected fault: tracer-panic");
         }
         self.summary.matching += 1;
         let want_stack = matched.iter().any(|&i| site.probes[i].want_stack);

@@ -187,13 +187,13 @@ pub fn syscatch_cmd() -> Command {
 
 impl Syscatch {
     pub fn start(args: &[&str]) -> Syscatch {
-        let mut child = syscatch_cmd()
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("syscatch starts");
+        Self::start_cmd(syscatch_cmd().args(args))
+    }
+
+    /// As [`Syscatch::start`], for a command set up by the caller (environment, arguments).
+    pub fn start_cmd(cmd: &mut Command) -> Syscatch {
+        let mut child =
+            cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("syscatch starts");
         let out = Lines::new(child.stdout.take().unwrap(), "syscatch stdout");
         let err = Lines::new(child.stderr.take().unwrap(), "syscatch stderr");
         Syscatch { child, out, err }
