@@ -22,12 +22,19 @@ pub(super) struct Pad {
 const SIGTRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
 
 impl Tracer<'_> {
-    /// A held thread that can run an injected system call now.
-    fn injectable(&self) -> Option<Tid> {
-        self.threads
-            .iter()
-            .find(|(_, t)| matches!(&t.state, State::Held { sig: 0, group: false, prev } if matches!(**prev, State::Running)))
-            .map(|(&tid, _)| tid)
+    /// A held thread that can run an injected system call now; for a command we started (`-- CMD`), its only
+    /// thread, still stopped at the program's entry point until the caller lets it go (`arming` only).
+    fn injectable(&self, arming: bool) -> Option<Tid> {
+        let held = self.threads.iter().find(
+            |(_, t)| matches!(&t.state, State::Held { sig: 0, group: false, prev } if matches!(**prev, State::Running)),
+        );
+        if let Some((&tid, _)) = held {
+            return Some(tid);
+        }
+        let pid = self.cfg.pid;
+        let only = self.threads.len() == 1 && matches!(self.threads.get(&pid).map(|t| &t.state), Some(State::Running));
+        let stopped = || procfs::read_status(pid).is_ok_and(|s| procinfo::parse_status(&s).state == 't');
+        (arming && only && stopped()).then_some(pid)
     }
 
     fn syscall_insn(&self) -> Option<u64> {
@@ -57,7 +64,7 @@ impl Tracer<'_> {
             return Err("the target handles SIGTRAP itself".into());
         }
         let syscall_at = self.syscall_insn().ok_or("no libc syscall instruction to run the set-up on")?;
-        let tid = self.injectable().ok_or("no thread is held where it can run the set-up")?;
+        let tid = self.injectable(true).ok_or("no thread is held where it can run the set-up")?;
         let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
         let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
         let page = self.inject_syscall(
@@ -133,7 +140,11 @@ impl Tracer<'_> {
     /// inside them (only possible in a foreign SIGTRAP's handler run: then they stay, said in the summary).
     pub(super) fn remove_pad(&mut self) {
         let Some(p) = self.pad.take() else { return };
-        let Some(tid) = self.injectable() else {
+        if self.threads.is_empty() {
+            // The target has exited (or exec'd): nothing left to restore.
+            return;
+        }
+        let Some(tid) = self.injectable(false) else {
             self.summary
                 .warnings
                 .push("the trap pad's SIGTRAP handler stays installed (no thread to remove it)".into());

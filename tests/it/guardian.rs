@@ -137,18 +137,30 @@ fn busy_round(rng: &mut Rng, extra: &[&str]) -> Fate {
     let mut args = vec!["--syscall", "mmap", "--json", "--pid", pid.as_str()];
     args.extend(extra);
     let mut sc = Syscatch::start(&args);
-    sc.wait_attached();
-    for _ in 0..rng.below(20) {
-        sc.out.next();
+    // One round in eight kills syscatch while it attaches or arms; the others mid-trace, after some captures.
+    if rng.below(8) != 0 {
+        sc.wait_attached();
+        for _ in 0..rng.below(20) {
+            sc.out.next();
+        }
     }
-    for _ in 0..rng.below(200_000) {
+    for _ in 0..rng.below(2_000_000) {
         std::hint::spin_loop();
     }
     kill(sc);
-    if t.try_send("finish")
+    if t.try_send("stop")
         && let Some(line) = t.out.next_or_end()
         && line.starts_with("counts ")
     {
+        // ITER MMAP MUNMAP GETPID GETTID FUTEX: one of each per iteration, each checked by the target itself.
+        let c: Vec<u64> = line.split_whitespace().skip(1).map(|n| n.parse().unwrap()).collect();
+        assert!(c[0] > 0 && c[1..6].iter().all(|&n| n == c[0]), "the calls went on as before: {line}");
+        if extra.is_empty() {
+            assert_text_pristine(t.pid, "a busy target after the guardian");
+        }
+        t.out.until(|l| l == "ok");
+        t.send("finish");
+        t.out.next();
         let st = t.wait();
         assert_eq!(st.code(), Some(23), "a surviving target finishes cleanly: {st:?} after {line}");
         return Fate::Survived;
@@ -179,8 +191,15 @@ fn busy_rounds(default: u64, extra: &[&str]) -> (u64, Vec<i32>) {
     (rounds, deaths)
 }
 
+/// The goal is 99% over hundreds of rounds (scripts/torture-kill.sh); a few here, at most one death allowed.
 #[test]
 fn sigkill_of_syscatch_mid_trace_busy_target() {
-    let (rounds, deaths) = busy_rounds(4, &[]);
-    assert!(deaths.len() as u64 * 4 <= rounds, "{} of {rounds} busy targets died", deaths.len());
+    let (rounds, deaths) = busy_rounds(5, &[]);
+    assert!(deaths.len() <= 1, "{} of {rounds} busy targets died", deaths.len());
+}
+
+#[test]
+fn sigkill_of_syscatch_mid_trace_busy_target_with_fast() {
+    let (rounds, deaths) = busy_rounds(5, &["--fast"]);
+    assert!(deaths.len() <= 1, "{} of {rounds} busy targets died", deaths.len());
 }
