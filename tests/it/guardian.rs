@@ -46,6 +46,24 @@ fn kill(sc: Syscatch) -> Vec<String> {
     err
 }
 
+/// The guardian of target `pid`, found by its command line, and its session id.
+fn guardian_of(pid: i32) -> Option<(i32, i32)> {
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let g: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(format!("/proc/{g}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        (args.get(1) == Some(&&b"__guardian"[..]) && args.get(2) == Some(&pid.to_string().as_bytes())).then_some(())?;
+        let stat = std::fs::read_to_string(format!("/proc/{g}/stat")).ok()?;
+        let sid = stat.rsplit(')').next()?.split_whitespace().nth(3)?.parse().ok()?;
+        Some((g, sid))
+    })
+}
+
+fn session_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat.rsplit(')').next().unwrap().split_whitespace().nth(3).unwrap().parse().unwrap()
+}
+
 fn idle_target_survives(extra: &[&str]) {
     require_ptrace();
     let mut t = Target::start(&testprog("target"), &[]);
@@ -55,6 +73,13 @@ fn idle_target_survives(extra: &[&str]) {
     let mut sc = Syscatch::start(&args);
     sc.wait_attached();
     let site = attached_site(&sc.err.seen).expect("the site is printed");
+    // What kills syscatch, or a Ctrl-C to its process group, does not kill the guardian.
+    let (guardian, sid) = guardian_of(t.pid).expect("a guardian runs");
+    assert_ne!(sid, session_of(sc.child.id() as i32), "the guardian has its own session");
+    for sig in [libc::SIGINT, libc::SIGHUP, libc::SIGTERM] {
+        // SAFETY: a signal to the guardian process found above.
+        unsafe { libc::kill(guardian, sig) };
+    }
     // The target sits in read(): syscatch is killed with every byte planted and nothing in flight.
     let planted = read_mem(t.pid, site, 1)[0];
     let err = kill(sc);
