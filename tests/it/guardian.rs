@@ -173,16 +173,19 @@ fn busy_round(rng: &mut Rng, extra: &[&str]) -> Fate {
     args.extend(extra);
     let mut sc = Syscatch::start(&args);
     // One round in eight kills syscatch while it attaches or arms; the others mid-trace, after some captures.
-    if rng.below(8) != 0 {
+    let early = rng.below(8) == 0;
+    let captures = rng.below(20);
+    if !early {
         sc.wait_attached();
-        for _ in 0..rng.below(20) {
+        for _ in 0..captures {
             sc.out.next();
         }
     }
-    for _ in 0..rng.below(2_000_000) {
+    let spins = rng.below(2_000_000);
+    for _ in 0..spins {
         std::hint::spin_loop();
     }
-    kill(sc);
+    let err = kill(sc);
     if t.try_send("stop")
         && let Some(line) = t.out.next_or_end()
         && line.starts_with("counts ")
@@ -202,6 +205,10 @@ fn busy_round(rng: &mut Rng, extra: &[&str]) -> Fate {
     }
     let st = t.wait();
     assert_ne!(st.code(), Some(3), "the target's own checks failed after syscatch's death");
+    eprintln!(
+        "died: {st:?}, killed {}, {spins} spins; syscatch said: {err:#?}",
+        if early { "early".to_string() } else { format!("after {captures} captures") }
+    );
     Fate::Died(st.signal().unwrap_or(-1))
 }
 
