@@ -169,7 +169,8 @@ impl Guard {
     /// Starts the guardian for `pid` and waits for its word that it can write the target's code at `check`
     /// (`proc_mem.force_override` can forbid writes to read-only mappings by any process but the tracer).
     pub fn start(pid: Tid, mem: &ProcMem, check: u64) -> Result<Guard, String> {
-        let args = [SUBCOMMAND.to_string(), pid.to_string(), format!("{check:x}")];
+        use std::os::fd::AsRawFd;
+        let args = [SUBCOMMAND.to_string(), pid.to_string(), format!("{check:x}"), mem.as_raw_fd().to_string()];
         let started = guard::spawn(&args, mem).map_err(|e| format!("cannot start the guardian: {e}"))?;
         let mut line = String::new();
         let _ = BufReader::new(started.output).read_line(&mut line);
@@ -198,15 +199,17 @@ fn read_mem(mem: &ProcMem) -> impl FnMut(u64, &mut [u8]) -> bool + '_ {
     move |a, b| mem.read_exact(a, b).is_ok()
 }
 
-/// The guardian process: `syscatch __guardian PID CHECK_ADDR`. Returns its exit status.
+/// The guardian process: `syscatch __guardian PID CHECK_ADDR MEM_FD`. Returns its exit status.
 pub fn main(args: &[String]) -> i32 {
-    let (Some(pid), Some(check)) =
-        (args.first().and_then(|p| p.parse::<Tid>().ok()), args.get(1).and_then(|a| parse_addr(a)))
-    else {
+    let (Some(pid), Some(check), Some(fd)) = (
+        args.first().and_then(|p| p.parse::<Tid>().ok()),
+        args.get(1).and_then(|a| parse_addr(a)),
+        args.get(2).and_then(|f| f.parse::<i32>().ok()),
+    ) else {
         eprintln!("syscatch: {SUBCOMMAND} is internal (started by syscatch itself)");
         return 2;
     };
-    let mem = match guard::inherited_mem(pid) {
+    let mem = match guard::inherited_mem(pid, fd) {
         Ok(m) => m,
         Err(e) => {
             println!("the guardian has no handle on the target's memory ({e})");

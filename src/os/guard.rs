@@ -1,5 +1,5 @@
 //! The process plumbing of the guardian (see `crate::guardian`): starting it detached from syscatch (its own
-//! session, not our child, the stop signals ignored, the target's `/proc/PID/mem` handed over as fd 3), and,
+//! session, not our child, the stop signals ignored, the target's `/proc/PID/mem` handed over), and,
 //! inside it, waiting for input from syscatch or the target's end.
 
 use super::Tid;
@@ -10,9 +10,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 
-/// The fd under which the guardian finds the target's memory.
-const MEM_FD: i32 = 3;
-
 /// A started guardian: its input pipe (syscatch's end, close-on-exec) and its first line of output.
 pub struct Started {
     pub input: ChildStdin,
@@ -22,22 +19,22 @@ pub struct Started {
 /// Re-executes the running syscatch binary as `syscatch <args>` in a process that outlives us: a new session
 /// (Ctrl-C and a terminal hangup reach syscatch's process group, not it), SIGINT/SIGHUP/SIGTERM ignored from
 /// before its exec, and reparented away from us by a double fork, so the tracer's `waitpid(-1, __WALL)` never
-/// reaps it. The target's memory is opened here, by the tracer, and inherited: the access check is ours.
+/// reaps it. The target's memory is opened here, by the tracer, and inherited under the same number (`mem_fd`,
+/// which the caller passes in `args`): the access check is ours.
 pub fn spawn(args: &[String], mem: &ProcMem) -> io::Result<Started> {
     let mem_fd = mem.as_raw_fd();
     let mut cmd = Command::new("/proc/self/exe");
     cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
     // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe functions
-    // (setsid, signal, dup2, fcntl, fork, _exit); it touches no memory shared with other threads.
+    // (setsid, signal, fcntl, fork, _exit); it touches no memory shared with other threads.
     unsafe {
         cmd.pre_exec(move || {
             libc::setsid();
             for sig in [libc::SIGINT, libc::SIGHUP, libc::SIGTERM, libc::SIGQUIT] {
                 libc::signal(sig, libc::SIG_IGN);
             }
-            if mem_fd == MEM_FD {
-                libc::fcntl(MEM_FD, libc::F_SETFD, 0);
-            } else if libc::dup2(mem_fd, MEM_FD) < 0 {
+            // Kept open across exec (it is close-on-exec like every fd std opens).
+            if libc::fcntl(mem_fd, libc::F_SETFD, 0) < 0 {
                 return Err(io::Error::last_os_error());
             }
             match libc::fork() {
@@ -55,17 +52,15 @@ pub fn spawn(args: &[String], mem: &ProcMem) -> io::Result<Started> {
     Ok(Started { input, output })
 }
 
-/// Inside the guardian: the target's memory, inherited as fd 3 from syscatch.
-pub fn inherited_mem(pid: Tid) -> io::Result<ProcMem> {
-    // SAFETY: fd 3 is not used by anything else in the guardian; `spawn` put the target's /proc/PID/mem there.
-    // fstat first, so a guardian started by hand without it fails cleanly instead of owning a random fd.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid out-pointer.
-    if unsafe { libc::fstat(MEM_FD, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
+/// Inside the guardian: the target's memory, inherited as `fd` from syscatch. It must be the `/proc/PID/mem`
+/// of `pid`, so a guardian started by hand with a wrong number fails cleanly instead of writing elsewhere.
+pub fn inherited_mem(pid: Tid, fd: i32) -> io::Result<ProcMem> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))?;
+    if fd < 3 || link != std::path::Path::new(&format!("/proc/{pid}/mem")) {
+        return Err(io::Error::other(format!("fd {fd} is {}, not process {pid}'s memory", link.display())));
     }
-    // SAFETY: the fd is open (fstat succeeded) and owned by nothing else in this process.
-    let file = unsafe { File::from_raw_fd(MEM_FD) };
+    // SAFETY: the fd is open (its link was read) and nothing else in this process owns it.
+    let file = unsafe { File::from_raw_fd(fd) };
     Ok(ProcMem::from_file(file, pid))
 }
 

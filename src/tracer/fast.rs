@@ -107,14 +107,15 @@ impl Tracer<'_> {
         let page = page.ok_or("no free page within reach of libc for the trampoline")?;
         let (code, int3s) = trampoline::assemble(&plan, page, numbers).ok_or("the trampoline does not fit or reach")?;
         let jump = trampoline::patch_bytes(&plan, page).ok_or("the trampoline page is out of jump range")?;
+        self.install_pad(Some(plan.syscall_at));
         for &a in int3s.keys() {
+            self.pad_list(crate::trappad::entry(a, true));
             self.tell(Msg::Nop(a));
         }
         self.mem.write_all(page, &code).map_err(|e| format!("cannot write the trampoline: {e}"))?;
         self.mem.write_all(plan.at, &jump).map_err(|e| format!("cannot patch the wrapper: {e}"))?;
         self.fast = Some(Fast { plan, jump, entry, int3s, page });
         self.armed = true;
-        self.install_pad();
         self.start = Instant::now();
         Ok(())
     }
@@ -185,11 +186,6 @@ impl Tracer<'_> {
             },
             also: Vec::new(),
         })
-    }
-
-    /// libc's own `syscall` instruction (where injected calls run) and the page's int3s, if installed.
-    pub(super) fn fast_sites(&self) -> Option<(u64, Vec<u64>)> {
-        self.fast.as_ref().map(|f| (f.plan.syscall_at, f.int3s.keys().copied().collect()))
     }
 
     /// Whether `addr` is one of the trampoline's int3s (never rewound: the page stays valid after detach).

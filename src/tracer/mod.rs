@@ -384,6 +384,11 @@ impl<'a> Tracer<'a> {
                 ));
             }
         }
+        self.install_pad(None);
+        let addrs: Vec<u64> = self.sites.keys().copied().collect();
+        for addr in addrs {
+            self.pad_list(crate::trappad::entry(addr, false));
+        }
         for site in self.sites.values() {
             if let Some(g) = self.guard.as_mut() {
                 g.send(&Msg::Plant { addr: site.addr, orig: vec![site.orig], planted: vec![INT3] });
@@ -395,7 +400,6 @@ impl<'a> Tracer<'a> {
             }
         }
         self.armed = true;
-        self.install_pad();
         self.start = Instant::now();
         Ok(())
     }

@@ -22,27 +22,34 @@ pub(super) struct Pad {
 const SIGTRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
 
 impl Tracer<'_> {
-    /// A held thread that can run an injected system call now.
-    fn injectable(&self) -> Option<Tid> {
-        self.threads
-            .iter()
-            .find(|(_, t)| matches!(&t.state, State::Held { sig: 0, group: false, prev } if matches!(**prev, State::Running)))
-            .map(|(&tid, _)| tid)
+    /// A held thread that can run an injected system call now; for a command we started (`-- CMD`), its only
+    /// thread, still stopped at the program's entry point until the caller lets it go (`arming` only).
+    fn injectable(&self, arming: bool) -> Option<Tid> {
+        let held = self.threads.iter().find(
+            |(_, t)| matches!(&t.state, State::Held { sig: 0, group: false, prev } if matches!(**prev, State::Running)),
+        );
+        if let Some((&tid, _)) = held {
+            return Some(tid);
+        }
+        let pid = self.cfg.pid;
+        let only = self.threads.len() == 1 && matches!(self.threads.get(&pid).map(|t| &t.state), Some(State::Running));
+        let stopped = || procfs::read_status(pid).is_ok_and(|s| procinfo::parse_status(&s).state == 't');
+        (arming && only && stopped()).then_some(pid)
     }
 
     fn syscall_insn(&self) -> Option<u64> {
-        if let Some((at, _)) = self.fast_sites() {
-            return Some(at);
-        }
         self.sites.values().find_map(|s| s.wrapper.as_ref().map(|w| w.syscall_at))
     }
 
-    /// Installs the pad after the sites are planted, while every thread is held; on refusal, one line.
-    pub(super) fn install_pad(&mut self) {
+    /// Installs the pad before anything is planted, while every thread is held (a SIGKILL between planting and
+    /// the pad would release threads that can reach an int3 before the guardian has restored it); the caller
+    /// lists its sites next. `syscall_at`: a libc `syscall` instruction, if the sites have none. On refusal,
+    /// one line.
+    pub(super) fn install_pad(&mut self, syscall_at: Option<u64>) {
         if self.pad.is_some() || self.guard.is_none() {
             return;
         }
-        if let Err(why) = self.try_install_pad() {
+        if let Err(why) = self.try_install_pad(syscall_at) {
             eprintln!(
                 "syscatch: note: no trap pad in the target ({why}): if syscatch is killed, a thread caught in a \
                  breakpoint at that moment dies"
@@ -50,14 +57,15 @@ impl Tracer<'_> {
         }
     }
 
-    fn try_install_pad(&mut self) -> Result<(), String> {
+    fn try_install_pad(&mut self, syscall_at: Option<u64>) -> Result<(), String> {
         let status =
             procfs::read_status(self.cfg.pid).map(|s| procinfo::parse_status(&s)).map_err(|e| e.to_string())?;
         if (status.sig_cgt | status.sig_ign) & SIGTRAP_BIT != 0 {
             return Err("the target handles SIGTRAP itself".into());
         }
-        let syscall_at = self.syscall_insn().ok_or("no libc syscall instruction to run the set-up on")?;
-        let tid = self.injectable().ok_or("no thread is held where it can run the set-up")?;
+        let syscall_at =
+            syscall_at.or_else(|| self.syscall_insn()).ok_or("no libc syscall instruction to run the set-up on")?;
+        let tid = self.injectable(true).ok_or("no thread is held where it can run the set-up")?;
         let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
         let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
         let page = self.inject_syscall(
@@ -87,17 +95,7 @@ impl Tracer<'_> {
         if let Err(e) = self.mem.write_all(act, &trappad::action_bytes(page)) {
             return undo(self, format!("cannot write the pad: {e}"));
         }
-        let mut entries = Vec::new();
-        for &addr in self.sites.keys() {
-            entries.push(trappad::entry(addr, false));
-        }
-        if let Some((_, int3s)) = self.fast_sites() {
-            entries.extend(int3s.iter().map(|&a| trappad::entry(a, true)));
-        }
         self.pad = Some(Pad { page, syscall_at, listed: 0, old: [0; 32] });
-        for e in entries {
-            self.pad_list(e);
-        }
         let r = self.inject_syscall(
             tid,
             syscall_at,
@@ -115,7 +113,7 @@ impl Tracer<'_> {
         Ok(())
     }
 
-    /// Lists a site in the pad (before its int3 is planted). Sites are never unlisted: a retired site can still
+    /// Lists a site in the pad (before its int3 is planted; nothing without a pad). Sites are never unlisted: a retired site can still
     /// have a trap of ours on its way.
     pub(super) fn pad_list(&mut self, entry: u64) {
         let Some(p) = self.pad.as_mut() else { return };
@@ -133,7 +131,11 @@ impl Tracer<'_> {
     /// inside them (only possible in a foreign SIGTRAP's handler run: then they stay, said in the summary).
     pub(super) fn remove_pad(&mut self) {
         let Some(p) = self.pad.take() else { return };
-        let Some(tid) = self.injectable() else {
+        if self.threads.is_empty() {
+            // The target has exited (or exec'd): nothing left to restore.
+            return;
+        }
+        let Some(tid) = self.injectable(false) else {
             self.summary
                 .warnings
                 .push("the trap pad's SIGTRAP handler stays installed (no thread to remove it)".into());

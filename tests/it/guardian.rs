@@ -46,6 +46,24 @@ fn kill(sc: Syscatch) -> Vec<String> {
     err
 }
 
+/// The guardian of target `pid`, found by its command line, and its session id.
+fn guardian_of(pid: i32) -> Option<(i32, i32)> {
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let g: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(format!("/proc/{g}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        (args.get(1) == Some(&&b"__guardian"[..]) && args.get(2) == Some(&pid.to_string().as_bytes())).then_some(())?;
+        let stat = std::fs::read_to_string(format!("/proc/{g}/stat")).ok()?;
+        let sid = stat.rsplit(')').next()?.split_whitespace().nth(3)?.parse().ok()?;
+        Some((g, sid))
+    })
+}
+
+fn session_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat.rsplit(')').next().unwrap().split_whitespace().nth(3).unwrap().parse().unwrap()
+}
+
 fn idle_target_survives(extra: &[&str]) {
     require_ptrace();
     let mut t = Target::start(&testprog("target"), &[]);
@@ -55,6 +73,13 @@ fn idle_target_survives(extra: &[&str]) {
     let mut sc = Syscatch::start(&args);
     sc.wait_attached();
     let site = attached_site(&sc.err.seen).expect("the site is printed");
+    // What kills syscatch, or a Ctrl-C to its process group, does not kill the guardian.
+    let (guardian, sid) = guardian_of(t.pid).expect("a guardian runs");
+    assert_ne!(sid, session_of(sc.child.id() as i32), "the guardian has its own session");
+    for sig in [libc::SIGINT, libc::SIGHUP, libc::SIGTERM] {
+        // SAFETY: a signal to the guardian process found above.
+        unsafe { libc::kill(guardian, sig) };
+    }
     // The target sits in read(): syscatch is killed with every byte planted and nothing in flight.
     let planted = read_mem(t.pid, site, 1)[0];
     let err = kill(sc);
@@ -77,14 +102,24 @@ fn idle_target_survives(extra: &[&str]) {
     assert_eq!(st.code(), Some(0), "target exit {st:?}");
 }
 
+/// Once in CI; `KILL_ROUNDS` times from scripts/torture-kill.sh (each round must pass: the goal is 100%).
+fn idle_rounds(extra: &[&str]) {
+    let rounds = kill_rounds(1);
+    for _ in 0..rounds {
+        idle_target_survives(extra);
+    }
+    let mode = if extra.is_empty() { "int3" } else { "fast" };
+    eprintln!("KILL-FIGURES idle mode={mode} rounds={rounds} survived={rounds} died=0");
+}
+
 #[test]
 fn sigkill_of_syscatch_leaves_an_idle_target_healthy() {
-    idle_target_survives(&[]);
+    idle_rounds(&[]);
 }
 
 #[test]
 fn sigkill_of_syscatch_leaves_an_idle_target_healthy_with_fast() {
-    idle_target_survives(&["--fast"]);
+    idle_rounds(&["--fast"]);
 }
 
 /// SIGTRAP's bit in `SigCgt` of /proc/PID/status: a handler is installed.
@@ -137,24 +172,43 @@ fn busy_round(rng: &mut Rng, extra: &[&str]) -> Fate {
     let mut args = vec!["--syscall", "mmap", "--json", "--pid", pid.as_str()];
     args.extend(extra);
     let mut sc = Syscatch::start(&args);
-    sc.wait_attached();
-    for _ in 0..rng.below(20) {
-        sc.out.next();
+    // One round in eight kills syscatch while it attaches or arms; the others mid-trace, after some captures.
+    let early = rng.below(8) == 0;
+    let captures = rng.below(20);
+    if !early {
+        sc.wait_attached();
+        for _ in 0..captures {
+            sc.out.next();
+        }
     }
-    for _ in 0..rng.below(200_000) {
+    let spins = rng.below(2_000_000);
+    for _ in 0..spins {
         std::hint::spin_loop();
     }
-    kill(sc);
-    if t.try_send("finish")
+    let err = kill(sc);
+    if t.try_send("stop")
         && let Some(line) = t.out.next_or_end()
         && line.starts_with("counts ")
     {
+        // ITER MMAP MUNMAP GETPID GETTID FUTEX: one of each per iteration, each checked by the target itself.
+        let c: Vec<u64> = line.split_whitespace().skip(1).map(|n| n.parse().unwrap()).collect();
+        assert!(c[0] > 0 && c[1..6].iter().all(|&n| n == c[0]), "the calls went on as before: {line}");
+        if extra.is_empty() {
+            assert_text_pristine(t.pid, "a busy target after the guardian");
+        }
+        t.out.until(|l| l == "ok");
+        t.send("finish");
+        t.out.next();
         let st = t.wait();
         assert_eq!(st.code(), Some(23), "a surviving target finishes cleanly: {st:?} after {line}");
         return Fate::Survived;
     }
     let st = t.wait();
     assert_ne!(st.code(), Some(3), "the target's own checks failed after syscatch's death");
+    eprintln!(
+        "died: {st:?}, killed {}, {spins} spins; syscatch said: {err:#?}",
+        if early { "early".to_string() } else { format!("after {captures} captures") }
+    );
     Fate::Died(st.signal().unwrap_or(-1))
 }
 
@@ -170,7 +224,7 @@ fn busy_rounds(default: u64, extra: &[&str]) -> (u64, Vec<i32>) {
         }
     }
     eprintln!(
-        "KILL-FIGURES mode={} seed={} rounds={rounds} survived={} died={} (signals {deaths:?})",
+        "KILL-FIGURES busy mode={} seed={} rounds={rounds} survived={} died={} (signals {deaths:?})",
         if extra.is_empty() { "int3" } else { "fast" },
         rng.0,
         rounds - deaths.len() as u64,
@@ -179,8 +233,15 @@ fn busy_rounds(default: u64, extra: &[&str]) -> (u64, Vec<i32>) {
     (rounds, deaths)
 }
 
+/// The goal is 99% over hundreds of rounds (scripts/torture-kill.sh); a few here, at most one death allowed.
 #[test]
 fn sigkill_of_syscatch_mid_trace_busy_target() {
-    let (rounds, deaths) = busy_rounds(4, &[]);
-    assert!(deaths.len() as u64 * 4 <= rounds, "{} of {rounds} busy targets died", deaths.len());
+    let (rounds, deaths) = busy_rounds(5, &[]);
+    assert!(deaths.len() <= 1, "{} of {rounds} busy targets died", deaths.len());
+}
+
+#[test]
+fn sigkill_of_syscatch_mid_trace_busy_target_with_fast() {
+    let (rounds, deaths) = busy_rounds(5, &["--fast"]);
+    assert!(deaths.len() <= 1, "{} of {rounds} busy targets died", deaths.len());
 }
