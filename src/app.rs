@@ -332,7 +332,10 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         end = tracer.run();
         summary = tracer.summary.clone();
         summary.warnings.extend(python_error);
-        summary.warnings.extend(tracer.python_warnings());
+        if let Some(p) = tracer.python() {
+            summary.warnings.extend(p.warnings.iter().cloned());
+            summary.python_us_per_event = p.us_per_walk();
+        }
     }
     if sink.dropped > 0 {
         summary.warnings.push(format!(
