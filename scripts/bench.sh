@@ -3,8 +3,10 @@
 # same run on the same small C targets; a 30-frame stack's capture, unwind and symbolization next to gdb's `bt`;
 # attach/arm/detach times; syscatch's peak RSS over many 64-frame events. See docs/bench.md.
 #
-# Usage: scripts/bench.sh [--quick] [--json] [--runs N] [--no-build]
+# Usage: scripts/bench.sh [--quick] [--json] [--runs N] [--no-build] [--python]
 #   --quick     about 1 min instead of about 2.5 min (fewer runs, smaller loops, 50k events for the RSS row)
+#   --python    only the Python rows: a matching hit from 30 nested Python calls on each pyenv CPython, and the
+#               time syscatch spends reading the Python frames per event (goal: 3.11+ <= 5 us, 3.9/3.10 <= 40 us)
 #   --json      print the table as one JSON document (stable row ids) instead of text
 #   --runs N    measured runs per row (default 5, 3 with --quick); each row reports the median
 #   --no-build  do not run `cargo build --release` first
@@ -17,6 +19,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 QUICK=0
+PYTHON_ONLY=0
 JSON=0
 RUNS=""
 BUILD=1
@@ -29,8 +32,9 @@ while (($#)); do
         shift
         ;;
     --no-build) BUILD=0 ;;
+    --python) PYTHON_ONLY=1 ;;
     -h | --help)
-        sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -50,13 +54,13 @@ fi
 if ((QUICK)); then
     RUNS=${RUNS:-3}
     N_FLOOR=8000 N_FLOOR_UNPINNED=2000 N_SC=2000 N_SC_MATCH=1000 N_GDB=300 N_GDB_BT=60 N_BASE=100000
-    N_STACK_SC=500 N_STACK_GDB=30 N_STACK_BASE=20000
+    N_STACK_SC=500 N_STACK_GDB=30 N_STACK_BASE=20000 N_PY=300 N_PY_BASE=3000
     MEM_EVENTS=50000 MEM_BUDGET_S=60
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=2
 else
     RUNS=${RUNS:-5}
     N_FLOOR=20000 N_FLOOR_UNPINNED=5000 N_SC=5000 N_SC_MATCH=2000 N_GDB=1000 N_GDB_BT=200 N_BASE=300000
-    N_STACK_SC=1000 N_STACK_GDB=80 N_STACK_BASE=50000
+    N_STACK_SC=1000 N_STACK_GDB=80 N_STACK_BASE=50000 N_PY=1000 N_PY_BASE=10000
     # The memory row sends chunks of events until MEM_EVENTS, the time budget or the RSS cap is reached.
     MEM_EVENTS=1000000 MEM_BUDGET_S=45
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=$RUNS
@@ -104,6 +108,7 @@ gcc -O2 -fomit-frame-pointer -g -Wall -o "$TMP/deep" "$ROOT/scripts/bench/deep.c
 target_cmd() { # mode -> TCMD
     case $1 in
     chain | sites) TCMD=("$TMP/deep" "$1") ;;
+    py3.*) TCMD=("${PYTHONS[$1]}" "$ROOT/testprogs/py_frames.py" bench) ;;
     *) TCMD=("$TMP/loop" "$1") ;;
     esac
 }
@@ -281,10 +286,12 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
     hits=$(summary_field "$ev" hits)
     matching=$(summary_field "$ev" matching)
     want_matching=0
-    [[ $mode == mmap || $mode == chain ]] && want_matching=$EXPECT
+    [[ $mode == mmap || $mode == chain || $mode == py3.* ]] && want_matching=$EXPECT
     # With --fast a call that does not match never stops, so it is not a hit.
     want_hits=$EXPECT
     [[ $extra == *--fast* ]] && want_hits=$want_matching
+    # The Python target unmaps through syscall() too: one non-matching hit per iteration.
+    [[ $mode == py3.* && $extra != *--fast* ]] && want_hits=$((EXPECT * 2))
     if ((ok != 0)) || [[ $hits != "$want_hits" || $matching != "$want_matching" ]]; then
         row "$id" "$name" us/hit failed "syscatch counted ${hits:-?} hits/${matching:-?} matching, expected $want_hits/$want_matching"
         return
@@ -525,7 +532,51 @@ bench_memory() {
 }
 
 # ---------------------------------------------------------------- run
+# ---------------------------------------------------------------- Python frames
+# Each pyenv CPython 3.9-3.13 installed: a matching hit from 30 nested Python calls (target clock, the untraced
+# loop subtracted), and the time syscatch spent reading the Python frames per event while the thread was stopped
+# (its summary's python_us_per_event).
+declare -A PYTHONS
+for v in 9 10 11 12 13; do
+    for d in "$HOME"/.pyenv/versions/3.$v.*/; do
+        if [[ -x ${d}bin/python3 ]]; then
+            PYTHONS[py3.$v]=${d}bin/python3
+            break
+        fi
+    done
+done
+bench_python() {
+    local v mode id goal per
+    for v in 9 10 11 12 13; do
+        mode=py3.$v id=py3_$v goal=5
+        ((v < 11)) && goal=40
+        if [[ -z ${PYTHONS[$mode]:-} ]]; then
+            row "sc_${id}_stack30" "syscatch matching hit, 30 Python frames, CPython 3.$v" us/hit not_installed \
+                "no ~/.pyenv/versions/3.$v.*"
+            continue
+        fi
+        say "baseline (untraced CPython 3.$v, 30 nested calls)"
+        baseline "$mode" "$N_PY_BASE"
+        LAST_EVENTS=""
+        bench_syscatch "sc_${id}_stack30" "syscatch matching hit, 30 Python frames, CPython 3.$v" "" "$mode" \
+            "$N_PY" 65536 "--stack-bytes 65536; untraced loop subtracted"
+        per=""
+        [[ -n $LAST_EVENTS ]] && per=$(summary_field "$LAST_EVENTS" python_us_per_event)
+        if [[ -n $per ]]; then
+            row "sc_${id}_read" "  of which reading the Python frames (goal <= $goal us)" us/event ok \
+                "summary python_us_per_event (thread stopped meanwhile)" "$per" "" "" "" 1
+        else
+            row "sc_${id}_read" "  of which reading the Python frames (goal <= $goal us)" us/event failed \
+                "no python_us_per_event in syscatch's summary"
+        fi
+    done
+}
+
 START=$EPOCHREALTIME
+# The full run; `--python` runs only the Python rows (the block below is left unindented to keep it readable).
+if ((PYTHON_ONLY)); then
+    bench_python
+else
 say "baselines (untraced loops)"
 baseline getpid
 baseline mmap
@@ -639,6 +690,8 @@ ratio ratio_gdb_sc_symbolize_first "gdb bt per frame / syscatch symbolize, new a
 ratio ratio_gdb_sc_symbolize_cached "gdb bt per frame / syscatch symbolize, cached" gdb_stack30_bt_frame \
     symbolize_cached
 ratio ratio_gdb_sc_frame "gdb bt per frame / syscatch unwind + cached symbolize" gdb_stack30_bt_frame sc_frame_cached
+bench_python
+fi # --python
 ELAPSED=$(calc "$EPOCHREALTIME - $START")
 
 # ---------------------------------------------------------------- output

@@ -406,7 +406,10 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         let end = tracer.run();
         let mut summary = tracer.summary.clone();
-        summary.warnings.extend(tracer.python_warnings());
+        if let Some(p) = tracer.python() {
+            summary.warnings.extend(p.warnings.iter().cloned());
+            summary.python_us_per_event = p.us_per_walk();
+        }
         Ok((end, summary))
     }));
     let (end, mut summary) = match traced {

@@ -89,6 +89,8 @@ pub struct Summary {
     pub unwind_ns_per_frame: Option<f64>,
     pub symbolize_first_ns_per_frame: Option<f64>,
     pub symbolize_cached_ns_per_frame: Option<f64>,
+    /// Time to read a captured thread's Python frames, per event, while it was stopped (CPython targets).
+    pub python_us_per_event: Option<f64>,
     /// Problems that must be shown loudly (a breakpoint byte that was not ours at detach, ...).
     pub warnings: Vec<String>,
 }

@@ -2,14 +2,16 @@
 plain function, a method, a list comprehension, a generator, a ctypes C callback and two threads at once. Before
 each call it prints the frames it expects (from sys._getframe(): co_qualname from 3.11, else co_name; file;
 f_lineno) as `expect SIZE JSON`. Handshake: prints `pid N`, waits for a line, runs, prints `done`, waits for a
-line, exits. `park` instead prints the frames of a method that then blocks reading stdin (for `syscatch
-stack`). `deep N COUNT` instead maps COUNT times from N nested calls (for the bench)."""
+line, exits. `bench` follows scripts/bench.sh's protocol instead: `go N` maps and unmaps a page N times from
+30 nested Python calls and answers `ns T` (its own time), `quit` exits. `big` instead allocates 96 MiB with a bytearray in a method (glibc maps it with its own mmap()). `park` prints the frames of a method that then blocks reading stdin (for `syscatch
+stack`)."""
 
 import ctypes
 import json
 import os
 import sys
 import threading
+import time
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -104,19 +106,38 @@ def deep(n, count):
         libc.syscall(SYS_MUNMAP, addr, PAGE, 0, 0, 0, 0)
 
 
+class Model:
+    def load(self):
+        # glibc's malloc serves this with its own mmap(): a `libc:mmap` probe catches it.
+        want = frames_of(sys._getframe()); self.weights = bytearray(96 << 20)  # noqa: E702
+        say("expect %d %s" % (96 << 20, json.dumps(want)))
+
+
 class Server:
     def park(self):
         # Blocks in read() under this frame until the test is done with it.
         say("expect 0 %s" % json.dumps(frames_of(sys._getframe()))); sys.stdin.readline()  # noqa: E702
 
 
+def bench():
+    for line in sys.stdin:
+        words = line.split()
+        if words[:1] != ["go"]:
+            break
+        t0 = time.monotonic_ns()
+        deep(30, int(words[1]))
+        say("ns %d" % (time.monotonic_ns() - t0))
+
+
 def main():
     say("pid %d" % os.getpid())
+    if sys.argv[1:] == ["bench"]:
+        return bench()
     sys.stdin.readline()
-    if len(sys.argv) > 1 and sys.argv[1] == "park":
+    if len(sys.argv) > 1 and sys.argv[1] == "big":
+        Model().load()
+    elif len(sys.argv) > 1 and sys.argv[1] == "park":
         Server().park()
-    elif len(sys.argv) > 1 and sys.argv[1] == "deep":
-        deep(int(sys.argv[2]), int(sys.argv[3]))
     else:
         plain()
         Pool().grow()

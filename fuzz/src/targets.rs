@@ -24,6 +24,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("probe", probe),
     ("smaps", smaps),
     ("unwind", unwind),
+    ("python", python),
 ];
 
 /// Looks every address up in the one fuzzed module, mapped at bias 0.
@@ -179,5 +180,54 @@ pub fn breakpoints(data: &[u8]) {
     let mem = FakeMem(RefCell::new(HashMap::new()));
     for d in &decoded {
         let _ = breakpoints::emulate(d, &mut regs, &mem);
+    }
+}
+
+/// The input as a target's memory: address = offset into the input.
+struct Image<'a>(&'a [u8]);
+
+impl syscatch::python::Memory for Image<'_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+        let src = usize::try_from(addr).ok().and_then(|a| self.0.get(a..a.checked_add(buf.len())?));
+        match src {
+            Some(src) => {
+                buf.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The Python frame walk over the input as memory: byte 0 picks the version (5: 3.13, with `_Py_DebugOffsets`
+/// at offset 32), bytes 1..9 are `_PyRuntime`'s address, 9..17 `PyCode_Type`'s, 17..25 the thread's `fs_base`
+/// (its tid is 1). Each input is walked twice (the second time through the caches). The line tables and the
+/// debug offsets parsers also get the whole input.
+pub fn python(data: &[u8]) {
+    use syscatch::python::layout::{self, LineFormat};
+    use syscatch::python::{lines, walk};
+    let _ = layout::parse_debug_offsets(data);
+    for format in [LineFormat::Lnotab, LineFormat::Linetable310, LineFormat::Locations] {
+        for offset in [-2, 0, 2, 10, 100, 1 << 20] {
+            let _ = lines::parse_line(format, data, 1, offset);
+        }
+    }
+    let pick = data.first().copied().unwrap_or(0) % 6;
+    let layout = match pick {
+        5 => layout::parse_debug_offsets(data.get(32..).unwrap_or(&[])).ok(),
+        n => layout::layout_for(3, 8 + n),
+    };
+    let Some(layout) = layout else { return };
+    let rt = walk::Runtime {
+        layout,
+        runtime: u64_at(data, 1),
+        code_type: u64_at(data, 9),
+        unicode_type: 0,
+        bytes_type: 0,
+        frame_type: 0,
+    };
+    let mut w = walk::Walker::new(rt);
+    for _ in 0..2 {
+        let _ = w.read_frames(&mut Image(data), 1, u64_at(data, 17));
     }
 }

@@ -223,11 +223,13 @@ pub fn parse_debug_offsets(data: &[u8]) -> Result<Layout, LayoutError> {
     if f(2) != 0 {
         return Err(LayoutError::FreeThreaded);
     }
-    // Offsets past these sizes would be nonsense: a struct is never near a megabyte.
-    let off = |i: usize| -> Result<u64, LayoutError> {
+    // Thread states, frames, code objects and strings are small structs; the runtime and interpreter states are
+    // large but not megabytes. Anything beyond is corrupt (and would make syscatch read and allocate too much).
+    let bounded = |i: usize, limit: u64| -> Result<u64, LayoutError> {
         let v = f(i);
-        if v < 1 << 20 { Ok(v) } else { Err(LayoutError::Range(v)) }
+        if v < limit { Ok(v) } else { Err(LayoutError::Range(v)) }
     };
+    let off = |i: usize| bounded(i, if (5..=18).contains(&i) { 1 << 20 } else { 4096 });
     let adaptive = off(43)?;
     Ok(Layout {
         version: (3, 13),
@@ -288,6 +290,22 @@ mod tests {
         assert_eq!(parse_version_from_name("libpython3.13d.so"), Some((3, 13)));
         assert_eq!(parse_version_from_name("python"), None);
         assert_eq!(parse_version_from_name("libc.so.6"), None);
+    }
+
+    #[test]
+    fn debug_offsets_of_313_match_its_headers() {
+        // The first bytes of a live 3.13.0 `_PyRuntime` (after the fuzz seed's 32-byte header).
+        let image = include_bytes!("../../fuzz/corpus/python/debug-offsets-3.13");
+        let l = parse_debug_offsets(&image[32..]).unwrap();
+        // offsetof() against 3.13.0's own headers.
+        assert_eq!(l.runtime_interpreters_head, 632);
+        assert_eq!((l.interp_next, l.interp_threads_head), (7264, 7344));
+        assert_eq!((l.ts_next, l.ts_frame, l.ts_native_thread_id), (8, Some(72), Some(160)));
+        assert_eq!(l.ts_datastack, Some((232, 240)));
+        assert_eq!((l.frame_code, l.frame_back, l.frame_instr, l.frame_owner), (0, 8, 56, Some(70)));
+        assert_eq!((l.code_filename, l.code_name, l.code_qualname, l.code_linetable), (112, 120, Some(128), 136));
+        assert_eq!((l.code_firstlineno, l.code_adaptive, l.code_firsttraceable), (68, Some(200), Some(184)));
+        assert_eq!((l.unicode_ascii_size, l.unicode_compact_size, l.bytes_sval), (40, 56, 32));
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub struct PythonReader {
     /// Why walks failed, each reason once.
     pub warnings: Vec<String>,
     pub failed: u64,
+    /// Walks done and the time they took (the thread is stopped meanwhile).
+    pub walks: u64,
+    pub time: std::time::Duration,
 }
 
 impl PythonReader {
@@ -93,9 +96,21 @@ impl PythonReader {
             if rt.code_type == 0 {
                 return Err(format!("{}: no PyCode_Type symbol to check code objects against", g.path));
             }
-            return Ok(Some(PythonReader { pid, walker: Walker::new(rt), warnings: Vec::new(), failed: 0 }));
+            return Ok(Some(PythonReader {
+                pid,
+                walker: Walker::new(rt),
+                warnings: Vec::new(),
+                failed: 0,
+                walks: 0,
+                time: Default::default(),
+            }));
         }
         Ok(None)
+    }
+
+    /// Mean time of a walk, in microseconds.
+    pub fn us_per_walk(&self) -> Option<f64> {
+        (self.walks > 0).then(|| self.time.as_secs_f64() * 1e6 / self.walks as f64)
     }
 
     pub fn version(&self) -> (u8, u8) {
@@ -105,8 +120,12 @@ impl PythonReader {
     /// The Python frames of stopped thread `tid`, innermost first; `stack` is the copy of its stack taken at
     /// `regs.sp()` (shim frames and C frames live there). A failed check gives no frames and one warning.
     pub fn read_frames(&mut self, tid: Tid, regs: &Regs, stack: &[u8]) -> Vec<PyFrame> {
+        let t0 = std::time::Instant::now();
         let mut m = LiveMem { pid: self.pid, copies: vec![(regs.sp(), stack)], prefetched: None };
-        match self.walker.read_frames(&mut m, tid, regs.0.fs_base) {
+        let walked = self.walker.read_frames(&mut m, tid, regs.0.fs_base);
+        self.walks += 1;
+        self.time += t0.elapsed();
+        match walked {
             Ok(f) => f,
             Err(e) => {
                 self.failed += 1;

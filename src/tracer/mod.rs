@@ -412,9 +412,9 @@ impl<'a> Tracer<'a> {
     }
 
     /// Runs until the deadline, a stop signal, or the end of the target; then detaches everything.
-    /// Why Python frames were left out of some captures (each reason once).
-    pub fn python_warnings(&self) -> Vec<String> {
-        self.cfg.python.as_ref().map(|p| p.warnings.clone()).unwrap_or_default()
+    /// The CPython reader, when the target runs one (its warnings and costs, for the summary).
+    pub fn python(&self) -> Option<&crate::python::live::PythonReader> {
+        self.cfg.python.as_ref()
     }
 
     pub fn run(&mut self) -> End {

@@ -27,11 +27,24 @@ type PyFrames = Vec<(String, String, u64)>;
 
 /// Runs the target under `syscatch ARGS --json --pid N` and returns (expected frames by size, events by size).
 fn run(python: &std::path::Path, args: &[&str]) -> (HashMap<u64, PyFrames>, HashMap<u64, Value>, Vec<Value>) {
+    run_mode(python, &[], &[], args)
+}
+
+/// [`run`] with the target's mode arguments and syscatch arguments before `--pid` (a subcommand).
+fn run_mode(
+    python: &std::path::Path,
+    mode: &[&str],
+    before: &[&str],
+    args: &[&str],
+) -> (HashMap<u64, PyFrames>, HashMap<u64, Value>, Vec<Value>) {
     require_ptrace();
     let script = repo().join("testprogs/py_frames.py");
-    let mut t = Target::start(python, &[script.to_str().unwrap()]);
+    let mut targs = vec![script.to_str().unwrap()];
+    targs.extend_from_slice(mode);
+    let mut t = Target::start(python, &targs);
     let pid = t.pid.to_string();
-    let mut all = vec!["--pid", &pid, "--json"];
+    let mut all = before.to_vec();
+    all.extend(["--pid", &pid, "--json"]);
     all.extend_from_slice(args);
     let mut sc = Syscatch::start(&all);
     sc.wait_attached();
@@ -52,7 +65,7 @@ fn run(python: &std::path::Path, args: &[&str]) -> (HashMap<u64, PyFrames>, Hash
     let values = json_lines(&out);
     let mut events = HashMap::new();
     for v in &values {
-        if v["type"] == "event" && v["data"]["syscall"] == "mmap" {
+        if v["type"] == "event" && (v["data"]["syscall"] == "mmap" || v["data"]["probe"] == "big") {
             let len = u64::from_str_radix(v["data"]["args"][1].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
             events.insert(len, v["data"].clone());
         }
@@ -201,4 +214,23 @@ fn unsupported_python_gives_native_frames_and_one_warning() {
     let warnings = summary_data(&values)["warnings"].as_array().unwrap().clone();
     assert_eq!(warnings.len(), 1, "{warnings:#?}");
     assert!(warnings[0].as_str().unwrap().contains("Python 3.8 is not supported"), "{warnings:#?}");
+}
+
+/// A probe script on glibc's own `mmap()` catches a large allocation (a 96 MiB bytearray; a numpy array is the
+/// same malloc) with the Python method that made it.
+#[test]
+fn libc_mmap_probe_catches_a_large_python_allocation() {
+    let probe = std::env::temp_dir().join(format!("syscatch-py-big-{}.probe", std::process::id()));
+    std::fs::write(&probe, "probe big at libc:mmap if arg1 >= 64M {\n    collect args, ret, stack(256)\n}\n").unwrap();
+    let (want, events, _) = run_mode(&pyenv(12), &["big"], &["run", probe.to_str().unwrap()], &[]);
+    let _ = std::fs::remove_file(&probe);
+    let frames = &want[&(96 << 20)];
+    assert_eq!(frames[0].0, "Model.load");
+    let ev = events
+        .iter()
+        .find(|(len, _)| (96 << 20..(96 << 20) + (1 << 20)).contains(*len))
+        .map(|(_, ev)| ev)
+        .unwrap_or_else(|| panic!("no big mmap: {:?}", events.keys()));
+    assert_eq!(&python_frames(&ev["stack"]), frames, "{:#}", ev["stack"]);
+    assert_placed(&ev["stack"], "libc:mmap probe");
 }
