@@ -175,6 +175,8 @@ pub struct Output {
     /// Report mode (`--leaks`): events go only to `path` (none without it); stdout (stderr with `-- CMD`)
     /// carries the report and the summary.
     pub report: bool,
+    /// The findings rules (report mode).
+    pub rules: Vec<crate::rules::Rule>,
 }
 
 /// Where to stop and what for.
@@ -191,9 +193,13 @@ pub struct Plan {
 }
 
 impl Output {
-    fn from_trace(args: &TraceArgs) -> Output {
+    fn from_trace(args: &TraceArgs) -> Result<Output> {
         let leaks = args.leaks || args.folded.is_some() || args.flamegraph.is_some();
-        Output {
+        if args.rules.is_some() && !leaks {
+            return Err(usage("--rules goes with --leaks (the findings of the leak report)"));
+        }
+        let rules = if leaks { crate::findings::load_rules(args.rules.as_deref())? } else { Vec::new() };
+        Ok(Output {
             json: args.json,
             path: args.output.clone(),
             stack_bytes: args.stack_bytes,
@@ -203,7 +209,8 @@ impl Output {
             folded: args.folded.clone(),
             flamegraph: args.flamegraph.clone(),
             report: leaks,
-        }
+            rules,
+        })
     }
 }
 
@@ -253,7 +260,7 @@ fn leak_plan(pid: Tid, numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Resu
 /// Runs a trace as the command line asks. Returns the exit status.
 pub fn trace(args: &TraceArgs) -> Result<i32> {
     let mut numbers = syscall_numbers(&args.syscall)?;
-    let out = Output::from_trace(args);
+    let out = Output::from_trace(args)?;
     if out.leaks.is_some() {
         numbers.extend(crate::leaks::LEAK_SYSCALLS.iter().filter_map(|s| syscalls::parse(s)));
         if out.stack_bytes == 0 {
@@ -350,6 +357,8 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let (tx, rx) = crossbeam_channel::bounded(256);
     // The baseline of growth is taken before anything is armed: the first call may come right after.
     let baseline = if out.leaks.is_some() { crate::leaks::read_sample(pid) } else { Vec::new() };
+    let class_before = if out.report { crate::findings::read_class_kb(pid) } else { None };
+    let watched = plan.watched.clone();
     let acfg = analysis::Config {
         pid,
         stack_depth: out.stack_depth,
@@ -413,7 +422,15 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     if let Some(mut tracker) = done.leaks {
         // The last sample, after detach: the target runs on untouched.
         tracker.sample(crate::leaks::read_sample(pid));
-        let report = tracker.report();
+        let nested = tracker.nested;
+        let mut report = tracker.report();
+        if out.report {
+            let secs = summary.duration.as_secs_f64();
+            let mut d = crate::findings::read_diagnosis(pid, &report, &out.rules, class_before.as_ref(), secs);
+            d.watched = watched;
+            d.nested = nested;
+            report.diagnosis = Some(d);
+        }
         renderer.leaks(&report)?;
         if let (Some(f), Some(path)) = (folded_file.as_mut(), &out.folded) {
             let text: String = report.folded().iter().map(|l| format!("{l}\n")).collect();

@@ -73,6 +73,10 @@ pub struct TraceArgs {
     /// Write a flame graph SVG of still-mapped bytes by stack to FILE (implies --leaks).
     #[arg(long)]
     pub flamegraph: Option<PathBuf>,
+    /// With --leaks: more findings rules (JSON, format in README.md), added to the shipped ones; a rule with a
+    /// shipped rule's id replaces it.
+    #[arg(long)]
+    pub rules: Option<PathBuf>,
     /// In-process filter: non-matching calls never stop (a trampoline page near libc; falls back to int3).
     #[arg(long)]
     pub fast: bool,

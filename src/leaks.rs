@@ -13,6 +13,9 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
+/// Leak candidates shown in the text report.
+const TEXT_LEAKS: usize = 5;
+
 /// The mapping family traced together with `--leaks`.
 pub const LEAK_SYSCALLS: [&str; 3] = ["mmap", "munmap", "mremap"];
 
@@ -124,7 +127,7 @@ impl LeakTracker {
         };
         let mut leaks: Vec<(StackId, StackStats)> = self.model.stacks();
         leaks.retain(|(_, s)| s.mapped > 0 || s.released > 0);
-        LeakReport { growing, leaks, stacks: &self.stacks }
+        LeakReport { growing, leaks, stacks: &self.stacks, diagnosis: None }
     }
 }
 
@@ -134,6 +137,8 @@ pub struct LeakReport<'a> {
     /// Stacks ranked by bytes still mapped, then bytes mapped.
     pub leaks: Vec<(StackId, StackStats)>,
     stacks: &'a Stacks,
+    /// The findings (report mode), shown first.
+    pub diagnosis: Option<crate::findings::Diagnosis>,
 }
 
 /// The innermost frame worth naming: the first real (not inlined) frame outside libc's `syscall()` wrapper.
@@ -154,6 +159,9 @@ impl LeakReport<'_> {
     }
 
     pub fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
+        if let Some(d) = &self.diagnosis {
+            crate::findings::write_text(d, self, w)?;
+        }
         writeln!(w, "\nGrowing regions (anonymous memory whose Rss+Swap grew during the trace, largest first):")?;
         if self.growing.is_empty() {
             writeln!(w, "  none")?;
@@ -182,7 +190,12 @@ impl LeakReport<'_> {
         if self.leaks.is_empty() {
             writeln!(w, "  none")?;
         }
-        for (rank, (id, s)) in self.leaks.iter().enumerate() {
+        // A report is read from the top: a screenful of the largest; every stack is in --json and -o FILE.
+        let shown = if self.diagnosis.is_some() { TEXT_LEAKS } else { usize::MAX };
+        if self.leaks.len() > shown {
+            writeln!(w, "  (the {shown} largest of {}; all of them with --json)", self.leaks.len())?;
+        }
+        for (rank, (id, s)) in self.leaks.iter().take(shown).enumerate() {
             writeln!(
                 w,
                 "  #{} still mapped {} of {} mapped ({} unmapped, {} gone unseen); {} mmap, {} munmap, {} mremap, \
@@ -237,6 +250,9 @@ impl LeakReport<'_> {
                     "mremaps": s.mremaps, "failed": s.failed, "stack": frames(*id),
                 }),
             )?;
+        }
+        if let Some(d) = &self.diagnosis {
+            crate::findings::write_json(d, self, w)?;
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod commands;
 pub mod correlate;
 pub mod event;
+pub mod findings;
 pub mod hooks;
 pub mod leaks;
 pub mod mappaths;

@@ -105,6 +105,16 @@ pub fn run(args: &MemArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// Rss+Swap in KiB by class name, the number of glibc thread arenas, and the allocator's name: the memory facts
+/// the findings rules take. `None` when the process cannot be read.
+pub fn read_class_facts(pid: Tid) -> Option<(BTreeMap<String, i64>, usize, String)> {
+    let mem = ProcMem::open(pid).ok();
+    let s = read_sample(pid, mem.as_ref(), 0.0).ok()?;
+    let alloc = memclass::detect_allocator(&s.regions);
+    let kb = s.by_class.iter().map(|(c, t)| (c.name().to_string(), t.rss_swap() as i64)).collect();
+    Some((kb, s.arenas.arenas.len().max(usize::from(s.arenas.unread > 0)), alloc.name.to_string()))
+}
+
 /// Sleeps until `start + at`; false when a stop signal arrived first.
 fn sleep_until(start: Instant, at: Duration) -> bool {
     loop {

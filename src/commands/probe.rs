@@ -32,6 +32,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
         folded: None,
         flamegraph: None,
         report: false,
+        rules: Vec::new(),
     };
     app::run_trace(&out, plan, app::Start::Attach(pid))?;
     Ok(0)

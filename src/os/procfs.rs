@@ -73,3 +73,13 @@ pub fn root_path(pid: Tid, path: &str) -> PathBuf {
 pub fn read_task_syscall(pid: Tid, tid: Tid) -> io::Result<String> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
 }
+
+/// A kernel setting: `vm.overcommit_memory` is `/proc/sys/vm/overcommit_memory`.
+pub fn read_sysctl(key: &str) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/sys/{}", key.replace('.', "/"))).map(|s| s.trim().to_string())
+}
+
+/// Transparent huge pages mode (`always [madvise] never`).
+pub fn read_thp() -> io::Result<String> {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+}

@@ -6,7 +6,7 @@ use crate::stack::{Frame, Stack};
 use serde_json::{Value, json};
 use std::io::Write;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 pub struct Json<W: Write> {
     pub out: W,
@@ -18,6 +18,7 @@ pub fn hex(v: u64) -> String {
 
 pub fn frame_json(f: &Frame) -> Value {
     json!({
+        "kind": "native",
         "addr": hex(f.addr),
         "module": f.module,
         "function": f.function,

@@ -5,6 +5,7 @@
 mod common;
 mod container;
 mod core;
+mod findings;
 mod fuzz_replay;
 mod hooks;
 mod leaks;
