@@ -422,6 +422,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     if let Some(mut tracker) = done.leaks {
         // The last sample, after detach: the target runs on untouched.
         tracker.sample(crate::leaks::read_sample(pid));
+        tracker.read_residency(pid);
         let nested = tracker.nested;
         let mut report = tracker.report();
         if out.report {

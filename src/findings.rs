@@ -246,7 +246,12 @@ pub fn condensed<'a>(frames: &'a [Frame], matched: &[FrameFact], hook_modules: &
 /// Growth of the anonymous regions that grew (KiB), and the part of it on traced stacks (bytes).
 fn growth_and_traced(report: &LeakReport) -> (u64, u64) {
     let growth: u64 = report.growing.iter().map(|g| g.growth_kb).sum();
-    let traced: u64 = report.growing.iter().flat_map(|g| g.stacks.iter()).map(|s| s.still_mapped).sum();
+    // Growth is Rss+Swap: compared with resident bytes where pagemap was read, else with mapped bytes.
+    let traced: u64 = if report.weighed {
+        report.region_resident.iter().sum()
+    } else {
+        report.growing.iter().flat_map(|g| g.stacks.iter()).map(|s| s.still_mapped).sum()
+    };
     (growth, traced)
 }
 
@@ -289,6 +294,15 @@ fn next_steps(d: &Diagnosis) -> Vec<String> {
     out
 }
 
+/// A finding's resident bytes (its stacks' still-mapped bytes where residency was not read).
+fn weight(f: &Finding, report: &LeakReport) -> u64 {
+    if report.weighed && !f.stacks.is_empty() {
+        f.stacks.iter().map(|&id| report.resident_of(StackId(id))).sum()
+    } else {
+        f.bytes
+    }
+}
+
 /// The findings, first in the text report.
 pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::Result<()> {
     let (growth_kb, traced) = growth_and_traced(report);
@@ -308,12 +322,17 @@ pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
     let hooks = hook_modules(d);
     for (rank, f) in d.findings.iter().enumerate() {
         writeln!(w, "\n  #{} {}  [{}]", rank + 1, f.title, f.rule)?;
-        let share = if growth > 0 {
-            format!(", {:.0}% of the growth", 100.0 * f.bytes as f64 / growth as f64)
+        let weight = weight(f, report);
+        let share = if growth > 0 && !f.stacks.is_empty() {
+            format!(", {:.0}% of the growth", 100.0 * weight as f64 / growth as f64)
         } else {
             String::new()
         };
-        let what = if f.stacks.is_empty() { "" } else { " still mapped by its stacks" };
+        let what = match (f.stacks.is_empty(), report.weighed) {
+            (true, _) => String::new(),
+            (false, true) => format!(" still mapped by its stacks, {} of it resident", kib(weight)),
+            (false, false) => " still mapped by its stacks".into(),
+        };
         writeln!(w, "     what:  {}{what} ({:.2} MiB/min{share})", kib(f.bytes), per_min(f.bytes, d.duration_s))?;
         if let Some(&id) = f.stacks.first()
             && let Some(stack) = report.stack(StackId(id))
@@ -378,8 +397,9 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
                 "rule": f.rule,
                 "title": f.title,
                 "bytes": f.bytes,
+                "resident": report.weighed.then(|| weight(f, report)),
                 "mib_per_min": per_min(f.bytes, d.duration_s),
-                "share_of_growth": if growth > 0 { Some(f.bytes as f64 / growth as f64) } else { None },
+                "share_of_growth": (growth > 0 && !f.stacks.is_empty()).then(|| weight(f, report) as f64 / growth as f64),
                 "stack_ids": f.stacks,
                 "where": condensed,
                 "why": f.why,
@@ -396,6 +416,7 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
             "duration": d.duration_s,
             "growth_bytes": growth,
             "traced_bytes": traced,
+            "traced_is_resident": report.weighed,
             "watched": d.watched.paths,
             "not_watched": d.watched.skipped,
             "nested_calls": d.nested,

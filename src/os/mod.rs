@@ -2,6 +2,7 @@
 //! Everything outside this module works on the plain data these functions return.
 
 pub mod mem;
+pub mod pagemap;
 pub mod procfs;
 pub mod ptrace;
 pub mod regs;

@@ -45,6 +45,11 @@ fn assert_ucx_finding(values: &[Value], pool: u64, hook_words: &[&str]) {
     let f = findings[0];
     assert_eq!(f["rule"], "ucx-rcache-invalidation", "{f:#?}");
     assert_eq!(f["bytes"], pool, "{f:#?}");
+    // Every page of the pool was written: all of it is resident (pagemap: present and exclusive).
+    assert_eq!(f["resident"], pool, "{f:#?}");
+    let region = of_type(values, "region").into_iter().find(|r| r["new"] == true).expect("the pool's new region");
+    assert_eq!(region["traced_resident_kb"].as_u64(), Some(pool / 1024), "{region:#?}");
+    assert_eq!(region["remainder_kb"], 0, "{region:#?}");
     let where_: Vec<&str> = f["where"].as_array().unwrap().iter().filter_map(|w| w["function"].as_str()).collect();
     assert!(where_.contains(&"ucs_mpool_grow") && where_.contains(&"ucm_munmap"), "{where_:?}");
     let evidence: Vec<&str> = f["evidence"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
