@@ -172,6 +172,7 @@ pub struct Output {
     pub leaks: Option<Duration>,
     pub folded: Option<PathBuf>,
     pub flamegraph: Option<PathBuf>,
+    pub pprof: Option<PathBuf>,
     /// Report mode (`--leaks`): events go only to `path` (none without it); stdout (stderr with `-- CMD`)
     /// carries the report and the summary.
     pub report: bool,
@@ -194,7 +195,7 @@ pub struct Plan {
 
 impl Output {
     fn from_trace(args: &TraceArgs) -> Result<Output> {
-        let leaks = args.leaks || args.folded.is_some() || args.flamegraph.is_some();
+        let leaks = args.leaks || args.folded.is_some() || args.flamegraph.is_some() || args.pprof.is_some();
         if args.rules.is_some() && !leaks {
             return Err(usage("--rules goes with --leaks (the findings of the leak report)"));
         }
@@ -208,6 +209,7 @@ impl Output {
             leaks: leaks.then_some(args.smaps_every),
             folded: args.folded.clone(),
             flamegraph: args.flamegraph.clone(),
+            pprof: args.pprof.clone(),
             report: leaks,
             rules,
         })
@@ -350,6 +352,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     };
     let mut folded_file = out.folded.as_ref().map(create).transpose()?;
     let mut flame_file = out.flamegraph.as_ref().map(create).transpose()?;
+    let mut pprof_file = out.pprof.as_ref().map(create).transpose()?;
     let renderer: Box<dyn Renderer + Send> =
         if out.json { Box::new(Json { out: w }) } else { Box::new(Text { out: w, err: std::io::stderr() }) };
     // Bounded: a burst of captures (each up to --stack-bytes) waits for the analysis thread instead of growing
@@ -441,6 +444,10 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         if let (Some(f), Some(path)) = (flame_file.as_mut(), &out.flamegraph) {
             report.flamegraph(f).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let (Some(f), Some(path)) = (pprof_file.as_mut(), &out.pprof) {
+            let ns = u64::try_from(summary.duration.as_nanos()).unwrap_or(u64::MAX);
+            report.pprof(f, ns).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
         }
     }
     renderer.summary(&summary)?;

@@ -77,6 +77,10 @@ pub struct TraceArgs {
     /// shipped rule's id replaces it.
     #[arg(long)]
     pub rules: Option<PathBuf>,
+    /// Write a gzipped pprof profile (profile.proto: still-mapped bytes, resident bytes, calls by stack) to FILE
+    /// (implies --leaks).
+    #[arg(long)]
+    pub pprof: Option<PathBuf>,
     /// In-process filter: non-matching calls never stop (a trampoline page near libc; falls back to int3).
     #[arg(long)]
     pub fast: bool,

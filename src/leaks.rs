@@ -356,6 +356,20 @@ impl LeakReport<'_> {
         lines
     }
 
+    /// A gzipped pprof profile: one sample per stack (still-mapped bytes, resident bytes, calls).
+    pub fn pprof(&self, w: &mut dyn Write, duration_ns: u64) -> io::Result<()> {
+        let empty = Stack::default();
+        let samples: Vec<crate::report::pprof::Sample> = self
+            .leaks
+            .iter()
+            .map(|(id, s)| crate::report::pprof::Sample {
+                frames: &self.stack(*id).unwrap_or(&empty).frames,
+                values: [s.still_mapped as i64, self.resident_of(*id) as i64, s.calls() as i64],
+            })
+            .collect();
+        crate::report::pprof::write(w, &samples, duration_ns)
+    }
+
     /// A flame graph of still-mapped bytes by stack (SVG).
     pub fn flamegraph(&self, w: &mut dyn Write) -> io::Result<()> {
         let lines = self.folded();

@@ -31,6 +31,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
         leaks: script.settings.smaps_every,
         folded: None,
         flamegraph: None,
+        pprof: None,
         report: false,
         rules: Vec::new(),
     };

@@ -224,3 +224,35 @@ fn a_rules_file_adds_rules_and_a_bad_one_is_refused_before_attaching() {
     t.send("bye");
     assert_eq!(t.wait().code(), Some(0));
 }
+
+#[test]
+fn pprof_profile_reads_in_go_tool_pprof_with_exact_values() {
+    require_ptrace();
+    let go = Command::new("go").arg("version").output();
+    assert!(go.is_ok_and(|o| o.status.success()), "`go` is needed to read the profile: apt-get install golang-go");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let profile = dir.join("leaker.pb.gz");
+    let mut t = Target::start(&testprog("leaker"), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--pprof", profile.to_str().unwrap(), "--smaps-every", "100ms"]);
+    sc.wait_attached();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    let leaked: u64 = lines.iter().find_map(|l| l.strip_prefix("leaked ")).unwrap().parse().unwrap();
+    sc.signal(libc::SIGINT);
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let raw = Command::new("go").args(["tool", "pprof", "-raw"]).arg(&profile).output().unwrap();
+    assert!(raw.status.success(), "{}", String::from_utf8_lossy(&raw.stderr));
+    let raw = String::from_utf8_lossy(&raw.stdout);
+    assert!(raw.contains("still_mapped/bytes[dflt] resident/bytes calls/count"), "{raw}");
+    // leak_site's 5 calls hold `leaked` bytes, every page written: all resident.
+    let sample = format!("{leaked} {leaked} 5:");
+    assert!(raw.lines().any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ").starts_with(&sample)), "{raw}");
+    assert!(raw.lines().any(|l| l.contains(" leak_site") && l.contains("leaker.c:")), "{raw}");
+    let top = Command::new("go").args(["tool", "pprof", "-top", "-unit=byte"]).arg(&profile).output().unwrap();
+    let top = String::from_utf8_lossy(&top.stdout);
+    assert!(top.lines().any(|l| l.contains("leak_site") && l.contains(&format!("{leaked}B"))), "{top}");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+}
