@@ -40,6 +40,37 @@ pub fn load_rules(extra: Option<&std::path::Path>) -> anyhow::Result<Vec<Rule>> 
     Ok(rules::merge_rules(base, extra))
 }
 
+/// Advice lines for `syscatch mem` from the same rules: the process-wide ones (no stacks without a trace) over
+/// its memory by class (`growth_kb` with `--watch`), arenas, allocator and the live environment.
+pub fn rule_advice(
+    pid: Tid,
+    class_kb: BTreeMap<String, i64>,
+    growth_kb: BTreeMap<String, i64>,
+    arenas: usize,
+    allocator: &str,
+) -> Vec<String> {
+    let Ok(rules) = load_rules(None) else { return Vec::new() };
+    let (env, env_source) = read_environment(pid);
+    let facts = Facts {
+        class_size_kb: class_kb,
+        class_growth_kb: growth_kb,
+        arenas,
+        allocator: allocator.to_string(),
+        env,
+        env_source,
+        kernel: read_kernel(),
+        ..Facts::default()
+    };
+    rules::evaluate(&rules, &facts)
+        .iter()
+        .map(|f| {
+            let because: Vec<&str> = f.evidence.iter().map(String::as_str).collect();
+            let fix = f.fix.first().map(|x| x.action.as_str()).unwrap_or("");
+            format!("{} ({}): {fix} [rule {}]", f.title, because.join("; "), f.rule)
+        })
+        .collect()
+}
+
 /// Memory by class now (Rss+Swap KiB by class name), for the growth by class.
 pub fn read_class_kb(pid: Tid) -> Option<BTreeMap<String, i64>> {
     crate::commands::mem::read_class_facts(pid).map(|(kb, _, _)| kb)
