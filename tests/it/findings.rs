@@ -256,3 +256,57 @@ fn pprof_profile_reads_in_go_tool_pprof_with_exact_values() {
     t.send("bye");
     assert_eq!(t.wait().code(), Some(0));
 }
+
+/// Runs `malloc_growth` with `env` and one command under `--leaks --json`; returns the rules that fired.
+fn malloc_growth_findings(cmd: &str, env: &[(&str, &str)]) -> Vec<String> {
+    let mut c = Command::new(testprog("malloc_growth"));
+    c.env_remove("LD_PRELOAD").env_remove("MALLOC_ARENA_MAX").env_remove("GLIBC_TUNABLES");
+    c.env_remove("MALLOC_MMAP_THRESHOLD_").env_remove("MALLOC_TRIM_THRESHOLD_").env_remove("MALLOC_CONF");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut t = Target::start_cmd(&mut c);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--leaks", "--json", "--smaps-every", "100ms"]);
+    sc.wait_attached();
+    t.send(cmd);
+    t.out.until(|l| l == "done");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+    let values = json_lines(&out);
+    of_type(&values, "finding").iter().filter_map(|f| f["rule"].as_str().map(str::to_string)).collect()
+}
+
+#[test]
+fn glibc_keeps_freed_memory_resident_and_not_when_the_heap_is_trimmed() {
+    require_ptrace();
+    let keep = malloc_growth_findings("keep 512", &[]);
+    assert!(keep.iter().any(|r| r == "glibc-freed-resident"), "{keep:?}");
+    assert!(!keep.iter().any(|r| r == "glibc-mmap-threshold"), "no mmapped chunk was freed: {keep:?}");
+    let tidy = malloc_growth_findings("tidy 512", &[]);
+    assert!(tidy.is_empty(), "{tidy:?}");
+}
+
+#[test]
+fn glibc_dynamic_mmap_threshold_and_not_when_fixed() {
+    require_ptrace();
+    let moved = malloc_growth_findings("threshold 8", &[]);
+    assert!(moved.iter().any(|r| r == "glibc-mmap-threshold"), "{moved:?}");
+    // A fixed threshold: the 4 MiB blocks stay mmapped (and the rule's explanation is gone).
+    let fixed = malloc_growth_findings("threshold 8", &[("MALLOC_MMAP_THRESHOLD_", "131072")]);
+    assert!(!fixed.iter().any(|r| r == "glibc-mmap-threshold"), "{fixed:?}");
+}
+
+#[test]
+fn jemalloc_rule_names_jemalloc_and_not_glibc() {
+    require_ptrace();
+    let je = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    assert!(std::path::Path::new(je).exists(), "apt-get install libjemalloc2");
+    let with = malloc_growth_findings("big 32", &[("LD_PRELOAD", je)]);
+    assert!(with.iter().any(|r| r == "jemalloc-decay"), "{with:?}");
+    let without = malloc_growth_findings("big 32", &[]);
+    assert!(!without.iter().any(|r| r == "jemalloc-decay"), "{without:?}");
+}
