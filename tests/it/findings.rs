@@ -310,3 +310,33 @@ fn jemalloc_rule_names_jemalloc_and_not_glibc() {
     let without = malloc_growth_findings("big 32", &[]);
     assert!(!without.iter().any(|r| r == "jemalloc-decay"), "{without:?}");
 }
+
+/// Runs `testprogs/obmalloc.py` doing `cmd` under `--leaks --json`; returns the rules that fired.
+fn obmalloc_findings(cmd: &str) -> Vec<String> {
+    let mut c = Command::new("python3");
+    c.arg(repo().join("testprogs/obmalloc.py")).env_remove("PYTHONMALLOC");
+    let mut t = Target::start_cmd(&mut c);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--leaks", "--json", "--smaps-every", "100ms"]);
+    sc.wait_attached();
+    t.send(cmd);
+    t.out.until(|l| l == "done");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+    let values = json_lines(&out);
+    of_type(&values, "finding").iter().filter_map(|f| f["rule"].as_str().map(str::to_string)).collect()
+}
+
+#[test]
+fn cpython_obmalloc_arenas_by_their_stack_not_by_size() {
+    require_ptrace();
+    // CPython's arenas are mmapped through libc's mmap function (caught by its function probe). The frames need
+    // the interpreter's symbol table (_PyObject_ArenaMmap is static): a python3 built with symbols, as pyenv's.
+    let small = obmalloc_findings("small");
+    assert!(small.iter().any(|r| r == "cpython-obmalloc"), "{small:?} (does python3 have its symbol table?)");
+    let big = obmalloc_findings("big");
+    assert!(!big.iter().any(|r| r == "cpython-obmalloc"), "{big:?}");
+}
