@@ -144,7 +144,37 @@ pub fn read_environment(pid: Tid) -> (BTreeMap<String, String>, String) {
     if let Some(t) = env.get("GLIBC_TUNABLES").cloned() {
         env.extend(rules::parse_tunables(&t));
     }
+    // jemalloc's other option sources, in its own order of precedence after the compiled-in one.
+    if let Some(c) = read_jemalloc_conf_symbol(pid) {
+        env.insert("jemalloc.malloc_conf".into(), c);
+    }
+    if let Ok(c) = procfs::read_malloc_conf_link(pid) {
+        env.insert("/etc/malloc.conf".into(), c);
+    }
     (env, source)
+}
+
+/// The string a program or jemalloc build sets in its `malloc_conf` (or `je_malloc_conf`) global: searched in
+/// the main program and in mapped jemalloc libraries only (reading every module would be slow).
+fn read_jemalloc_conf_symbol(pid: Tid) -> Option<String> {
+    let mem = crate::os::mem::ProcMem::open(pid).ok()?;
+    let maps = crate::resolve::read_maps(pid).ok()?;
+    let modules = crate::modules::group_modules(&maps);
+    let wanted =
+        modules.iter().enumerate().filter(|(i, m)| *i == 0 || crate::modules::file_name(&m.path).contains("jemalloc"));
+    for (_, m) in wanted {
+        let Ok(module) = crate::resolve::read_module(pid, m, Some(&mem)) else { continue };
+        for sym in ["malloc_conf", "je_malloc_conf"] {
+            if let Some((addr, _)) = module.find_symbol(sym)
+                && let Ok(p) = mem.read_u64(addr)
+                && p != 0
+            {
+                let s = read_c_string(pid, p, 4096);
+                return Some(String::from_utf8_lossy(&s).into_owned());
+            }
+        }
+    }
+    None
 }
 
 /// Memory functions intercepted in the process (GOT slots patched or interposed, entries patched).

@@ -5,9 +5,14 @@
  *   "threshold N" mallocs and frees one 4 MiB block first (mmapped, then munmapped by free, which raises glibc's
  *                 dynamic mmap threshold), then as "keep" with N blocks of 4 MiB, which now come from the heap;
  *   "big N"       mallocs N blocks of 1 MiB and keeps them (an allocator's own mappings).
- * prints "done", waits for a line and exits 0. */
+ * prints "done", waits for a line and exits 0. Built with -DWITH_MALLOC_CONF it sets jemalloc's malloc_conf. */
 #include "common.h"
 #include <stdlib.h>
+
+#ifdef WITH_MALLOC_CONF
+/* jemalloc reads its compiled-in options from the program's own `malloc_conf`. */
+const char *malloc_conf = "dirty_decay_ms:5000";
+#endif
 
 static void fill(char *p, size_t len) {
     for (size_t o = 0; o < len; o += 4096) p[o] = 1;

@@ -83,3 +83,8 @@ pub fn read_sysctl(key: &str) -> io::Result<String> {
 pub fn read_thp() -> io::Result<String> {
     std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
 }
+
+/// The target of the `/etc/malloc.conf` symlink as the target sees it (jemalloc reads its options from the name).
+pub fn read_malloc_conf_link(pid: Tid) -> io::Result<String> {
+    std::fs::read_link(root_path(pid, "/etc/malloc.conf")).map(|p| p.to_string_lossy().into_owned())
+}

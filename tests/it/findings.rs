@@ -259,7 +259,13 @@ fn pprof_profile_reads_in_go_tool_pprof_with_exact_values() {
 
 /// Runs `malloc_growth` with `env` and one command under `--leaks --json`; returns the rules that fired.
 fn malloc_growth_findings(cmd: &str, env: &[(&str, &str)]) -> Vec<String> {
-    let mut c = Command::new(testprog("malloc_growth"));
+    let values = malloc_growth_report(&testprog("malloc_growth"), cmd, env);
+    of_type(&values, "finding").iter().filter_map(|f| f["rule"].as_str().map(str::to_string)).collect()
+}
+
+/// The `--leaks --json` report of `prog` (a build of `malloc_growth`) doing `cmd` with `env`.
+fn malloc_growth_report(prog: &std::path::Path, cmd: &str, env: &[(&str, &str)]) -> Vec<Value> {
+    let mut c = Command::new(prog);
     c.env_remove("LD_PRELOAD").env_remove("MALLOC_ARENA_MAX").env_remove("GLIBC_TUNABLES");
     c.env_remove("MALLOC_MMAP_THRESHOLD_").env_remove("MALLOC_TRIM_THRESHOLD_").env_remove("MALLOC_CONF");
     for (k, v) in env {
@@ -276,8 +282,7 @@ fn malloc_growth_findings(cmd: &str, env: &[(&str, &str)]) -> Vec<String> {
     assert!(status.success(), "{err:#?}");
     t.send("bye");
     assert_eq!(t.wait().code(), Some(0));
-    let values = json_lines(&out);
-    of_type(&values, "finding").iter().filter_map(|f| f["rule"].as_str().map(str::to_string)).collect()
+    json_lines(&out)
 }
 
 #[test]
@@ -309,6 +314,13 @@ fn jemalloc_rule_names_jemalloc_and_not_glibc() {
     assert!(with.iter().any(|r| r == "jemalloc-decay"), "{with:?}");
     let without = malloc_growth_findings("big 32", &[]);
     assert!(!without.iter().any(|r| r == "jemalloc-decay"), "{without:?}");
+    // Options from the environment and from the program's own malloc_conf are both shown as evidence.
+    let prog = testprog_with("malloc_growth", &["-DWITH_MALLOC_CONF"]);
+    let values = malloc_growth_report(&prog, "big 32", &[("LD_PRELOAD", je), ("MALLOC_CONF", "narenas:2")]);
+    let f = of_type(&values, "finding").into_iter().find(|f| f["rule"] == "jemalloc-decay").expect("the finding");
+    let ev: Vec<&str> = f["evidence"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(ev.iter().any(|e| e.starts_with("MALLOC_CONF=narenas:2")), "{ev:#?}");
+    assert!(ev.iter().any(|e| e.starts_with("jemalloc.malloc_conf=dirty_decay_ms:5000")), "{ev:#?}");
 }
 
 /// Runs `testprogs/obmalloc.py` doing `cmd` under `--leaks --json`; returns the rules that fired.
