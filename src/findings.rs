@@ -273,7 +273,8 @@ fn kib(bytes: u64) -> String {
 }
 
 /// The frames that tell a finding's story, innermost first: the allocation site (the first frame outside
-/// libc), the frames the rule matched, frames in a hooking module, and the first caller outside those modules.
+/// libc), the frames the rule matched, frames in a hooking module, the innermost Python frame, and the first
+/// caller outside those modules.
 pub fn condensed<'a>(frames: &'a [Frame], matched: &[FrameFact], hook_modules: &[&str]) -> Vec<&'a Frame> {
     let real: Vec<&Frame> = frames.iter().filter(|f| !f.inlined).collect();
     let is_libc = |f: &Frame| f.module.as_deref().is_some_and(crate::resolve::is_libc);
@@ -293,7 +294,13 @@ pub fn condensed<'a>(frames: &'a [Frame], matched: &[FrameFact], hook_modules: &
             }
         }
     }
-    if let Some(&last) = keep.iter().max()
+    // The innermost Python frame, where the stack has them (frames of kind python carry a .py file and no
+    // module): the line of the program that asked for the memory.
+    let python = real.iter().position(|f| f.module.is_none() && f.file.as_deref().is_some_and(|x| x.ends_with(".py")));
+    if let Some(i) = python {
+        // The Python line is the caller worth naming; the interpreter frames around it are not.
+        keep.push(i);
+    } else if let Some(&last) = keep.iter().max()
         && let Some(j) = (last + 1..real.len())
             .find(|&j| !is_libc(real[j]) && !real[j].module.as_deref().is_some_and(|m| story_modules.contains(&m)))
     {
@@ -487,4 +494,45 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
             "next": if untraced_worth_saying(growth, traced) { next_steps(d) } else { Vec::new() },
         }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fr(addr: u64, module: Option<&str>, function: &str, file: Option<&str>) -> Frame {
+        Frame {
+            addr,
+            module: module.map(str::to_string),
+            function: Some(function.into()),
+            file: file.map(str::to_string),
+            ..Frame::default()
+        }
+    }
+
+    #[test]
+    fn condensed_keeps_the_story_frames() {
+        let frames = vec![
+            fr(1, Some("libc.so.6"), "syscall", None),
+            fr(2, Some("libucm.so.0"), "ucm_orig_mmap", None),
+            fr(3, Some("libucs.so.0"), "ucs_mpool_grow", None),
+            fr(4, Some("libucs.so.0"), "ucs_mpool_get", None),
+            fr(5, Some("libucs.so.0"), "ucs_rcache_invalidate", None),
+            fr(6, Some("libucm.so.0"), "ucm_munmap", None),
+            fr(7, Some("libpython3.11.so"), "_PyEval_EvalFrameDefault", None),
+            fr(8, None, "train.step", Some("train.py")),
+            fr(9, Some("python3"), "main", None),
+        ];
+        let matched = [
+            FrameFact { module: "libucs.so.0".into(), function: "ucs_mpool_grow".into() },
+            FrameFact { module: "libucs.so.0".into(), function: "ucs_rcache_invalidate".into() },
+        ];
+        let got: Vec<u64> = condensed(&frames, &matched, &["libucm.so.0"]).iter().map(|f| f.addr).collect();
+        // Allocation site, matched frames, hook frames, and the Python line as the caller.
+        assert_eq!(got, [2, 3, 5, 6, 8]);
+        let native: Vec<Frame> = frames.iter().filter(|f| f.module.is_some()).cloned().collect();
+        let got: Vec<u64> = condensed(&native, &matched, &["libucm.so.0"]).iter().map(|f| f.addr).collect();
+        // Without Python frames, the first native caller outside the story's modules.
+        assert_eq!(got, [2, 3, 5, 6, 7]);
+    }
 }
