@@ -288,8 +288,16 @@ fn malloc_growth_report(prog: &std::path::Path, cmd: &str, env: &[(&str, &str)])
 #[test]
 fn glibc_keeps_freed_memory_resident_and_not_when_the_heap_is_trimmed() {
     require_ptrace();
-    let keep = malloc_growth_findings("keep 512", &[]);
+    let values = malloc_growth_report(&testprog("malloc_growth"), "keep 512", &[]);
+    let keep: Vec<String> =
+        of_type(&values, "finding").iter().filter_map(|f| f["rule"].as_str().map(str::to_string)).collect();
     assert!(keep.iter().any(|r| r == "glibc-freed-resident"), "{keep:?}");
+    // The heap grew through brk, which no watched path makes: the report says what was watched and what next.
+    let cov = of_type(&values, "coverage")[0];
+    assert!(cov["growth_bytes"].as_u64().unwrap() >= 30 << 20, "{cov:#?}");
+    assert!(cov["traced_bytes"].as_u64().unwrap() < 1 << 20, "{cov:#?}");
+    assert!(cov["watched"].as_array().unwrap().len() >= 3, "{cov:#?}");
+    assert!(!cov["next"].as_array().unwrap().is_empty(), "{cov:#?}");
     assert!(!keep.iter().any(|r| r == "glibc-mmap-threshold"), "no mmapped chunk was freed: {keep:?}");
     let tidy = malloc_growth_findings("tidy 512", &[]);
     assert!(tidy.is_empty(), "{tidy:?}");
