@@ -13,8 +13,9 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-/// Leak candidates shown in the text report.
+/// Leak candidates and growing regions shown in the text report (a screenful or two; all in --json).
 const TEXT_LEAKS: usize = 5;
+const TEXT_REGIONS: usize = 8;
 
 /// The mapping family traced together with `--leaks`.
 pub const LEAK_SYSCALLS: [&str; 3] = ["mmap", "munmap", "mremap"];
@@ -234,7 +235,17 @@ impl LeakReport<'_> {
         if self.growing.is_empty() {
             writeln!(w, "  none")?;
         }
-        for (i, g) in self.growing.iter().enumerate() {
+        let shown_regions = if self.diagnosis.is_some() { TEXT_REGIONS } else { usize::MAX };
+        if self.growing.len() > shown_regions {
+            let rest: u64 = self.growing.iter().skip(shown_regions).map(|g| g.growth_kb).sum();
+            writeln!(
+                w,
+                "  (the {shown_regions} that grew most of {}; the other {} KiB are in --json)",
+                self.growing.len(),
+                rest
+            )?;
+        }
+        for (i, g) in self.growing.iter().enumerate().take(shown_regions) {
             let how = if g.new { "new" } else { "grew" };
             writeln!(
                 w,
