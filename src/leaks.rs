@@ -441,6 +441,40 @@ mod tests {
     }
 
     #[test]
+    fn a_call_seen_at_libc_mmap_and_at_the_syscall_inside_it_counts_once() {
+        let s = Stack { frames: vec![frame(0x10, "pool_grow")], truncated: None };
+        let mut t = LeakTracker::new();
+        let args = [0, 0x2000, 3, 0x22, u64::MAX, 0];
+        // A hook reached from libc's mmap makes the real call through syscall(): the raw event comes first (it
+        // completes first) but started after the function's entry.
+        let mut raw = ev(9, args, 0x1000_0000);
+        raw.time = 1.5;
+        let mut func = ev(0, args, 0x1000_0000);
+        func.func = Some("libc.so.6:mmap".into());
+        func.time = 1.0;
+        t.event(&raw, Some(&s));
+        t.event(&func, Some(&s));
+        assert_eq!(t.nested, 1);
+        // A later, separate call at libc's mmap that happens to get the same address back counts.
+        let mut again = func.clone();
+        again.time = 2.0;
+        t.event(&raw, Some(&s));
+        t.event(&again, Some(&s));
+        assert_eq!(t.nested, 1);
+        // libc's munmap returns 0 like the raw munmap before it: different ranges are different calls.
+        let mut un = ev(11, [0x3000_0000, 0x1000, 0, 0, 0, 0], 0);
+        un.time = 3.0;
+        let mut fun = ev(0, [0x4000_0000, 0x1000, 0, 0, 0, 0], 0);
+        fun.func = Some("libc.so.6:munmap".into());
+        fun.time = 2.9;
+        t.event(&un, Some(&s));
+        t.event(&fun, Some(&s));
+        assert_eq!(t.nested, 1);
+        let stats = t.report().leaks[0].1.clone();
+        assert_eq!((stats.mmaps, stats.munmaps), (3, 2));
+    }
+
+    #[test]
     fn residency_counts_own_pages_and_swap_not_the_zero_page() {
         let present_own = PM_PRESENT | PM_EXCLUSIVE | 0x1234;
         let zero_page = PM_PRESENT;
