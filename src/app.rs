@@ -172,9 +172,12 @@ pub struct Output {
     pub leaks: Option<Duration>,
     pub folded: Option<PathBuf>,
     pub flamegraph: Option<PathBuf>,
+    pub pprof: Option<PathBuf>,
     /// Report mode (`--leaks`): events go only to `path` (none without it); stdout (stderr with `-- CMD`)
     /// carries the report and the summary.
     pub report: bool,
+    /// The findings rules (report mode).
+    pub rules: Vec<crate::rules::Rule>,
 }
 
 /// Where to stop and what for.
@@ -191,9 +194,13 @@ pub struct Plan {
 }
 
 impl Output {
-    fn from_trace(args: &TraceArgs) -> Output {
-        let leaks = args.leaks || args.folded.is_some() || args.flamegraph.is_some();
-        Output {
+    fn from_trace(args: &TraceArgs) -> Result<Output> {
+        let leaks = args.leaks || args.folded.is_some() || args.flamegraph.is_some() || args.pprof.is_some();
+        if args.rules.is_some() && !leaks {
+            return Err(usage("--rules goes with --leaks (the findings of the leak report)"));
+        }
+        let rules = if leaks { crate::findings::load_rules(args.rules.as_deref())? } else { Vec::new() };
+        Ok(Output {
             json: args.json,
             path: args.output.clone(),
             stack_bytes: args.stack_bytes,
@@ -202,8 +209,10 @@ impl Output {
             leaks: leaks.then_some(args.smaps_every),
             folded: args.folded.clone(),
             flamegraph: args.flamegraph.clone(),
+            pprof: args.pprof.clone(),
             report: leaks,
-        }
+            rules,
+        })
     }
 }
 
@@ -253,7 +262,7 @@ fn leak_plan(pid: Tid, numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Resu
 /// Runs a trace as the command line asks. Returns the exit status.
 pub fn trace(args: &TraceArgs) -> Result<i32> {
     let mut numbers = syscall_numbers(&args.syscall)?;
-    let out = Output::from_trace(args);
+    let out = Output::from_trace(args)?;
     if out.leaks.is_some() {
         numbers.extend(crate::leaks::LEAK_SYSCALLS.iter().filter_map(|s| syscalls::parse(s)));
         if out.stack_bytes == 0 {
@@ -343,6 +352,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     };
     let mut folded_file = out.folded.as_ref().map(create).transpose()?;
     let mut flame_file = out.flamegraph.as_ref().map(create).transpose()?;
+    let mut pprof_file = out.pprof.as_ref().map(create).transpose()?;
     let renderer: Box<dyn Renderer + Send> =
         if out.json { Box::new(Json { out: w }) } else { Box::new(Text { out: w, err: std::io::stderr() }) };
     // Bounded: a burst of captures (each up to --stack-bytes) waits for the analysis thread instead of growing
@@ -350,6 +360,8 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let (tx, rx) = crossbeam_channel::bounded(256);
     // The baseline of growth is taken before anything is armed: the first call may come right after.
     let baseline = if out.leaks.is_some() { procfs::read_smaps_regions(pid) } else { Vec::new() };
+    let class_before = if out.report { crate::findings::read_class_kb(pid) } else { None };
+    let watched = plan.watched.clone();
     let acfg = analysis::Config {
         pid,
         stack_depth: out.stack_depth,
@@ -451,7 +463,19 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     if let Some(mut tracker) = done.leaks {
         // The last sample, after detach: the target runs on untouched.
         tracker.sample(procfs::read_smaps_regions(pid));
-        let report = tracker.report();
+        // Residency from the live process's pagemap (after detach: no stop).
+        if let Ok(pm) = crate::os::pagemap::Pagemap::open(pid) {
+            tracker.weigh_residency(&mut |s, e, max| pm.read_entries(s, e, max).ok());
+        }
+        let nested = tracker.nested;
+        let mut report = tracker.report();
+        if out.report {
+            let secs = summary.duration.as_secs_f64();
+            let mut d = crate::findings::read_diagnosis(pid, &report, &out.rules, class_before.as_ref(), secs);
+            d.watched = watched;
+            d.nested = nested;
+            report.diagnosis = Some(d);
+        }
         renderer.leaks(&report)?;
         if let (Some(f), Some(path)) = (folded_file.as_mut(), &out.folded) {
             let text: String = report.folded().iter().map(|l| format!("{l}\n")).collect();
@@ -461,6 +485,10 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         if let (Some(f), Some(path)) = (flame_file.as_mut(), &out.flamegraph) {
             report.flamegraph(f).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let (Some(f), Some(path)) = (pprof_file.as_mut(), &out.pprof) {
+            let ns = u64::try_from(summary.duration.as_nanos()).unwrap_or(u64::MAX);
+            report.pprof(f, ns).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
         }
     }
     renderer.summary(&summary)?;

@@ -122,6 +122,14 @@ pub struct TraceArgs {
     /// Write a flame graph SVG of still-mapped bytes by stack to FILE (implies --leaks).
     #[arg(long)]
     pub flamegraph: Option<PathBuf>,
+    /// With --leaks: more findings rules (JSON, format in README.md), added to the shipped ones; a rule with a
+    /// shipped rule's id replaces it.
+    #[arg(long)]
+    pub rules: Option<PathBuf>,
+    /// Write a gzipped pprof profile (profile.proto: still-mapped bytes, resident bytes, calls by stack) to FILE
+    /// (implies --leaks).
+    #[arg(long)]
+    pub pprof: Option<PathBuf>,
     /// In-process filter: non-matching calls never stop (a trampoline page near libc; falls back to int3).
     #[arg(long)]
     pub fast: bool,

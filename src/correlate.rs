@@ -269,6 +269,11 @@ impl AddressSpace {
         out
     }
 
+    /// Every still-mapped anonymous range the model holds, with the stack that mapped it.
+    pub fn anon_pieces(&self) -> impl Iterator<Item = (u64, u64, StackId)> + '_ {
+        self.pieces.iter().filter(|(_, p)| p.anon).map(|(&s, p)| (s, p.end, p.stack))
+    }
+
     /// Bytes of `[start, end)` the model attributes to each stack.
     pub fn still_mapped_in(&self, start: u64, end: u64) -> BTreeMap<StackId, u64> {
         let mut out = BTreeMap::new();

@@ -12,6 +12,10 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
+/// Leak candidates and growing regions shown in the text report (a screenful or two; all in --json).
+const TEXT_LEAKS: usize = 5;
+const TEXT_REGIONS: usize = 8;
+
 /// The mapping family traced together with `--leaks`.
 pub const LEAK_SYSCALLS: [&str; 3] = ["mmap", "munmap", "mremap"];
 
@@ -61,6 +65,23 @@ pub struct LeakTracker {
     last_raw: HashMap<crate::os::Tid, RawCall>,
     /// Calls seen twice (at a libc function and at the `syscall()` inside it) and counted once.
     pub nested: u64,
+    /// Resident bytes of each still-mapped anonymous range (start, end, stack, bytes), from pagemap at the end.
+    resident: Vec<(u64, u64, StackId, u64)>,
+}
+
+/// Pagemap bits (Documentation/admin-guide/mm/pagemap.rst).
+const PM_PRESENT: u64 = 1 << 63;
+const PM_SWAPPED: u64 = 1 << 62;
+const PM_EXCLUSIVE: u64 = 1 << 56;
+
+/// Most pages whose pagemap entries are read at the end (16 GiB of still-mapped memory).
+const RESIDENCY_PAGES: u64 = 4 << 20;
+
+/// Bytes that count as the range's own memory: pages in swap, or present and mapped by this process alone (the
+/// shared zero page that a read fault maps is present but not exclusive: it costs nothing).
+pub fn parse_resident(entries: &[u64]) -> u64 {
+    let pages = entries.iter().filter(|&&e| e & PM_SWAPPED != 0 || (e & PM_PRESENT != 0 && e & PM_EXCLUSIVE != 0));
+    pages.count() as u64 * 4096
 }
 
 impl LeakTracker {
@@ -115,6 +136,21 @@ impl LeakTracker {
         self.last = regions;
     }
 
+    /// Weighs every still-mapped anonymous range by its resident bytes, with `read(start, end, max_pages)`
+    /// giving the pagemap entries of a range (bounded overall by [`RESIDENCY_PAGES`]).
+    pub fn weigh_residency(&mut self, read: &mut dyn FnMut(u64, u64, u64) -> Option<Vec<u64>>) {
+        let mut budget = RESIDENCY_PAGES;
+        self.resident.clear();
+        for (start, end, stack) in self.model.anon_pieces() {
+            if budget == 0 {
+                break;
+            }
+            let Some(entries) = read(start, end, budget) else { continue };
+            budget = budget.saturating_sub(entries.len() as u64);
+            self.resident.push((start, end, stack, parse_resident(&entries)));
+        }
+    }
+
     pub fn report(&self) -> LeakReport<'_> {
         let growing = match &self.first {
             Some(first) => self.model.growing(first, &self.last),
@@ -122,7 +158,19 @@ impl LeakTracker {
         };
         let mut leaks: Vec<(StackId, StackStats)> = self.model.stacks();
         leaks.retain(|(_, s)| s.mapped > 0 || s.released > 0);
-        LeakReport { growing, leaks, stacks: &self.stacks }
+        let mut resident: HashMap<StackId, u64> = HashMap::new();
+        for &(_, _, id, bytes) in &self.resident {
+            *resident.entry(id).or_default() += bytes;
+        }
+        let region_resident = growing
+            .iter()
+            .map(|g| {
+                let inside = self.resident.iter().filter(|r| g.start <= r.0 && r.1 <= g.end);
+                inside.map(|r| r.3).sum::<u64>()
+            })
+            .collect();
+        let weighed = !self.resident.is_empty();
+        LeakReport { growing, leaks, stacks: &self.stacks, diagnosis: None, resident, region_resident, weighed }
     }
 }
 
@@ -132,6 +180,14 @@ pub struct LeakReport<'a> {
     /// Stacks ranked by bytes still mapped, then bytes mapped.
     pub leaks: Vec<(StackId, StackStats)>,
     stacks: &'a Stacks,
+    /// The findings (report mode), shown first.
+    pub diagnosis: Option<crate::findings::Diagnosis>,
+    /// Resident bytes (present or swapped, exclusively mapped) still mapped by each stack.
+    pub resident: HashMap<StackId, u64>,
+    /// For each growing region (same order), the resident bytes of its traced ranges.
+    pub region_resident: Vec<u64>,
+    /// Residency was read (pagemap readable, something still mapped).
+    pub weighed: bool,
 }
 
 /// The innermost frame worth naming: the first real (not inlined) frame outside libc's `syscall()` wrapper.
@@ -151,18 +207,51 @@ impl LeakReport<'_> {
         self.stacks.get(id)
     }
 
+    /// Resident bytes still mapped by a stack (0 when not weighed).
+    pub fn resident_of(&self, id: StackId) -> u64 {
+        self.resident.get(&id).copied().unwrap_or(0)
+    }
+
+    /// A growing region's growth (KiB) as the part resident on traced stacks and the remainder.
+    pub fn region_split(&self, i: usize) -> (u64, u64) {
+        let growth = self.growing.get(i).map_or(0, |g| g.growth_kb);
+        let traced = self.region_resident.get(i).copied().unwrap_or(0) / 1024;
+        (traced, growth.saturating_sub(traced))
+    }
+
     pub fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
+        if let Some(d) = &self.diagnosis {
+            crate::findings::write_text(d, self, w)?;
+        }
         writeln!(w, "\nGrowing regions (anonymous memory whose Rss+Swap grew during the trace, largest first):")?;
         if self.growing.is_empty() {
             writeln!(w, "  none")?;
         }
-        for g in &self.growing {
+        let shown_regions = if self.diagnosis.is_some() { TEXT_REGIONS } else { usize::MAX };
+        if self.growing.len() > shown_regions {
+            let rest: u64 = self.growing.iter().skip(shown_regions).map(|g| g.growth_kb).sum();
+            writeln!(
+                w,
+                "  (the {shown_regions} that grew most of {}; the other {} KiB are in --json)",
+                self.growing.len(),
+                rest
+            )?;
+        }
+        for (i, g) in self.growing.iter().enumerate().take(shown_regions) {
             let how = if g.new { "new" } else { "grew" };
             writeln!(
                 w,
                 "  {:#x}-{:#x}  {how} +{} KiB (Rss+Swap now {} KiB)",
                 g.start, g.end, g.growth_kb, g.rss_swap_kb
             )?;
+            if self.weighed {
+                let (traced, rest) = self.region_split(i);
+                writeln!(
+                    w,
+                    "      {traced} KiB resident on traced stacks; {rest} KiB elsewhere (pages of memory mapped before \
+                     the trace or by untraced calls; the target ran on while it was read)"
+                )?;
+            }
             if g.created_before_trace() {
                 writeln!(w, "      mapped before the trace started (or by a call that was not traced)")?;
             }
@@ -180,13 +269,19 @@ impl LeakReport<'_> {
         if self.leaks.is_empty() {
             writeln!(w, "  none")?;
         }
-        for (rank, (id, s)) in self.leaks.iter().enumerate() {
+        // A report is read from the top: a screenful of the largest; every stack is in --json and -o FILE.
+        let shown = if self.diagnosis.is_some() { TEXT_LEAKS } else { usize::MAX };
+        if self.leaks.len() > shown {
+            writeln!(w, "  (the {shown} largest of {}; all of them with --json)", self.leaks.len())?;
+        }
+        for (rank, (id, s)) in self.leaks.iter().take(shown).enumerate() {
             writeln!(
                 w,
-                "  #{} still mapped {} of {} mapped ({} unmapped, {} gone unseen); {} mmap, {} munmap, {} mremap, \
+                "  #{} still mapped {}{} of {} mapped ({} unmapped, {} gone unseen); {} mmap, {} munmap, {} mremap, \
                  {} failed",
                 rank + 1,
                 kib(s.still_mapped),
+                if self.weighed { format!(" ({} resident)", kib(self.resident_of(*id))) } else { String::new() },
                 kib(s.mapped),
                 kib(s.unmapped),
                 kib(s.vanished),
@@ -210,7 +305,8 @@ impl LeakReport<'_> {
     /// `region` and `leak` lines, in the same JSON Lines envelope as events.
     pub fn write_json(&self, w: &mut dyn Write) -> io::Result<()> {
         let frames = |id: StackId| self.stack(id).map(|s| s.frames.iter().map(frame_json).collect::<Vec<_>>());
-        for g in &self.growing {
+        for (i, g) in self.growing.iter().enumerate() {
+            let (traced, rest) = self.region_split(i);
             let stacks: Vec<_> = g
                 .stacks
                 .iter()
@@ -222,6 +318,8 @@ impl LeakReport<'_> {
                 json!({
                     "start": hex(g.start), "end": hex(g.end), "growth_kb": g.growth_kb, "rss_swap_kb": g.rss_swap_kb,
                     "new": g.new, "before_trace": g.created_before_trace(), "stacks": stacks,
+                    "traced_resident_kb": self.weighed.then_some(traced),
+                    "remainder_kb": self.weighed.then_some(rest),
                 }),
             )?;
         }
@@ -231,10 +329,14 @@ impl LeakReport<'_> {
                 "leak",
                 json!({
                     "stack_id": id.0, "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
+                    "resident": self.weighed.then(|| self.resident_of(*id)),
                     "vanished": s.vanished, "released": s.released, "mmaps": s.mmaps, "munmaps": s.munmaps,
                     "mremaps": s.mremaps, "failed": s.failed, "stack": frames(*id),
                 }),
             )?;
+        }
+        if let Some(d) = &self.diagnosis {
+            crate::findings::write_json(d, self, w)?;
         }
         Ok(())
     }
@@ -255,6 +357,20 @@ impl LeakReport<'_> {
             .collect();
         lines.sort();
         lines
+    }
+
+    /// A gzipped pprof profile: one sample per stack (still-mapped bytes, resident bytes, calls).
+    pub fn pprof(&self, w: &mut dyn Write, duration_ns: u64) -> io::Result<()> {
+        let empty = Stack::default();
+        let samples: Vec<crate::report::pprof::Sample> = self
+            .leaks
+            .iter()
+            .map(|(id, s)| crate::report::pprof::Sample {
+                frames: &self.stack(*id).unwrap_or(&empty).frames,
+                values: [s.still_mapped as i64, self.resident_of(*id) as i64, s.calls() as i64],
+            })
+            .collect();
+        crate::report::pprof::write(w, &samples, duration_ns)
     }
 
     /// A flame graph of still-mapped bytes by stack (SVG).
@@ -329,6 +445,60 @@ mod tests {
         let mut r = SmapsRegion { map, ..SmapsRegion::default() };
         r.rss = rss_kb;
         r
+    }
+
+    #[test]
+    fn a_call_seen_at_libc_mmap_and_at_the_syscall_inside_it_counts_once() {
+        let s = Stack { frames: vec![frame(0x10, "pool_grow")], truncated: None };
+        let mut t = LeakTracker::new();
+        let args = [0, 0x2000, 3, 0x22, u64::MAX, 0];
+        // A hook reached from libc's mmap makes the real call through syscall(): the raw event comes first (it
+        // completes first) but started after the function's entry.
+        let mut raw = ev(9, args, 0x1000_0000);
+        raw.time = 1.5;
+        let mut func = ev(0, args, 0x1000_0000);
+        func.func = Some("libc.so.6:mmap".into());
+        func.time = 1.0;
+        t.event(&raw, Some(&s));
+        t.event(&func, Some(&s));
+        assert_eq!(t.nested, 1);
+        // A later, separate call at libc's mmap that happens to get the same address back counts.
+        let mut again = func.clone();
+        again.time = 2.0;
+        t.event(&raw, Some(&s));
+        t.event(&again, Some(&s));
+        assert_eq!(t.nested, 1);
+        // libc's munmap returns 0 like the raw munmap before it: different ranges are different calls.
+        let mut un = ev(11, [0x3000_0000, 0x1000, 0, 0, 0, 0], 0);
+        un.time = 3.0;
+        let mut fun = ev(0, [0x4000_0000, 0x1000, 0, 0, 0, 0], 0);
+        fun.func = Some("libc.so.6:munmap".into());
+        fun.time = 2.9;
+        t.event(&un, Some(&s));
+        t.event(&fun, Some(&s));
+        assert_eq!(t.nested, 1);
+        let stats = t.report().leaks[0].1.clone();
+        assert_eq!((stats.mmaps, stats.munmaps), (3, 2));
+    }
+
+    #[test]
+    fn residency_counts_own_pages_and_swap_not_the_zero_page() {
+        let present_own = PM_PRESENT | PM_EXCLUSIVE | 0x1234;
+        let zero_page = PM_PRESENT;
+        let swapped = PM_SWAPPED | 0x55;
+        assert_eq!(parse_resident(&[present_own, zero_page, swapped, 0]), 2 * 4096);
+        let mut t = LeakTracker::new();
+        let s = Stack { frames: vec![frame(0x10, "grow")], truncated: None };
+        t.sample(vec![region(0x7000_0000, 0x7000_1000, 4)]);
+        t.event(&ev(9, [0, 0x3000, 3, 0x22, u64::MAX, 0], 0x1000_0000), Some(&s));
+        t.sample(vec![region(0x1000_0000, 0x1000_3000, 12), region(0x7000_0000, 0x7000_1000, 4)]);
+        t.weigh_residency(&mut |start, end, _| {
+            assert_eq!((start, end), (0x1000_0000, 0x1000_3000));
+            Some(vec![present_own, zero_page, present_own])
+        });
+        let r = t.report();
+        assert_eq!(r.resident_of(r.leaks[0].0), 2 * 4096);
+        assert_eq!(r.region_split(0), (8, 4));
     }
 
     #[test]

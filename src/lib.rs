@@ -11,6 +11,7 @@ pub mod commands;
 pub mod correlate;
 pub mod crash;
 pub mod event;
+pub mod findings;
 pub mod guardian;
 pub mod hooks;
 pub mod leaks;

@@ -357,7 +357,7 @@ pub fn ucx_hooks_mapped(regions: &[SmapsRegion]) -> bool {
     })
 }
 
-/// One-line advice for the patterns known to cause growth outside what a heap profiler sees.
+/// One-line advice for the patterns that are not (yet) rules: UCX hooks loaded, MALLOC_CONF without jemalloc.
 pub fn advice(
     alloc: &Allocator,
     env: &BTreeMap<String, String>,
@@ -366,21 +366,8 @@ pub fn advice(
     ucx_mapped: bool,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    let n_arenas = arenas.arenas.len().max(if arenas.unread > 0 { 1 } else { 0 });
-    let mib = arenas.rss_swap / 1024;
-    // Many arenas each keep freed memory for their own thread; past a few, and once they hold a real share of
-    // the process, capping them is the known cure.
-    if alloc.name == "glibc"
-        && !env.contains_key("MALLOC_ARENA_MAX")
-        && n_arenas > 2
-        && mib >= 64
-        && arenas.rss_swap.saturating_mul(10) >= total.rss_swap()
-    {
-        out.push(format!(
-            "{n_arenas} glibc malloc thread arenas hold {mib} MiB: MALLOC_ARENA_MAX=2 caps the arenas (and the \
-             memory each keeps after free), at some cost in multi-threaded malloc speed"
-        ));
-    }
+    // Many thread arenas (and the other allocator patterns) are rules now: `findings::rule_advice`.
+    let _ = (alloc, arenas, total);
     let hook_mode = env.get("UCX_MEM_MMAP_HOOK_MODE").map(String::as_str);
     if ucx_mapped && hook_mode != Some("none") {
         out.push(format!(
@@ -510,13 +497,8 @@ mod tests {
         let arenas = ArenaSummary { heaps: 12, rss_swap: 800 * 1024, arenas: (1..=12).collect(), ..Default::default() };
         let total = ClassTotal { rss: 1024 * 1024, ..Default::default() };
         let none = BTreeMap::new();
-        let a = advice(&alloc, &none, &arenas, &total, false);
-        assert_eq!(a.len(), 1);
-        assert!(a[0].contains("MALLOC_ARENA_MAX=2") && a[0].starts_with("12 glibc"));
-        let capped = BTreeMap::from([("MALLOC_ARENA_MAX".to_string(), "2".to_string())]);
-        assert!(advice(&alloc, &capped, &arenas, &total, false).is_empty());
-        let small = ArenaSummary { rss_swap: 1024, ..arenas.clone() };
-        assert!(advice(&alloc, &none, &small, &total, false).is_empty());
+        // Arenas are the glibc-arenas rule's now (rules::tests, findings tests).
+        assert!(advice(&alloc, &none, &arenas, &total, false).is_empty());
 
         let u = advice(&alloc, &none, &ArenaSummary::default(), &total, true);
         assert_eq!(u.len(), 1);

@@ -48,7 +48,7 @@ pub fn run(args: &MemArgs) -> Result<i32> {
     let env = procfs::read_environ(pid).map(|raw| memclass::parse_environ(&raw)).unwrap_or_default();
     let alloc = memclass::detect_allocator(&first.regions);
     let ucx = memclass::ucx_hooks_mapped(&first.regions);
-    let advice = memclass::advice(&alloc, &env, &first.arenas, &first.total, ucx);
+    let advice = advice_for(pid, &alloc, &env, &first, &first, ucx);
     let out = std::io::stdout();
     let mut out = out.lock();
 
@@ -86,8 +86,7 @@ pub fn run(args: &MemArgs) -> Result<i32> {
                 break;
             }
         }
-        let advice =
-            samples.last().map(|s| memclass::advice(&alloc, &env, &s.arenas, &s.total, ucx)).unwrap_or_default();
+        let advice = samples.last().map(|s| advice_for(pid, &alloc, &env, &samples[0], s, ucx)).unwrap_or_default();
         emit_watch(&mut out, args.json, tty, pid, &name, &samples, &alloc, &env, &advice)?;
         if last_one {
             break;
@@ -103,6 +102,37 @@ pub fn run(args: &MemArgs) -> Result<i32> {
         eprintln!("syscatch: plot of {} samples written to {}", samples.len(), path.display());
     }
     Ok(0)
+}
+
+fn class_kb(s: &Sample) -> BTreeMap<String, i64> {
+    s.by_class.iter().map(|(c, t)| (c.name().to_string(), t.rss_swap() as i64)).collect()
+}
+
+/// The findings rules' advice (the same rules as `--leaks`) and the patterns that are not rules.
+fn advice_for(
+    pid: Tid,
+    alloc: &Allocator,
+    env: &BTreeMap<String, String>,
+    first: &Sample,
+    now: &Sample,
+    ucx: bool,
+) -> Vec<String> {
+    let (before, kb) = (class_kb(first), class_kb(now));
+    let growth = kb.iter().map(|(c, &v)| (c.clone(), v - before.get(c).copied().unwrap_or(0))).collect();
+    let arenas = now.arenas.arenas.len().max(usize::from(now.arenas.unread > 0));
+    let mut out = crate::findings::rule_advice(pid, kb, growth, arenas, alloc.name);
+    out.extend(memclass::advice(alloc, env, &now.arenas, &now.total, ucx));
+    out
+}
+
+/// Rss+Swap in KiB by class name, the number of glibc thread arenas, and the allocator's name: the memory facts
+/// the findings rules take. `None` when the process cannot be read.
+pub fn read_class_facts(pid: Tid) -> Option<(BTreeMap<String, i64>, usize, String)> {
+    let mem = ProcMem::open(pid).ok();
+    let s = read_sample(pid, mem.as_ref(), 0.0).ok()?;
+    let alloc = memclass::detect_allocator(&s.regions);
+    let kb = s.by_class.iter().map(|(c, t)| (c.name().to_string(), t.rss_swap() as i64)).collect();
+    Some((kb, s.arenas.arenas.len().max(usize::from(s.arenas.unread > 0)), alloc.name.to_string()))
 }
 
 /// Sleeps until `start + at`; false when a stop signal arrived first.

@@ -31,7 +31,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
         leaks: script.settings.smaps_every,
         folded: None,
         flamegraph: None,
+        pprof: None,
         report: false,
+        rules: Vec::new(),
     };
     app::run_trace(&out, plan, app::Start::Attach(pid))?;
     Ok(0)

@@ -3,6 +3,7 @@
 
 pub mod guard;
 pub mod mem;
+pub mod pagemap;
 pub mod procfs;
 pub mod ptrace;
 pub mod regs;

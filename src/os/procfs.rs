@@ -83,3 +83,18 @@ pub fn root_path(pid: Tid, path: &str) -> PathBuf {
 pub fn read_task_syscall(pid: Tid, tid: Tid) -> io::Result<String> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
 }
+
+/// A kernel setting: `vm.overcommit_memory` is `/proc/sys/vm/overcommit_memory`.
+pub fn read_sysctl(key: &str) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/sys/{}", key.replace('.', "/"))).map(|s| s.trim().to_string())
+}
+
+/// Transparent huge pages mode (`always [madvise] never`).
+pub fn read_thp() -> io::Result<String> {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+}
+
+/// The target of the `/etc/malloc.conf` symlink as the target sees it (jemalloc reads its options from the name).
+pub fn read_malloc_conf_link(pid: Tid) -> io::Result<String> {
+    std::fs::read_link(root_path(pid, "/etc/malloc.conf")).map(|p| p.to_string_lossy().into_owned())
+}

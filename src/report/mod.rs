@@ -2,6 +2,7 @@
 
 pub mod decode;
 pub mod json;
+pub mod pprof;
 pub mod text;
 
 use crate::event::{Event, Summary};

@@ -6,6 +6,7 @@ mod common;
 mod container;
 mod core;
 mod dist;
+mod findings;
 mod fuzz_replay;
 mod guardian;
 mod hooks;

@@ -99,6 +99,16 @@ fn counts_the_thread_arenas_the_threads_report() {
 }
 
 #[test]
+fn arena_advice_comes_from_the_findings_rules() {
+    let (t, _) = start_arenas(&["12"], &[]);
+    let d = mem_json(t.pid);
+    let advice: Vec<&str> = d["advice"].as_array().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    let arenas = advice.iter().find(|a| a.ends_with("[rule glibc-arenas]")).unwrap_or_else(|| panic!("{d}"));
+    assert!(arenas.contains("MALLOC_ARENA_MAX=2") && arenas.contains("MALLOC_ARENA_MAX unset"), "{arenas}");
+    assert_eq!(t.wait().code(), Some(0));
+}
+
+#[test]
 fn malloc_arena_max_two_leaves_at_most_one_thread_arena() {
     let (t, lines) = start_arenas(&["12"], &[("MALLOC_ARENA_MAX", "2")]);
     let (arenas, _, main) = truth(&lines);
