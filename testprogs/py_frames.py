@@ -4,7 +4,7 @@ each call it prints the frames it expects (from sys._getframe(): co_qualname fro
 f_lineno) as `expect SIZE JSON`. Handshake: prints `pid N`, waits for a line, runs, prints `done`, waits for a
 line, exits. `bench` follows scripts/bench.sh's protocol instead: `go N` maps and unmaps a page N times from
 30 nested Python calls and answers `ns T` (its own time), `quit` exits. `big` instead allocates 96 MiB with a bytearray in a method (glibc maps it with its own mmap()). `park` prints the frames of a method that then blocks reading stdin (for `syscatch
-stack`)."""
+stack`); `park30` does it under 30 nested calls."""
 
 import ctypes
 import json
@@ -119,6 +119,12 @@ class Server:
         say("expect 0 %s" % json.dumps(frames_of(sys._getframe()))); sys.stdin.readline()  # noqa: E702
 
 
+def park_deep(n):
+    if n > 1:
+        return park_deep(n - 1)
+    Server().park()
+
+
 def bench():
     for line in sys.stdin:
         words = line.split()
@@ -138,6 +144,8 @@ def main():
         Model().load()
     elif len(sys.argv) > 1 and sys.argv[1] == "park":
         Server().park()
+    elif len(sys.argv) > 1 and sys.argv[1] == "park30":
+        park_deep(30)
     else:
         plain()
         Pool().grow()

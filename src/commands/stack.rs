@@ -20,12 +20,9 @@ pub fn run(args: &StackArgs) -> Result<i32> {
     let pid = args.pid;
     check_target(pid)?;
     // A Python process's frames are read too; a Python that cannot be read is said once, native frames go on.
-    let mut python = match PythonReader::locate(pid) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("syscatch: Python frames left out: {e}");
-            None
-        }
+    let (mut python, python_error) = match PythonReader::locate(pid) {
+        Ok(p) => (p, None),
+        Err(e) => (None, Some(format!("Python frames left out: {e}"))),
     };
     let (snaps, errors) = capture_all(pid, args.stack_bytes, python.as_mut());
     if snaps.is_empty() {
@@ -103,7 +100,8 @@ pub fn run(args: &StackArgs) -> Result<i32> {
         .map(|((path, _), why)| format!("{path}: frames in it are shown as addresses only: {why}"))
         .collect();
     let py_warnings = python.iter().flat_map(|p| p.warnings.iter().cloned());
-    let errors: Vec<String> = errors.iter().map(|e| e.to_string()).chain(unreadable).chain(py_warnings).collect();
+    let errors: Vec<String> =
+        errors.iter().map(|e| e.to_string()).chain(unreadable).chain(python_error).chain(py_warnings).collect();
     for e in &errors {
         if args.json {
             line(&mut out, "warning", json!({ "message": e }))?;

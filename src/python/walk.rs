@@ -142,6 +142,10 @@ impl Walker {
                     return Err(format!("cannot read the thread state at {ts:#x}"));
                 };
                 if self.matches(&data, tid, fs_base) {
+                    // Threads come and go: a bounded cache, emptied when full.
+                    if self.tstates.len() >= MAX_THREADS {
+                        self.tstates.clear();
+                    }
                     self.tstates.insert(tid, ts);
                     return Ok(Some(data));
                 }

@@ -234,3 +234,34 @@ fn libc_mmap_probe_catches_a_large_python_allocation() {
     assert_eq!(&python_frames(&ev["stack"]), frames, "{:#}", ev["stack"]);
     assert_placed(&ev["stack"], "libc:mmap probe");
 }
+
+/// Rough cost of one Python frame walk, printed, not asserted (`cargo test --release --test it
+/// bench_python_walk -- --ignored --nocapture`): the walk of a thread blocked in read() under 30 nested calls
+/// (its frames do not change meanwhile), repeated, cold then with the code cache warm.
+#[test]
+#[ignore]
+fn bench_python_walk() {
+    require_ptrace();
+    let script = repo().join("testprogs/py_frames.py");
+    for minor in 9..=13 {
+        let mut t = Target::start(&pyenv(minor), &[script.to_str().unwrap(), "park30"]);
+        t.send("go");
+        t.out.next();
+        crate::stack::wait_blocked_in_read(t.pid, t.pid, 0);
+        let snap = syscatch::snapshot::read_thread(t.pid, 65536).unwrap();
+        let mut reader = syscatch::python::live::PythonReader::locate(t.pid).unwrap().unwrap();
+        let c = &snap.capture;
+        let t0 = std::time::Instant::now();
+        let first = reader.read_frames(t.pid, &c.regs, &c.stack);
+        let cold = t0.elapsed();
+        let n = 2000;
+        let t0 = std::time::Instant::now();
+        for _ in 0..n {
+            assert_eq!(reader.read_frames(t.pid, &c.regs, &c.stack).len(), first.len());
+        }
+        let warm = t0.elapsed() / n;
+        eprintln!("3.{minor}: {} frames, first walk {cold:?}, then {warm:?} per walk", first.len());
+        t.send("exit");
+        assert_eq!(t.wait().code(), Some(0));
+    }
+}
