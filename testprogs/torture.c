@@ -21,6 +21,8 @@
  *   signals     prints "signals N": real-time signals (SIGRTMIN) handled so far
  *   exec        execs itself with "exec-child" while the workers run; the new image prints "pid N", "execed"
  *   finish      as stop, then exits with status 23
+ *   leader-exit the main thread hands the command loop to a new thread and calls pthread_exit: the leader
+ *               stays a zombie until the process exits
  *   quit        exits with status 23 at once, workers still running
  */
 #include "common.h"
@@ -197,13 +199,11 @@ static void stop_all(void) {
         (long)total[4], (long)total[5], (long)churn_created, (long)churn_joined);
 }
 
-int main(int argc, char **argv) {
-    struct sigaction sa = {0};
-    sa.sa_handler = on_rt;
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGRTMIN, &sa, NULL);
-    say("pid %d\n", getpid());
-    if (argc > 1 && strcmp(argv[1], "exec-child") == 0) say("execed\n");
+static char *self_name;
+
+/* The command loop: in the main thread, or after leader-exit in a thread of its own. */
+static void *serve(void *arg) {
+    int leader = arg == NULL;
     char line[256];
     while (wait_line(line, sizeof line)) {
         long n = 0;
@@ -266,11 +266,18 @@ int main(int argc, char **argv) {
         } else if (!strcmp(cmd, "signals")) {
             say("signals %ld\n", (long)rt_handled);
         } else if (!strcmp(cmd, "exec")) {
-            execl("/proc/self/exe", argv[0], "exec-child", (char *)NULL);
+            execl("/proc/self/exe", self_name, "exec-child", (char *)NULL);
             say("exec failed\n");
         } else if (!strcmp(cmd, "finish")) {
             stop_all();
             exit(23);
+        } else if (!strcmp(cmd, "leader-exit")) {
+            if (leader) {
+                pthread_t th;
+                if (pthread_create(&th, NULL, serve, (void *)1)) fail("pthread_create", 0, 0);
+                say("ok\n");
+                pthread_exit(NULL);
+            }
         } else if (!strcmp(cmd, "quit")) {
             exit(23);
         } else {
@@ -278,5 +285,17 @@ int main(int argc, char **argv) {
         }
         say("ok\n");
     }
+    exit(0);
+}
+
+int main(int argc, char **argv) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_rt;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGRTMIN, &sa, NULL);
+    self_name = argv[0];
+    say("pid %d\n", getpid());
+    if (argc > 1 && strcmp(argv[1], "exec-child") == 0) say("execed\n");
+    serve(NULL);
     return 0;
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 /// The longest [`Tracer::hold_all`] waits for threads that might still stop.
 const HOLD_LIMIT: Duration = Duration::from_millis(500);
+const ZOMBIE: &str = "a zombie";
 /// How long detach waits for threads that could not stop to stop once the others are let go.
 const LATE_LIMIT: Duration = Duration::from_millis(500);
 /// How long a thread in uninterruptible sleep (a page fault on slow storage, a killable kernel wait) is waited
@@ -61,7 +62,10 @@ impl Tracer<'_> {
                         self.hold(tid, stop);
                     }
                     nap = Duration::from_micros(20);
-                    continue;
+                    // A steady stream of stops must not postpone the limit forever.
+                    if started.elapsed() < HOLD_LIMIT {
+                        continue;
+                    }
                 }
                 Ok(None) => {}
                 Err(_) => {
@@ -101,7 +105,7 @@ impl Tracer<'_> {
         }
         let status = procfs::read_status(tid).ok().map(|s| procinfo::parse_status(&s))?;
         match status.state {
-            'Z' | 'X' => Some("a zombie".into()),
+            'Z' | 'X' => Some(ZOMBIE.into()),
             'D' if waited >= D_GRACE => {
                 let wchan = procfs::read_wchan(tid).unwrap_or_default();
                 let wchan = wchan.trim();
@@ -378,7 +382,8 @@ impl Tracer<'_> {
         self.release_early_children();
         let mut left: Vec<_> = stuck.into_iter().collect();
         left.sort_unstable();
-        for (tid, why) in left {
+        // A zombie (a leader that called pthread_exit) runs no code again: nothing to say about it.
+        for (tid, why) in left.into_iter().filter(|(_, why)| why != ZOMBIE) {
             self.summary.warnings.push(format!(
                 "thread {tid} could not be stopped to detach ({why}); the original bytes are back, and the kernel \
                  detaches it when syscatch exits"

@@ -978,6 +978,11 @@ fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Runs `rounds` storm rounds; prints one summary line (read by scripts/torture.sh) and the failures.
 fn storm_rounds(name: &'static str, rounds: u64, kill: Kill) -> Vec<RoundOutcome> {
+    // A command started in the background by a non-interactive shell (scripts/torture.sh under `&` or nohup)
+    // inherits SIGINT ignored, and so would syscatch: a SIGINT before it installs its handler would be lost and
+    // the round counted as a hang. Default disposition, as in a terminal.
+    // SAFETY: resetting a signal disposition to SIG_DFL; no handler runs.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
     let mut rng = Rng::new(name);
     let started = Instant::now();
     let mut outcomes = Vec::new();
@@ -1027,4 +1032,53 @@ fn torture_script() {
     if kill == Kill::Interrupt {
         assert!(outcomes.iter().all(|o| o.clean()), "some interrupt rounds harmed the target (listed above)");
     }
+}
+
+/// #11: a leader that called pthread_exit stays a zombie while its threads run, and never stops again: detach
+/// waited for it forever. Now it is left out (the kernel reports nothing for it), the others are detached, and
+/// the process runs on unharmed.
+#[test]
+fn detach_with_a_zombie_leader_ends() {
+    for tool in TOOLS {
+        let ctx = format!("zombie leader {}", tool.name);
+        let mut t = torture_target(&[]);
+        cmd(&mut t, "start 3");
+        let mut sc = attached(tool, &t);
+        cmd(&mut t, "leader-exit");
+        let leader_state = || {
+            let s = std::fs::read_to_string(format!("/proc/{0}/task/{0}/status", t.pid)).unwrap_or_default();
+            s.lines().find_map(|l| l.strip_prefix("State:")).and_then(|v| v.trim().chars().next())
+        };
+        assert!(poll(|| leader_state() == Some('Z')), "{ctx}: the leader is a zombie: {:?}", leader_state());
+        // A zombie leader has no memory map of its own: look at the process through a live thread.
+        let live = procfs_tasks(t.pid).into_iter().find(|&tid| tid != t.pid).expect("a live thread");
+        if tool.events {
+            for _ in 0..20 {
+                sc.out.next();
+            }
+        }
+        sc.signal(libc::SIGINT);
+        let (status, out, err) = sc.finish_within(std::time::Duration::from_secs(15), t.pid);
+        assert_no_panic(&err, &ctx);
+        assert!(status.success(), "{ctx}: {status:?} {err:#?}");
+        if tool.events {
+            let values = json_lines(&out);
+            assert_eq!(summary_data(&values)["end"], "signal", "{ctx}");
+            check_events(&values, &ctx);
+        }
+        assert_eq!(tracer_pid(t.pid), Some(0), "{ctx}: still traced after syscatch exited");
+        assert!(assert_text_pristine(live, &ctx) > 0, "{ctx}: text compared");
+        assert!(
+            poll(|| !thread_states_of(t.pid).contains(&'t')),
+            "{ctx}: threads left stopped: {:?}",
+            thread_states_of(t.pid)
+        );
+        finish(t, &ctx);
+    }
+}
+
+fn procfs_tasks(pid: i32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default()
 }
