@@ -145,7 +145,15 @@ impl Tracer<'_> {
                     break Err(format!("signal {s} arrived while mapping the trampoline"));
                 }
                 Ok(Some((_, Stop::Exited(_) | Stop::Killed(_)))) => break Err("the thread exited".into()),
-                Ok(Some(_)) | Ok(None) => {}
+                // A PTRACE_INTERRUPT of ours still pending (the thread was held while already stopped): it stops
+                // again before running anything. Step again; waiting on would wait forever.
+                Ok(Some((_, Stop::Interrupted))) => {
+                    if let Err(e) = ptrace::step(tid, 0) {
+                        break Err(e.desc().to_string());
+                    }
+                }
+                Ok(Some(_)) => break Err("the thread stopped for another reason".into()),
+                Ok(None) => {}
                 Err(e) => break Err(e.desc().to_string()),
             }
         };

@@ -286,6 +286,9 @@ impl Tracer<'_> {
         for &tid in &tids {
             self.drain_traps(tid);
         }
+        // Before the loop below marks threads that were stepping a call as running: the pad's system call must
+        // run on a thread that was really running when it was held.
+        self.remove_pad();
         for &tid in &tids {
             self.end_held_call(tid);
         }
@@ -297,7 +300,6 @@ impl Tracer<'_> {
         self.release_early_children();
         self.restore_all();
         self.unpatch();
-        self.remove_pad();
         for tid in tids {
             let sig = match self.threads.get(&tid).map(|t| &t.state) {
                 Some(State::Held { sig, .. }) => *sig,

@@ -183,8 +183,9 @@ pub struct Tracer<'a> {
     cs: Option<capstone::Capstone>,
     /// The `--fast` patch, when installed.
     fast: Option<fast::Fast>,
-    /// The guardian process that restores the bytes if we die without detaching.
+    /// The guardian process that restores the bytes if we die without detaching, or why there is none.
     guard: Option<Guard>,
+    no_guard: Option<String>,
     /// The SIGTRAP handler placed in the target for the same case.
     pad: Option<pad::Pad>,
     /// The thread whose stop is being handled.
@@ -229,21 +230,12 @@ fn own_sigtrap(tid: Tid) -> i32 {
 }
 
 /// The guardian, started before anything is planted; without one (refused, or `SYSCATCH_NO_GUARDIAN` set by a
-/// test measuring what it saves), syscatch says what a SIGKILL would then do, and traces anyway.
-fn start_guard(pid: Tid, mem: &ProcMem, check: u64) -> Option<Guard> {
+/// test measuring what it saves), the reason, said once arming begins (not for a target that is gone by then).
+fn start_guard(pid: Tid, mem: &ProcMem, check: u64) -> Result<Guard, Option<String>> {
     if std::env::var_os("SYSCATCH_NO_GUARDIAN").is_some() {
-        return None;
+        return Err(None);
     }
-    match Guard::start(pid, mem, check) {
-        Ok(g) => Some(g),
-        Err(why) => {
-            eprintln!(
-                "syscatch: warning: {why}; if syscatch is killed (SIGKILL, OOM) its breakpoints stay and the target \
-                 dies at its next hit"
-            );
-            None
-        }
-    }
+    Guard::start(pid, mem, check).map_err(Some)
 }
 
 fn os_errno(e: std::io::Error) -> Errno {
@@ -253,7 +245,10 @@ fn os_errno(e: std::io::Error) -> Errno {
 impl<'a> Tracer<'a> {
     fn new(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
         let mem = ProcMem::open(cfg.pid).map_err(os_errno)?;
-        let guard = start_guard(cfg.pid, &mem, specs.first().map_or(0, |s| s.addr));
+        let (guard, no_guard) = match start_guard(cfg.pid, &mem, specs.first().map_or(0, |s| s.addr)) {
+            Ok(g) => (Some(g), None),
+            Err(why) => (None, why),
+        };
         let cs = breakpoints::disassembler();
         let mut sites = HashMap::new();
         for spec in specs {
@@ -304,6 +299,7 @@ impl<'a> Tracer<'a> {
             cs,
             fast: None,
             guard,
+            no_guard,
             pad: None,
             current: None,
         })

@@ -46,6 +46,12 @@ impl Tracer<'_> {
     /// lists its sites next. `syscall_at`: a libc `syscall` instruction, if the sites have none. On refusal,
     /// one line.
     pub(super) fn install_pad(&mut self, syscall_at: Option<u64>) {
+        if let Some(why) = self.no_guard.take() {
+            eprintln!(
+                "syscatch: warning: {why}; if syscatch is killed (SIGKILL, OOM) its breakpoints stay and the target \
+                 dies at its next hit"
+            );
+        }
         if self.pad.is_some() || self.guard.is_none() {
             return;
         }
