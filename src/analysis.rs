@@ -1,11 +1,14 @@
-//! The analysis thread: unwinds and symbolizes each captured event off the tracer's thread, renders it, feeds the
-//! leak tracker, and samples /proc/PID/smaps on a timer (no ptrace: the target is not stopped for it).
+//! The analysis thread: unwinds each captured event off the tracer's thread as soon as it arrives (its stack
+//! window is dropped there), interns the return-address list, and symbolizes and renders each distinct stack
+//! once; it feeds the leak tracker and samples /proc/PID/smaps on a timer (no ptrace: the target is not stopped
+//! for it). Its memory grows with distinct stacks, not with events.
 
 use crate::event::Event;
 use crate::leaks::{self, LeakTracker};
 use crate::os::Tid;
 use crate::report::Renderer;
 use crate::stack::Stack;
+use crate::unwind::{End, Unwound};
 use crate::unwind_modules::StackResolver;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::collections::{HashMap, HashSet};
@@ -49,13 +52,35 @@ impl Costs {
     }
 }
 
+/// One captured call on its way from the tracer. When the analysis is behind, the tracer sends the record
+/// without its stack window rather than wait (`stack_dropped`): the call is still reported, its stack is not.
+pub struct Queued {
+    pub ev: Event,
+    pub stack_dropped: bool,
+}
+
+/// What a stack is known by before it is symbolized: its unwound frames, and a probe's own depth limit.
+type StackKey = (Unwound, Option<usize>);
+
+/// Distinct stacks, each symbolized once, by id.
+#[derive(Default)]
+struct Interned {
+    ids: HashMap<StackKey, usize>,
+    stacks: Vec<Stack>,
+}
+
+/// Why an event has no frames when the tracer dropped its stack window.
+pub const STACK_DROPPED: &str = "stack window dropped: the analysis was behind (counted in the summary)";
+
 pub struct Done {
     pub renderer: Box<dyn Renderer + Send>,
     pub leaks: Option<LeakTracker>,
     pub costs: Costs,
+    /// Distinct stacks seen.
+    pub stacks: usize,
 }
 
-pub fn run(rx: Receiver<Event>, mut renderer: Box<dyn Renderer + Send>, cfg: Config) -> Done {
+pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Config) -> Done {
     // Reads the module list first, while the target surely still runs.
     let mut resolver = StackResolver::new(cfg.pid, cfg.stack_depth);
     let mut tracker = cfg.leaks.map(|_| LeakTracker::new());
@@ -66,10 +91,11 @@ pub fn run(rx: Receiver<Event>, mut renderer: Box<dyn Renderer + Send>, cfg: Con
     let mut next_sample = Instant::now() + every;
     let mut costs = Costs::default();
     let mut seen: HashSet<u64> = HashSet::new();
+    let mut interned = Interned::default();
     let mut broken = false;
     loop {
-        let ev = match rx.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
-            Ok(ev) => Some(ev),
+        let q = match rx.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
+            Ok(q) => Some(q),
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => break,
         };
@@ -79,39 +105,56 @@ pub fn run(rx: Receiver<Event>, mut renderer: Box<dyn Renderer + Send>, cfg: Con
             t.sample(leaks::read_sample(cfg.pid));
             next_sample = Instant::now() + every;
         }
-        let Some(ev) = ev else { continue };
-        let stack = ev.capture.as_ref().map(|c| {
-            let t0 = Instant::now();
-            let u = resolver.unwind(c);
+        let Some(Queued { mut ev, stack_dropped }) = q else { continue };
+        let depth = ev.probe.as_ref().and_then(|p| cfg.depths.get(p)).copied();
+        // The window is dropped as soon as it is unwound: only return addresses outlive this point.
+        let unwound = match ev.capture.take() {
+            Some(c) => {
+                let t0 = Instant::now();
+                let u = resolver.unwind(&c);
+                costs.unwound_frames += u.frames.len() as u64;
+                costs.unwind += t0.elapsed();
+                Some(u)
+            }
+            None if stack_dropped => Some(Unwound { frames: Vec::new(), end: End::Truncated(STACK_DROPPED.into()) }),
+            None => None,
+        };
+        let id = unwound.map(|u| {
             let t1 = Instant::now();
-            let mut s: Stack = resolver.symbolize(&u);
-            let t2 = Instant::now();
-            let frames = s.frames.len() as u64;
+            let key = (u, depth);
+            if let Some(&id) = interned.ids.get(&key) {
+                costs.cached_frames += key.0.frames.len() as u64;
+                costs.cached_time += t1.elapsed();
+                return id;
+            }
+            let mut s: Stack = resolver.symbolize(&key.0);
             let new = s.frames.iter().filter(|f| seen.insert(f.addr)).count() as u64;
-            costs.unwound_frames += frames;
-            costs.unwind += t1 - t0;
             if new > 0 {
                 costs.new_frames += new;
-                costs.new_time += t2 - t1;
+                costs.new_time += t1.elapsed();
             } else {
-                costs.cached_frames += frames;
-                costs.cached_time += t2 - t1;
+                costs.cached_frames += s.frames.len() as u64;
+                costs.cached_time += t1.elapsed();
             }
-            if let Some(&d) = ev.probe.as_ref().and_then(|p| cfg.depths.get(p))
+            if let Some(d) = depth
                 && s.frames.len() > d
             {
                 s.frames.truncate(d);
                 s.truncated.get_or_insert_with(|| format!("the probe's stack({d}) limit"));
             }
-            s
+            let id = interned.stacks.len();
+            interned.stacks.push(s);
+            interned.ids.insert(key, id);
+            id
         });
+        let stack = id.map(|id| (id, &interned.stacks[id]));
         if let Some(t) = tracker.as_mut() {
-            t.event(&ev, stack.as_ref());
+            t.event(&ev, stack.map(|(_, s)| s));
         }
-        if !broken && renderer.event(&ev, stack.as_ref()).is_err() {
+        if !broken && renderer.event_interned(&ev, stack).is_err() {
             // The output is gone (a closed pipe): keep draining so the tracer never blocks.
             broken = true;
         }
     }
-    Done { renderer, leaks: tracker, costs }
+    Done { renderer, leaks: tracker, costs, stacks: interned.stacks.len() }
 }

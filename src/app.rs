@@ -121,13 +121,17 @@ fn event_writer(path: Option<&std::path::Path>, spawned: bool) -> Result<Box<dyn
     })
 }
 
-/// Sends events to the analysis thread. A full queue is waited on while the analysis thread drains it (a burst
-/// slows the target a little, and no event is lost); if nothing drains for a second (nobody reads our output: a
-/// pager not scrolled, a stopped consumer), events are dropped and counted: blocking on would leave every thread
+/// Sends events to the analysis thread without making the target wait on it. While the analysis keeps up, each
+/// event goes with its stack window; when [`Self::WINDOWS`] events are already queued, the record goes without
+/// its window (counted, and the event says so): a burst never waits on unwinding and rendering. Only when
+/// [`Self::RECORDS`] records are queued (nobody reads our output: a pager not scrolled, a stopped consumer) does
+/// the tracer wait, a second at most; then events are dropped and counted: blocking on would leave every thread
 /// of the target stopped at its next hit, and Ctrl-C unheard.
 struct ChannelSink {
-    tx: crossbeam_channel::Sender<Event>,
+    tx: crossbeam_channel::Sender<analysis::Queued>,
     dropped: u64,
+    /// Events sent without their stack window.
+    windows_dropped: u64,
     /// The queue stayed full for [`Self::STALL`]: the output is stuck; don't wait again until it moves.
     stalled: bool,
 }
@@ -135,21 +139,29 @@ struct ChannelSink {
 impl ChannelSink {
     /// How long the tracer waits for a full queue before it stops waiting.
     const STALL: Duration = Duration::from_secs(1);
+    /// Queued events that may carry a stack window (each up to --stack-bytes): bounds syscatch's memory.
+    const WINDOWS: usize = 256;
+    /// Queued records (a few hundred bytes each, without a window).
+    const RECORDS: usize = 16384;
 }
 
 impl Sink for ChannelSink {
-    /// Waits (woken as soon as a slot frees) while the analysis thread drains the queue: a burst is slowed, never
-    /// thinned. Drops (counted, reported in the summary) only once the queue has been stuck for [`Self::STALL`].
-    fn event(&mut self, ev: Event) {
+    fn event(&mut self, mut ev: Event) {
+        let stack_dropped = ev.capture.is_some() && self.tx.len() >= Self::WINDOWS;
+        if stack_dropped {
+            ev.capture = None;
+            self.windows_dropped += 1;
+        }
+        let q = analysis::Queued { ev, stack_dropped };
         if self.stalled || signals::stop_requested() != 0 {
-            match self.tx.try_send(ev) {
+            match self.tx.try_send(q) {
                 Ok(()) => self.stalled = false,
                 Err(crossbeam_channel::TrySendError::Full(_)) => self.dropped += 1,
                 Err(crossbeam_channel::TrySendError::Disconnected(_)) => {}
             }
             return;
         }
-        if let Err(crossbeam_channel::SendTimeoutError::Timeout(_)) = self.tx.send_timeout(ev, Self::STALL) {
+        if let Err(crossbeam_channel::SendTimeoutError::Timeout(_)) = self.tx.send_timeout(q, Self::STALL) {
             self.dropped += 1;
             self.stalled = true;
         }
@@ -287,10 +299,9 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let mut folded_file = out.folded.as_ref().map(create).transpose()?;
     let mut flame_file = out.flamegraph.as_ref().map(create).transpose()?;
     let renderer: Box<dyn Renderer + Send> =
-        if out.json { Box::new(Json { out: w }) } else { Box::new(Text { out: w, err: std::io::stderr() }) };
-    // Bounded: a burst of captures (each up to --stack-bytes) waits for the analysis thread instead of growing
-    // syscatch's memory without limit.
-    let (tx, rx) = crossbeam_channel::bounded(256);
+        if out.json { Box::new(Json::new(w)) } else { Box::new(Text::new(w, std::io::stderr())) };
+    // Bounded in records, and in stack windows by the sink: see [`ChannelSink`].
+    let (tx, rx) = crossbeam_channel::bounded(ChannelSink::RECORDS);
     // The baseline of growth is taken before anything is armed: the first call may come right after.
     let baseline = if out.leaks.is_some() { crate::leaks::read_sample(pid) } else { Vec::new() };
     let acfg = analysis::Config { pid, stack_depth: out.stack_depth, depths: plan.depths, leaks: out.leaks, baseline };
@@ -302,7 +313,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         live_status: std::io::stderr().is_terminal() && !spawned,
     };
     signals::install_handlers(50);
-    let mut sink = ChannelSink { tx, dropped: 0, stalled: false };
+    let mut sink = ChannelSink { tx, dropped: 0, windows_dropped: 0, stalled: false };
     let mut summary: Summary;
     let end;
     {
@@ -331,6 +342,13 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
             sink.dropped
         ));
     }
+    if sink.windows_dropped > 0 {
+        summary.warnings.push(format!(
+            "{} events were reported without their stack: the analysis was behind, so their stack windows were \
+             dropped to keep the target running (their calls, arguments and results are complete)",
+            sink.windows_dropped
+        ));
+    }
     drop(sink);
     let done = worker.join().map_err(|_| anyhow!("the analysis thread panicked"))?;
     let mut renderer = done.renderer;
@@ -355,7 +373,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     renderer.summary(&summary)?;
     if out.json {
         // People still want the one-line summary on stderr.
-        Text { out: std::io::sink(), err: std::io::stderr() }.summary(&summary)?;
+        Text::new(std::io::sink(), std::io::stderr()).summary(&summary)?;
     }
     Ok(end)
 }

@@ -10,6 +10,11 @@ use crate::stack::Stack;
 /// A destination for events and the final summary.
 pub trait Renderer {
     fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> std::io::Result<()>;
+    /// [`Self::event`] with an interned stack: the same `id` always comes with the same stack, so a renderer
+    /// may render each distinct stack once and reuse it (a burst repeats a few stacks thousands of times).
+    fn event_interned(&mut self, ev: &Event, stack: Option<(usize, &Stack)>) -> std::io::Result<()> {
+        self.event(ev, stack.map(|(_, s)| s))
+    }
     fn summary(&mut self, s: &Summary) -> std::io::Result<()>;
     /// The leak report (`--leaks`), after the events and before the summary.
     fn leaks(&mut self, report: &crate::leaks::LeakReport) -> std::io::Result<()>;
