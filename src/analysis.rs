@@ -9,8 +9,8 @@ use crate::os::Tid;
 use crate::report::Renderer;
 use crate::stack::Stack;
 use crate::unwind::{End, Unwound};
-use crate::unwind_modules::StackResolver;
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crate::unwind_modules::{SharedModules, SharedSymbolizer};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,6 +59,10 @@ pub struct Queued {
     pub stack_dropped: bool,
 }
 
+/// How many events may wait between the tracer and the output (records only: stack windows are bounded by the
+/// tracer's sink).
+pub const QUEUED_RECORDS: usize = 16384;
+
 /// What a stack is known by before it is symbolized: its unwound frames, and a probe's own depth limit.
 type StackKey = (Unwound, Option<usize>);
 
@@ -80,9 +84,43 @@ pub struct Done {
     pub stacks: usize,
 }
 
+/// A call whose stack window has been unwound to return addresses (`None`: no stack was captured).
+struct Unwinding {
+    ev: Event,
+    unwound: Option<Unwound>,
+    /// Time spent unwinding it.
+    took: Duration,
+}
+
+/// The unwinding stage: each capture's window is walked to return addresses as soon as it arrives and then
+/// dropped, so the tracer's queue of windows drains even while the next stage loads a module's DWARF.
+fn unwinder(rx: Receiver<Queued>, tx: Sender<Unwinding>, modules: SharedModules, max_depth: usize) {
+    crate::os::sched::batch();
+    for Queued { mut ev, stack_dropped } in rx {
+        let t0 = Instant::now();
+        let unwound = match ev.capture.take() {
+            Some(c) => Some(modules.unwind(&c, max_depth)),
+            None if stack_dropped => Some(Unwound { frames: Vec::new(), end: End::Truncated(STACK_DROPPED.into()) }),
+            None => None,
+        };
+        if tx.send(Unwinding { ev, unwound, took: t0.elapsed() }).is_err() {
+            return;
+        }
+    }
+}
+
 pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Config) -> Done {
     // Reads the module list first, while the target surely still runs.
-    let mut resolver = StackResolver::new(cfg.pid, cfg.stack_depth);
+    let modules = SharedModules::new(cfg.pid);
+    let mut resolver = SharedSymbolizer::new(modules.clone());
+    // Bounded like the tracer's queue: if the output is stuck, the tracer's queue fills and it stops waiting.
+    let (utx, urx) = crossbeam_channel::bounded(QUEUED_RECORDS);
+    let depth = cfg.stack_depth;
+    let unwinding = std::thread::Builder::new()
+        .name("syscatch-unwind".into())
+        .spawn(move || unwinder(rx, utx, modules, depth))
+        .expect("cannot start the unwinding thread");
+    crate::os::sched::batch();
     let mut tracker = cfg.leaks.map(|_| LeakTracker::new());
     let every = cfg.leaks.unwrap_or(Duration::from_secs(3600));
     if let Some(t) = tracker.as_mut() {
@@ -93,11 +131,20 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut seen: HashSet<u64> = HashSet::new();
     let mut interned = Interned::default();
     let mut broken = false;
+    let mut prefetching = true;
     loop {
-        let q = match rx.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
+        // Idle time goes to parsing the symbol tables of the modules mapped at the start, one at a time.
+        let q = match urx.try_recv() {
             Ok(q) => Some(q),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => break,
+            Err(_) if prefetching => {
+                prefetching = resolver.prefetch_one();
+                continue;
+            }
+            Err(_) => match urx.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
+                Ok(q) => Some(q),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            },
         };
         if let Some(t) = tracker.as_mut()
             && Instant::now() >= next_sample
@@ -105,20 +152,12 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             t.sample(leaks::read_sample(cfg.pid));
             next_sample = Instant::now() + every;
         }
-        let Some(Queued { mut ev, stack_dropped }) = q else { continue };
+        let Some(Unwinding { ev, unwound, took }) = q else { continue };
         let depth = ev.probe.as_ref().and_then(|p| cfg.depths.get(p)).copied();
-        // The window is dropped as soon as it is unwound: only return addresses outlive this point.
-        let unwound = match ev.capture.take() {
-            Some(c) => {
-                let t0 = Instant::now();
-                let u = resolver.unwind(&c);
-                costs.unwound_frames += u.frames.len() as u64;
-                costs.unwind += t0.elapsed();
-                Some(u)
-            }
-            None if stack_dropped => Some(Unwound { frames: Vec::new(), end: End::Truncated(STACK_DROPPED.into()) }),
-            None => None,
-        };
+        if let Some(u) = &unwound {
+            costs.unwound_frames += u.frames.len() as u64;
+            costs.unwind += took;
+        }
         let id = unwound.map(|u| {
             let t1 = Instant::now();
             let key = (u, depth);
@@ -156,5 +195,6 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             broken = true;
         }
     }
+    let _ = unwinding.join();
     Done { renderer, leaks: tracker, costs, stacks: interned.stacks.len() }
 }

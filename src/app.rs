@@ -142,7 +142,7 @@ impl ChannelSink {
     /// Queued events that may carry a stack window (each up to --stack-bytes): bounds syscatch's memory.
     const WINDOWS: usize = 256;
     /// Queued records (a few hundred bytes each, without a window).
-    const RECORDS: usize = 16384;
+    const RECORDS: usize = analysis::QUEUED_RECORDS;
 }
 
 impl Sink for ChannelSink {
