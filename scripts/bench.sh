@@ -599,6 +599,17 @@ bench_syscatch sc_fast_nonmatch "syscatch --fast, non-matching call" "" getpid "
     "--fast: no stop, a jump and a compare" --fast
 bench_syscatch sc_fast_match "syscatch --fast, matching hit, rax + 64 KiB stack" "" mmap "$N_SC_MATCH" 65536 \
     "--fast: one stop after the kernel returned" --fast
+# Bursts (issue 13): rounds of N back-to-back matching calls, no pause; the first round follows the attach, so it
+# includes the first event's costs. The note counts events whose stack window was dropped under pressure.
+bench_burst() { # id n
+    bench_syscatch "$1" "syscatch burst of $2 matching calls, 64 KiB stack, JSON to a file" "" mmap "$2" 65536 \
+        "back to back"
+    if [[ ${R_STATUS[$1]} == ok ]]; then
+        R_NOTE[$1]="back to back; $(grep -c 'stack window dropped' "$LAST_EVENTS") of the events without their stack"
+    fi
+}
+bench_burst sc_burst300_json 300
+bench_burst sc_burst10k_json $((QUICK ? 3000 : 10000))
 bench_gdb gdb_nonmatch "gdb: break syscall if \$rdi == 9, non-matching" getpid "$N_GDB" 0 "commands: silent, continue"
 bench_gdb gdb_match_bt "gdb: matching hit with bt" mmap "$N_GDB_BT" 1 "commands: silent, bt, continue"
 if command -v bpftrace >/dev/null; then
@@ -680,6 +691,8 @@ ratio() { # id name numerator-id denominator-id
 ratio ratio_sc_floor "syscatch / floor, non-matching" sc_nonmatch floor_pinned
 ratio ratio_sc_floor_pinned "syscatch / floor, non-matching, both pinned" sc_nonmatch_pinned floor_pinned
 ratio ratio_sc_floor_match "syscatch matching (64 KiB stack) / floor" sc_match_stack floor_pinned
+ratio ratio_burst300_floor "syscatch burst of 300 matching / floor" sc_burst300_json floor_pinned
+ratio ratio_burst10k_floor "syscatch burst of 10k matching (3k with --quick) / floor" sc_burst10k_json floor_pinned
 ratio ratio_fast_floor_match "syscatch --fast matching (64 KiB stack) / floor" sc_fast_match floor_pinned
 ratio ratio_gdb_sc "gdb / syscatch, non-matching" gdb_nonmatch sc_nonmatch
 ratio ratio_gdb_sc_match "gdb (bt) / syscatch (64 KiB stack), matching" gdb_match_bt sc_match_stack

@@ -60,3 +60,32 @@ mod tests {
         assert_eq!(parse_status("junk"), Status::default());
     }
 }
+
+/// The CPUs of a status file's `Cpus_allowed_list` line (`0-3,8`); `None` when it is missing or malformed.
+pub fn parse_cpus_allowed(status: &str) -> Option<Vec<usize>> {
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?.trim();
+    let mut cpus = Vec::new();
+    for part in list.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+        // Bounded: a corrupt range must not allocate without limit.
+        if b < a || b >= 4096 {
+            return None;
+        }
+        cpus.extend(a..=b);
+    }
+    Some(cpus)
+}
+
+#[cfg(test)]
+mod cpus_tests {
+    #[test]
+    fn cpus_allowed_lists() {
+        let p = |s: &str| super::parse_cpus_allowed(s);
+        assert_eq!(p("Name:\tx\nCpus_allowed_list:\t0-2,5\n"), Some(vec![0, 1, 2, 5]));
+        assert_eq!(p("Cpus_allowed_list:\t1\n"), Some(vec![1]));
+        assert_eq!(p("Cpus_allowed_list:\t3-1\n"), None);
+        assert_eq!(p("Cpus_allowed_list:\t0-99999\n"), None);
+        assert_eq!(p("Cpus_allowed:\tf\n"), None);
+    }
+}

@@ -374,7 +374,7 @@ pub trait ModuleLookup {
 }
 
 /// How a frame's address was found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum How {
     /// The captured rip.
     Regs,
@@ -400,7 +400,7 @@ impl How {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RawFrame {
     /// The frame's pc: rip for the first frame and a signal's interrupted frame, else a return address.
     pub pc: u64,
@@ -411,7 +411,7 @@ pub struct RawFrame {
 }
 
 /// Why the walk ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum End {
     /// The outermost frame (`_start`, a thread's `clone3`): its CFI says it has no caller.
     Outermost(String),
@@ -419,7 +419,7 @@ pub enum End {
     Truncated(String),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Unwound {
     pub frames: Vec<RawFrame>,
     pub end: End,

@@ -16,7 +16,7 @@ use crate::symbolize::{self, SymModule, Symbolizer};
 use crate::unwind::{self, End, MappedCfi, ModuleCfi, ModuleLookup, StackWindow, UnwindRegs, Unwound};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// One file's parsed data, shared by every mapping of it (keyed by build-id).
 pub struct ModuleInfo {
@@ -165,7 +165,7 @@ impl ModuleLookup for Modules {
 pub struct StackResolver {
     pub modules: Modules,
     pub symbolizer: Symbolizer,
-    syms: HashMap<usize, (Arc<ModuleInfo>, Rc<SymModule>)>,
+    syms: SymTables,
     pub max_depth: usize,
 }
 
@@ -185,38 +185,112 @@ impl StackResolver {
 
     /// Names, files and lines of unwound frames.
     pub fn symbolize(&mut self, u: &Unwound) -> Stack {
-        let mut frames = Vec::new();
-        for f in &u.frames {
-            let modules = &mut self.modules;
-            let syms = &mut self.syms;
-            let got = self.symbolizer.frames(f, || {
-                let l = modules.module_at(f.lookup)?;
-                // Keyed by the shared file data: one table per distinct file.
-                let key = Arc::as_ptr(&l.info) as *const () as usize;
-                let m = syms
-                    .entry(key)
-                    .or_insert_with(|| {
-                        let debug = l.info.debug.as_ref().map(|(_, d)| &**d);
-                        (l.info.clone(), Rc::new(SymModule::parse(&l.info.data, debug)))
-                    })
-                    .1
-                    .clone();
-                Some((l.name.clone(), l.bias, m))
-            });
-            frames.extend_from_slice(got);
-        }
-        Stack {
-            frames,
-            truncated: match &u.end {
-                End::Outermost(_) => None,
-                End::Truncated(why) => Some(why.clone()),
-            },
-        }
+        let modules = &mut self.modules;
+        symbolize_with(&mut self.symbolizer, &mut self.syms, u, |a| modules.module_at(a).cloned())
     }
 
     /// Unwinds and symbolizes.
     pub fn resolve_stack(&mut self, c: &StackCapture) -> (Stack, Unwound) {
         let u = self.unwind(c);
         (self.symbolize(&u), u)
+    }
+}
+
+/// Symbol tables by the shared file data: one table per distinct file.
+type SymTables = HashMap<usize, (Arc<ModuleInfo>, Rc<SymModule>)>;
+
+/// Names, files and lines of unwound frames, finding modules with `module_at` (called only for an address not
+/// symbolized before).
+fn symbolize_with(
+    symbolizer: &mut Symbolizer,
+    syms: &mut SymTables,
+    u: &Unwound,
+    mut module_at: impl FnMut(u64) -> Option<Loaded>,
+) -> Stack {
+    let mut frames = Vec::new();
+    for f in &u.frames {
+        let got = symbolizer.frames(f, || {
+            let l = module_at(f.lookup)?;
+            let key = Arc::as_ptr(&l.info) as *const () as usize;
+            let m = syms
+                .entry(key)
+                .or_insert_with(|| {
+                    let debug = l.info.debug.as_ref().map(|(_, d)| &**d);
+                    (l.info.clone(), Rc::new(SymModule::parse(&l.info.data, debug)))
+                })
+                .1
+                .clone();
+            Some((l.name.clone(), l.bias, m))
+        });
+        frames.extend_from_slice(got);
+    }
+    Stack {
+        frames,
+        truncated: match &u.end {
+            End::Outermost(_) => None,
+            End::Truncated(why) => Some(why.clone()),
+        },
+    }
+}
+
+/// The modules of one process shared by two threads: one unwinds captures as they arrive (CFI only, so a
+/// capture's stack window is dropped early), the other symbolizes (and may take long to load a module's DWARF
+/// the first time) without holding the unwinder up.
+#[derive(Clone)]
+pub struct SharedModules(Arc<Mutex<Modules>>);
+
+impl SharedModules {
+    /// Loads the process's module list now, so stacks can still be resolved if it exits soon after.
+    pub fn new(pid: Tid) -> SharedModules {
+        let mut modules = Modules::new(pid);
+        modules.reload();
+        SharedModules(Arc::new(Mutex::new(modules)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Modules> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Return addresses of a capture.
+    pub fn unwind(&self, c: &StackCapture, max_depth: usize) -> Unwound {
+        let window = StackWindow { base: c.regs.sp(), bytes: &c.stack, asked: c.asked };
+        unwind::unwind(UnwindRegs::from_regs(&c.regs), &window, &mut *self.lock(), max_depth)
+    }
+}
+
+/// Symbolizes on [`SharedModules`]; symbol tables and names are cached, as in [`StackResolver`].
+pub struct SharedSymbolizer {
+    modules: SharedModules,
+    symbolizer: Symbolizer,
+    syms: SymTables,
+    /// Modules mapped at the start whose symbol tables are not parsed yet, for [`Self::prefetch_one`].
+    pending: Vec<Arc<ModuleInfo>>,
+}
+
+impl SharedSymbolizer {
+    pub fn new(modules: SharedModules) -> SharedSymbolizer {
+        let mut pending: Vec<Arc<ModuleInfo>> = modules.lock().loaded().iter().map(|l| l.info.clone()).collect();
+        pending.dedup_by_key(|i| Arc::as_ptr(i));
+        // Smallest first: many small modules are ready before one large debug file holds the thread.
+        pending.sort_by_key(|i| std::cmp::Reverse(i.data.len() + i.debug.as_ref().map_or(0, |(_, d)| d.len())));
+        SharedSymbolizer { modules, symbolizer: Symbolizer::default(), syms: HashMap::new(), pending }
+    }
+
+    /// Parses the symbol tables (and DWARF unit index; line tables stay lazy) of one more module mapped at the
+    /// start, so the first event that meets it does not pay for that. Returns false when none is left.
+    pub fn prefetch_one(&mut self) -> bool {
+        let Some(info) = self.pending.pop() else { return false };
+        let key = Arc::as_ptr(&info) as *const () as usize;
+        self.syms.entry(key).or_insert_with(|| {
+            let debug = info.debug.as_ref().map(|(_, d)| &**d);
+            (info.clone(), Rc::new(SymModule::parse(&info.data, debug)))
+        });
+        true
+    }
+
+    /// Names, files and lines of unwound frames; the modules are locked only to find one, never while parsing.
+    pub fn symbolize(&mut self, u: &Unwound) -> Stack {
+        let modules = &self.modules;
+        symbolize_with(&mut self.symbolizer, &mut self.syms, u, |a| modules.lock().module_at(a).cloned())
     }
 }

@@ -26,7 +26,7 @@ pub trait Memory {
 }
 
 /// One Python frame of a captured thread.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PyFrame {
     /// `co_qualname` (3.11+) or `co_name`.
     pub function: Arc<str>,

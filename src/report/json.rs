@@ -10,6 +10,14 @@ pub const SCHEMA_VERSION: u32 = 2;
 
 pub struct Json<W: Write> {
     pub out: W,
+    /// The `stack` value of each interned stack, built once, by stack id.
+    pub cache: Vec<Option<Value>>,
+}
+
+impl<W: Write> Json<W> {
+    pub fn new(out: W) -> Self {
+        Json { out, cache: Vec::new() }
+    }
 }
 
 pub fn hex(v: u64) -> String {
@@ -39,6 +47,16 @@ pub fn frame_json(f: &Frame) -> Value {
 }
 
 pub fn event_json(ev: &Event, stack: Option<&Stack>) -> Value {
+    event_json_with(ev, stack.map(stack_json), stack.and_then(|s| s.truncated.clone()))
+}
+
+/// The `stack` field: the frames.
+pub fn stack_json(s: &Stack) -> Value {
+    Value::Array(s.frames.iter().map(frame_json).collect())
+}
+
+/// An event with its stack's frames already built (see [`stack_json`]).
+fn event_json_with(ev: &Event, stack: Option<Value>, truncated: Option<String>) -> Value {
     json!({
         "time": ev.time,
         "tid": ev.tid,
@@ -51,8 +69,8 @@ pub fn event_json(ev: &Event, stack: Option<&Stack>) -> Value {
         "ret": ev.ret.map(hex),
         "errno": ev.ret.and_then(errno_of).map(errno_name),
         "ret_missing": ev.ret_missing,
-        "stack": stack.map(|s| s.frames.iter().map(frame_json).collect::<Vec<_>>()),
-        "stack_truncated": stack.and_then(|s| s.truncated.clone()),
+        "stack": stack,
+        "stack_truncated": truncated,
     })
 }
 
@@ -72,6 +90,17 @@ impl<W: Write> Renderer for Json<W> {
 
     fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> std::io::Result<()> {
         line(&mut self.out, "event", event_json(ev, stack))
+    }
+
+    fn event_interned(&mut self, ev: &Event, stack: Option<(usize, &Stack)>) -> std::io::Result<()> {
+        let frames = stack.map(|(id, s)| {
+            if self.cache.len() <= id {
+                self.cache.resize(id + 1, None);
+            }
+            self.cache[id].get_or_insert_with(|| stack_json(s)).clone()
+        });
+        let truncated = stack.and_then(|(_, s)| s.truncated.clone());
+        line(&mut self.out, "event", event_json_with(ev, frames, truncated))
     }
 
     fn summary(&mut self, s: &Summary) -> std::io::Result<()> {

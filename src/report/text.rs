@@ -9,6 +9,42 @@ pub struct Text<W: Write, E: Write> {
     pub out: W,
     /// Where the summary goes (stderr).
     pub err: E,
+    /// The frame lines of each interned stack, rendered once, by stack id.
+    pub cache: Vec<Option<String>>,
+}
+
+impl<W: Write, E: Write> Text<W, E> {
+    pub fn new(out: W, err: E) -> Self {
+        Text { out, err, cache: Vec::new() }
+    }
+
+    /// The event's own line: time, tid, call, result.
+    fn event_line(&mut self, ev: &Event) -> std::io::Result<()> {
+        let probe = ev.probe.as_deref().map(|p| format!("[{p}] ")).unwrap_or_default();
+        let call = match &ev.func {
+            Some(label) => {
+                let args: Vec<String> = ev.args.iter().map(|a| format!("{a:#x}")).collect();
+                format!("{label}({})", args.join(", "))
+            }
+            None => format!("{}({})", syscall_name(ev.nr), decode::args(ev.nr, &ev.args)),
+        };
+        let regs: String =
+            ev.regs.iter().map(|(r, v)| format!(" {}={v:#x}", format!("{r:?}").to_lowercase())).collect();
+        writeln!(self.out, "{:>10.6} {:>7} {probe}{call} = {}{regs}", ev.time, ev.tid, ret_text(ev))
+    }
+}
+
+/// The indented lines under an event: one per frame, then why the unwind stopped early.
+pub fn stack_text(stack: &Stack) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    for (i, f) in stack.frames.iter().enumerate() {
+        let _ = writeln!(s, "    #{i:<2} {}", frame_line(f));
+    }
+    if let Some(why) = &stack.truncated {
+        let _ = writeln!(s, "    (stack truncated: {why})");
+    }
+    s
 }
 
 pub fn ret_text(ev: &Event) -> String {
@@ -70,24 +106,21 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
     }
 
     fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> std::io::Result<()> {
-        let probe = ev.probe.as_deref().map(|p| format!("[{p}] ")).unwrap_or_default();
-        let call = match &ev.func {
-            Some(label) => {
-                let args: Vec<String> = ev.args.iter().map(|a| format!("{a:#x}")).collect();
-                format!("{label}({})", args.join(", "))
-            }
-            None => format!("{}({})", syscall_name(ev.nr), decode::args(ev.nr, &ev.args)),
-        };
-        let regs: String =
-            ev.regs.iter().map(|(r, v)| format!(" {}={v:#x}", format!("{r:?}").to_lowercase())).collect();
-        writeln!(self.out, "{:>10.6} {:>7} {probe}{call} = {}{regs}", ev.time, ev.tid, ret_text(ev))?;
+        self.event_line(ev)?;
         if let Some(stack) = stack {
-            for (i, f) in stack.frames.iter().enumerate() {
-                writeln!(self.out, "    #{i:<2} {}", frame_line(f))?;
+            self.out.write_all(stack_text(stack).as_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn event_interned(&mut self, ev: &Event, stack: Option<(usize, &Stack)>) -> std::io::Result<()> {
+        self.event_line(ev)?;
+        if let Some((id, stack)) = stack {
+            if self.cache.len() <= id {
+                self.cache.resize(id + 1, None);
             }
-            if let Some(why) = &stack.truncated {
-                writeln!(self.out, "    (stack truncated: {why})")?;
-            }
+            let text = self.cache[id].get_or_insert_with(|| stack_text(stack));
+            self.out.write_all(text.as_bytes())?;
         }
         Ok(())
     }
