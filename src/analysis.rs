@@ -62,8 +62,9 @@ pub struct Queued {
 }
 
 /// How many events may wait between the tracer and the output (records only: stack windows are bounded by the
-/// tracer's sink).
-pub const QUEUED_RECORDS: usize = 16384;
+/// tracer's sink). Everything queued is still rendered after Ctrl-C, so this also bounds how long the end takes
+/// (a debug build renders about a thousand JSON events a second under load).
+pub const QUEUED_RECORDS: usize = 4096;
 
 /// What a stack is known by before it is symbolized: its unwound frames, its Python frames, and a probe's own
 /// depth limit.
