@@ -70,7 +70,7 @@ fn idle_target_survives(extra: &[&str]) {
     let pid = t.pid.to_string();
     let mut args = vec!["--syscall", "mmap", "--pid", pid.as_str()];
     args.extend(extra);
-    let mut sc = Syscatch::start(&args);
+    let mut sc = Syscatch::start_cmd(syscatch_cmd().env("SYSCATCH_TRAP_PAD", "1").args(&args));
     sc.wait_attached();
     let site = attached_site(&sc.err.seen).expect("the site is printed");
     // What kills syscatch, or a Ctrl-C to its process group, does not kill the guardian.
@@ -137,7 +137,12 @@ fn guardian_and_trap_pad_leave_with_a_clean_detach() {
     let maps_before = maps_of(t.pid).len();
     assert!(!sigtrap_caught(t.pid));
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--syscall", "mmap", "--pid", pid.as_str()]);
+    let mut sc = Syscatch::start_cmd(syscatch_cmd().env("SYSCATCH_TRAP_PAD", "1").args([
+        "--syscall",
+        "mmap",
+        "--pid",
+        pid.as_str(),
+    ]));
     sc.wait_attached();
     assert!(sigtrap_caught(t.pid), "the trap pad is in place while armed");
     // Its code page at least (the data page may merge with a neighbouring anonymous mapping).
@@ -171,7 +176,7 @@ fn busy_round(rng: &mut Rng, extra: &[&str]) -> Fate {
     let pid = t.pid.to_string();
     let mut args = vec!["--syscall", "mmap", "--json", "--pid", pid.as_str()];
     args.extend(extra);
-    let mut sc = Syscatch::start(&args);
+    let mut sc = Syscatch::start_cmd(syscatch_cmd().env("SYSCATCH_TRAP_PAD", "1").args(&args));
     // One round in eight kills syscatch while it attaches or arms; the others mid-trace, after some captures.
     let early = rng.below(8) == 0;
     let captures = rng.below(20);
