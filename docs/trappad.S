@@ -1,4 +1,4 @@
-/* SIGTRAP handler placed in the target (see src/trappad.rs). rdi = signal, rsi = siginfo, rdx = ucontext.
+/* SIGTRAP handler placed in the target (see src/x86/trappad.rs). rdi = signal, rsi = siginfo, rdx = ucontext.
  * Data page at pad+4096: [0] number of table entries, [8] spin counter, [16] a SIG_DFL k_sigaction (32 bytes),
  * [128..] table: site addresses; bit 63 set: a trampoline int3, continue after it instead of rewinding. */
     .text

@@ -1,40 +1,25 @@
 //! syscatch: find who makes a process's memory grow outside the malloc heap.
 //!
-//! Data flow: `cli` -> `app` (the pipeline) -> `os` (the only code touching the kernel) -> `tracer` (event loop)
-//! -> [`event::Event`]s -> `report` renderers. Everything after capture works on plain data.
+//! Layers, each a folder; arrows point down this list, never up:
+//! - `app`: the pipeline of each subcommand written out top to bottom, sinks, exit codes (uses everything);
+//! - `probe`: the probe language, compiled to `live`'s plan; `hooks`: GOT and inline hook forensics; `python`:
+//!   CPython frames (each of these two splits pure parsing from its one module of live reads);
+//! - `live`: one live target: the tracer and its plan, module resolution, stack snapshots (uses `os`);
+//! - `report`: every renderer, over plain data; `analysis`: unwind, symbolize, correlate, leaks, memory classes;
+//! - `x86`: instruction decode and emulation, trampoline assembly;
+//! - `os`: the only code with syscalls, `/proc` I/O and `unsafe`;
+//! - `model`: plain data and pure parsers of text and bytes.
+//!
+//! Only `os` and `live` touch the target; everything from unwinding on works on captured data.
 
 pub mod analysis;
 pub mod app;
-pub mod breakpoints;
 pub mod cli;
-pub mod commands;
-pub mod correlate;
-pub mod crash;
-pub mod event;
-pub mod findings;
-pub mod guardian;
 pub mod hooks;
-pub mod leaks;
-pub mod mappaths;
-pub mod memclass;
-pub mod memplot;
+pub mod live;
 pub mod model;
-pub mod modules;
 pub mod os;
 pub mod probe;
-pub mod procinfo;
-pub mod procmaps;
 pub mod python;
 pub mod report;
-pub mod resolve;
-pub mod rules;
-pub mod smaps;
-pub mod snapshot;
-pub mod stack;
-pub mod symbolize;
-pub mod syscalls;
-pub mod tracer;
-pub mod trampoline;
-pub mod trappad;
-pub mod unwind;
-pub mod unwind_modules;
+pub mod x86;

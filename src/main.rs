@@ -2,28 +2,27 @@
 //! (0: done as asked, 1: runtime error, 2: bad usage; with `-- CMD`, the command's own status).
 
 use clap::Parser;
-use syscatch::app::{self, UsageError};
+use syscatch::app::{self, trace::UsageError};
 use syscatch::cli::{Cli, Command};
-use syscatch::commands;
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        None => app::trace(&cli.trace),
-        Some(Command::Stack(a)) => commands::stack::run(&a),
-        Some(Command::Mem(a)) => commands::mem::run(&a),
-        Some(Command::Hooks(a)) => commands::hooks::run(&a),
-        Some(Command::Run(a)) => commands::probe::run(&a),
-        Some(Command::Check(a)) => commands::probe::check(&a),
-        Some(Command::Demo(a)) => commands::demo::run(&a),
-        Some(Command::Completions(a)) => commands::shell::completions(&a),
-        Some(Command::Manpage(a)) => commands::shell::manpage(&a),
+        None => app::trace::trace(&cli.trace),
+        Some(Command::Stack(a)) => app::stack::run(&a),
+        Some(Command::Mem(a)) => app::mem::run(&a),
+        Some(Command::Hooks(a)) => app::hooks::run(&a),
+        Some(Command::Run(a)) => app::probe::run(&a),
+        Some(Command::Check(a)) => app::probe::check(&a),
+        Some(Command::Demo(a)) => app::demo::run(&a),
+        Some(Command::Completions(a)) => app::shell::completions(&a),
+        Some(Command::Manpage(a)) => app::shell::manpage(&a),
     }
 }
 
 fn main() {
-    if std::env::args_os().nth(1).is_some_and(|a| a == syscatch::guardian::SUBCOMMAND) {
+    if std::env::args_os().nth(1).is_some_and(|a| a == syscatch::live::guardian::SUBCOMMAND) {
         let args: Vec<String> = std::env::args_os().skip(2).map(|a| a.to_string_lossy().into_owned()).collect();
-        std::process::exit(syscatch::guardian::main(&args));
+        std::process::exit(syscatch::live::guardian::main(&args));
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -37,9 +36,9 @@ fn main() {
         Err(e) => e.exit(),
     };
     // Any panic becomes one line and exit status 1 (a trace contains its own first, detaching cleanly).
-    syscatch::crash::contain();
+    syscatch::app::crash::contain();
     let result = std::panic::catch_unwind(|| run(cli)).unwrap_or_else(|_| {
-        let what = syscatch::crash::take().unwrap_or_else(|| "a panic".into());
+        let what = syscatch::app::crash::take().unwrap_or_else(|| "a panic".into());
         Err(anyhow::anyhow!("internal error: {what}"))
     });
     match result {

@@ -7,10 +7,10 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
-use syscatch::breakpoints::{self, Memory};
-use syscatch::modules::{Module, ModuleMap};
-use syscatch::os::regs::{Reg, Regs};
-use syscatch::procmaps::{self, Mapping};
+use syscatch::model::maps::{self, Mapping};
+use syscatch::model::modules::{Module, ModuleMap};
+use syscatch::model::regs::{Reg, Regs};
+use syscatch::x86::breakpoints::{self, Memory};
 
 /// A fuzz target's body.
 pub type Body = fn(&[u8]);
@@ -28,11 +28,11 @@ pub const TARGETS: &[(&str, Body)] = &[
 ];
 
 /// Looks every address up in the one fuzzed module, mapped at bias 0.
-struct OneModule(Arc<syscatch::unwind::ModuleCfi>);
+struct OneModule(Arc<syscatch::analysis::unwind::ModuleCfi>);
 
-impl syscatch::unwind::ModuleLookup for OneModule {
-    fn find(&mut self, _addr: u64) -> Option<syscatch::unwind::MappedCfi> {
-        Some(syscatch::unwind::MappedCfi { bias: 0, cfi: self.0.clone() })
+impl syscatch::analysis::unwind::ModuleLookup for OneModule {
+    fn find(&mut self, _addr: u64) -> Option<syscatch::analysis::unwind::MappedCfi> {
+        Some(syscatch::analysis::unwind::MappedCfi { bias: 0, cfi: self.0.clone() })
     }
 }
 
@@ -40,19 +40,19 @@ impl syscatch::unwind::ModuleLookup for OneModule {
 /// DWARF) come from the input after a 64-byte header (rip, rsp, rbp, a stack seed, and 32 bytes of stack).
 pub fn unwind(data: &[u8]) {
     let elf: Arc<[u8]> = Arc::from(data.get(64..).unwrap_or(&[]));
-    let Ok(cfi) = syscatch::unwind::ModuleCfi::parse(elf.clone(), Some(elf.clone())) else {
+    let Ok(cfi) = syscatch::analysis::unwind::ModuleCfi::parse(elf.clone(), Some(elf.clone())) else {
         return;
     };
-    let mut regs = syscatch::unwind::UnwindRegs::default();
+    let mut regs = syscatch::analysis::unwind::UnwindRegs::default();
     regs.0[16] = Some(u64_at(data, 0));
     regs.0[7] = Some(u64_at(data, 8));
     regs.0[6] = Some(u64_at(data, 16));
     let stack: Vec<u8> = data.get(32..64).unwrap_or(&[]).iter().cycle().take(4096).copied().collect();
-    let window = syscatch::unwind::StackWindow { base: u64_at(data, 8), bytes: &stack, asked: 4096 };
+    let window = syscatch::analysis::unwind::StackWindow { base: u64_at(data, 8), bytes: &stack, asked: 4096 };
     let mut lookup = OneModule(Arc::new(cfi));
-    let u = syscatch::unwind::unwind(regs, &window, &mut lookup, 64);
-    let syms = syscatch::symbolize::SymTable::parse(&[&elf]);
-    let dwarf = syscatch::symbolize::Dwarf::load(&elf);
+    let u = syscatch::analysis::unwind::unwind(regs, &window, &mut lookup, 64);
+    let syms = syscatch::analysis::symbolize::SymTable::parse(&[&elf]);
+    let dwarf = syscatch::analysis::symbolize::Dwarf::load(&elf);
     for f in &u.frames {
         let _ = syms.find(f.lookup);
         if let Some(d) = &dwarf {
@@ -72,15 +72,15 @@ pub fn probe(data: &[u8]) {
 
 /// `/proc/PID/smaps` text, the classification built on it, and the leak model reconciled with it.
 pub fn smaps(data: &[u8]) {
-    let regions = syscatch::smaps::parse_smaps(&String::from_utf8_lossy(data));
-    let mut model = syscatch::correlate::AddressSpace::new();
+    let regions = syscatch::model::smaps::parse_smaps(&String::from_utf8_lossy(data));
+    let mut model = syscatch::analysis::correlate::AddressSpace::new();
     for (i, r) in regions.iter().enumerate() {
         let _ = r.rss_swap();
         model.apply_call(
             9,
             &[0, r.map.len(), 3, 0x22, u64::MAX, 0],
             Some(r.map.start),
-            syscatch::correlate::StackId(i as u32),
+            syscatch::analysis::correlate::StackId(i as u32),
         );
     }
     model.reconcile(&regions);
@@ -91,19 +91,19 @@ pub fn smaps(data: &[u8]) {
 /// `/proc/PID/maps` text, then the module grouping built on it.
 pub fn maps(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let maps = procmaps::parse_maps(&text);
+    let maps = maps::parse_maps(&text);
     for m in &maps {
         let _ = (m.len(), m.is_empty(), m.contains(m.start), m.is_exec(), m.is_file());
     }
-    for g in syscatch::modules::group_modules(&maps) {
-        let _ = syscatch::modules::file_name(&g.path);
-        let _ = syscatch::resolve::is_libc(&g.path);
+    for g in syscatch::model::modules::group_modules(&maps) {
+        let _ = syscatch::model::modules::file_name(&g.path);
+        let _ = syscatch::live::resolve::is_libc(&g.path);
     }
 }
 
 /// `/proc/PID/status` text.
 pub fn status(data: &[u8]) {
-    let _ = syscatch::procinfo::parse_status(&String::from_utf8_lossy(data));
+    let _ = syscatch::model::status::parse_status(&String::from_utf8_lossy(data));
 }
 
 fn u64_at(data: &[u8], i: usize) -> u64 {
@@ -146,7 +146,7 @@ pub fn module_mapped(elf: &[u8], start: u64, offset: u64) {
     for (addr, note) in m.notes() {
         let _ = (addr, note.len());
     }
-    let _ = syscatch::resolve::wrapper_code(&m, "syscall");
+    let _ = syscatch::live::resolve::wrapper_code(&m, "syscall");
 }
 
 struct FakeMem(RefCell<HashMap<u64, u64>>);

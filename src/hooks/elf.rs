@@ -344,8 +344,11 @@ mod tests {
         assert!(info.slots.iter().any(|s| s.symbol == "malloc"), "{:?}", info.slots);
         assert!(info.needed.iter().any(|n| n.starts_with("libc.so")));
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let libc =
-            maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| crate::resolve::is_libc(p)).unwrap();
+        let libc = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| crate::live::resolve::is_libc(p))
+            .unwrap();
         let libc = ElfInfo::parse(&std::fs::read(libc).unwrap()).unwrap();
         let d = libc.lookup("malloc", Some("GLIBC_2.2.5")).unwrap();
         assert!(!d.ifunc && d.addr != 0);

@@ -55,7 +55,7 @@ pub fn decode_patch(
     let mut pushed: Option<u64> = None;
     for i in &all[start..] {
         let mnemonic = i.mnemonic().unwrap_or("");
-        let ops = crate::breakpoints::operands(cs, i);
+        let ops = crate::x86::breakpoints::operands(cs, i);
         let is_branch = matches!(mnemonic, "jmp" | "call");
         match (mnemonic, ops.as_slice()) {
             (_, [X86OperandType::Imm(t)]) if is_branch => {
@@ -97,7 +97,7 @@ pub fn decode_patch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::breakpoints::disassembler;
+    use crate::x86::breakpoints::disassembler;
 
     const ADDR: u64 = 0x7f00_0000_1000;
 

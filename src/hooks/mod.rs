@@ -12,8 +12,8 @@ pub mod inline;
 pub mod read;
 pub mod render;
 
-use crate::modules::{self, Module};
-use crate::procmaps::Mapping;
+use crate::model::maps::Mapping;
+use crate::model::modules::{self, Module};
 use capstone::Capstone;
 use elf::{ElfInfo, SlotKind};
 use inline::{ENTRY_BYTES, Patch};
@@ -317,8 +317,13 @@ pub fn analyze(p: &Process, functions: &[String], entry_modules: &[usize], mem: 
                 .push(format!("{} is mapped but not in the dynamic linker's list: its GOT is not checked", img.path()));
         }
     }
-    let mut entry_images: Vec<usize> =
-        p.images.iter().enumerate().filter(|(_, im)| crate::resolve::is_libc(im.path())).map(|(i, _)| i).collect();
+    let mut entry_images: Vec<usize> = p
+        .images
+        .iter()
+        .enumerate()
+        .filter(|(_, im)| crate::live::resolve::is_libc(im.path()))
+        .map(|(i, _)| i)
+        .collect();
     for &i in entry_modules {
         if !entry_images.contains(&i) {
             entry_images.push(i);

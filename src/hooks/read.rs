@@ -5,10 +5,10 @@
 
 use super::elf::{self, ElfInfo, LinkMapEntry, abi};
 use super::{Image, Memory, Process};
-use crate::modules::{self, ModuleMap};
+use crate::model::modules::{self, ModuleMap};
 use crate::os::mem::ProcMem;
 use crate::os::{Tid, procfs};
-use crate::{procinfo, resolve};
+use crate::{live::resolve, model::status};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::HashSet;
 
@@ -100,7 +100,7 @@ fn find_r_debug(images: &[Image], main: usize, mem: &dyn Memory) -> Option<u64> 
 /// Takes the snapshot. Errors are one line naming the problem.
 pub fn read_process(pid: Tid) -> Result<(Process, ProcMemory)> {
     let status = procfs::read_status(pid).map_err(|_| anyhow!("no process with pid {pid}"))?;
-    let st = procinfo::parse_status(&status);
+    let st = status::parse_status(&status);
     if st.state == 'Z' || st.state == 'X' {
         bail!("process {pid} ({}) is a zombie: it has exited and has no memory left", st.name);
     }

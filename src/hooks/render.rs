@@ -3,7 +3,7 @@
 
 use super::inline::Patch;
 use super::{EntryStatus, GotRow, InlineRow, Interposer, Place, Report, Status};
-use crate::modules::file_name;
+use crate::model::modules::file_name;
 use crate::report::json::{hex, line};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -81,8 +81,8 @@ pub fn inline_json(r: &InlineRow) -> Value {
         "insn": insn,
         "module": r.module,
         "addr": hex(r.addr),
-        "file_bytes": crate::modules::hex(&r.file_bytes),
-        "memory_bytes": crate::modules::hex(&r.memory_bytes),
+        "file_bytes": crate::model::modules::hex(&r.file_bytes),
+        "memory_bytes": crate::model::modules::hex(&r.memory_bytes),
         "first_diff": r.first_diff,
         "target": place_json(&r.target),
     })

@@ -4,7 +4,7 @@
 use super::elf::{Def, ElfInfo, Named, Slot, SlotKind};
 use super::render::verdicts;
 use super::*;
-use crate::modules::{Module, ModuleMap};
+use crate::model::modules::{Module, ModuleMap};
 use std::collections::HashMap;
 
 struct FakeMem(HashMap<u64, u64>);
@@ -133,7 +133,7 @@ fn functions() -> Vec<String> {
 #[test]
 fn classifies_every_kind_of_slot() {
     let p = process();
-    let cs = crate::breakpoints::disassembler().unwrap();
+    let cs = crate::x86::breakpoints::disassembler().unwrap();
     let r = analyze(&p, &functions(), &[], &memory(), &cs);
 
     let mmap = row(&r, "/bin/prog", "mmap");
@@ -184,7 +184,7 @@ fn classifies_every_kind_of_slot() {
 #[test]
 fn unreadable_slots_and_missing_memory_do_not_panic() {
     let p = process();
-    let cs = crate::breakpoints::disassembler().unwrap();
+    let cs = crate::x86::breakpoints::disassembler().unwrap();
     let r = analyze(&p, &functions(), &[2], &FakeMem(HashMap::new()), &cs);
     assert!(r.got.iter().all(|g| g.status == Status::Unreadable));
     // libc's entries cannot be compared: the file bytes are not there.

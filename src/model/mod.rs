@@ -1,4 +1,17 @@
-//! Plain data and pure parsers shared by every layer: no I/O, no knowledge of the live process.
+//! Plain data and pure parsers of text and bytes, shared by every layer: registers, events and stacks,
+//! `/proc` maps, smaps and status text, ELF modules, syscall and mmap constants. No I/O, and no knowledge of the
+//! live process or of any layer above.
 
 pub mod consts;
 pub mod duration;
+pub mod event;
+pub mod maps;
+pub mod modules;
+pub mod regs;
+pub mod smaps;
+pub mod stack;
+pub mod status;
+pub mod syscalls;
+
+/// A thread id (or process id: the id of a thread group's leader).
+pub type Tid = i32;

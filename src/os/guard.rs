@@ -1,4 +1,4 @@
-//! The process plumbing of the guardian (see `crate::guardian`): starting it detached from syscatch (its own
+//! The process plumbing of the guardian (see `crate::live::guardian`): starting it detached from syscatch (its own
 //! session, not our child, the stop signals ignored, the target's `/proc/PID/mem` handed over), and,
 //! inside it, waiting for input from syscatch or the target's end.
 

@@ -6,11 +6,9 @@ pub mod mem;
 pub mod pagemap;
 pub mod procfs;
 pub mod ptrace;
-pub mod regs;
 pub mod sched;
 pub mod signals;
 pub mod spawn;
 pub mod task;
 
-/// A thread id (or process id: the id of a thread group's leader).
-pub type Tid = i32;
+pub use crate::model::Tid;

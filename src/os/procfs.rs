@@ -1,4 +1,4 @@
-//! Raw reads of `/proc`. Parsing lives in pure modules (`procmaps`, `procinfo`) that take this text.
+//! Raw reads of `/proc`. Parsing lives in pure modules (`model::maps`, `model::status`) that take this text.
 
 use super::Tid;
 use std::io;
@@ -9,8 +9,8 @@ pub fn read_maps(pid: Tid) -> io::Result<String> {
 }
 
 /// Reads and parses `/proc/PID/smaps` (no ptrace: the target is not stopped). Empty if it cannot be read.
-pub fn read_smaps_regions(pid: Tid) -> Vec<crate::smaps::SmapsRegion> {
-    read_smaps(pid).map(|t| crate::smaps::parse_smaps(&t)).unwrap_or_default()
+pub fn read_smaps_regions(pid: Tid) -> Vec<crate::model::smaps::SmapsRegion> {
+    read_smaps(pid).map(|t| crate::model::smaps::parse_smaps(&t)).unwrap_or_default()
 }
 
 pub fn read_smaps(pid: Tid) -> io::Result<String> {

@@ -2,7 +2,7 @@
 //! at this boundary, so the tracer matches on a domain enum and never on bit fields.
 
 use super::Tid;
-use super::regs::Regs;
+use crate::model::regs::Regs;
 use nix::errno::Errno;
 
 /// Options set on every seized thread. Never PTRACE_O_EXITKILL: the target must outlive the tracer.

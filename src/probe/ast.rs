@@ -1,7 +1,7 @@
 //! The probe-script syntax tree, as the parser builds it and the tracer consumes it, and the pure evaluator of
 //! conditions. Plain data: no positions take part in equality, so `parse(print(script)) == script`.
 
-use crate::os::regs::Reg;
+use crate::model::regs::Reg;
 use std::time::Duration;
 
 /// A whole script: settings (which the command line may override) and the probes, in file order.

@@ -5,10 +5,10 @@
 
 use super::ast::*;
 use super::parse::syscall_label;
-use crate::modules::{self, Module, ModuleMap};
+use crate::live::resolve;
+use crate::model::modules::{self, Module, ModuleMap};
 use crate::os::Tid;
 use crate::os::mem::ProcMem;
-use crate::resolve;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
@@ -227,7 +227,7 @@ pub fn resolve_locations(pid: Tid, script: &Script) -> Result<Vec<ResolvedProbe>
 struct Resolver {
     pid: Tid,
     mem: Option<ProcMem>,
-    maps: Vec<crate::procmaps::Mapping>,
+    maps: Vec<crate::model::maps::Mapping>,
     mods: Vec<ModuleMap>,
     /// Modules read so far, by index in `mods`; an error is kept so it is reported once per module.
     read: HashMap<usize, Result<Module, String>>,

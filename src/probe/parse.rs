@@ -5,7 +5,7 @@
 
 use super::ast::*;
 use super::check;
-use crate::syscalls;
+use crate::model::syscalls;
 use std::collections::HashMap;
 use std::fmt;
 

@@ -4,7 +4,7 @@
 
 use super::ast::*;
 use super::parse::{is_module_char, is_symbol_char};
-use crate::syscalls;
+use crate::model::syscalls;
 use std::fmt::Write;
 use std::time::Duration;
 

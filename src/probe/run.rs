@@ -3,13 +3,13 @@
 
 use super::ast::{Collect, Expr, Location, Script, Var, eval};
 use super::check::ResolvedProbe;
-use crate::app::{Plan, Wrapper};
-use crate::modules::{self, Module};
+use crate::app::trace::{Plan, Wrapper};
+use crate::live::resolve;
+use crate::live::tracer::{Condition, Probe, SiteSpec};
+use crate::model::modules::{self, Module};
+use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::mem::ProcMem;
-use crate::os::regs::Regs;
-use crate::resolve;
-use crate::tracer::{Condition, Probe, SiteSpec};
 use anyhow::{Result, anyhow};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! handwritten and generated scripts, and a no-panic loop over random and damaged input.
 
 use super::*;
-use crate::os::regs::Reg;
+use crate::model::regs::Reg;
 use std::time::Duration;
 
 fn probe(text: &str) -> ProbeDecl {

@@ -6,11 +6,11 @@
 use super::layout::{self, DEBUG_OFFSETS_LEN, Layout};
 use super::walk::{Runtime, Walker};
 use super::{Memory, PyFrame};
-use crate::modules::{self, Module};
+use crate::live::resolve;
+use crate::model::modules::{self, Module};
+use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::mem::{self, ProcMem};
-use crate::os::regs::Regs;
-use crate::resolve;
 
 /// Reads the target's memory, serving ranges from local copies first.
 struct LiveMem<'a> {

@@ -10,7 +10,7 @@ pub mod lines;
 pub mod live;
 pub mod walk;
 
-use crate::stack::{Frame, FrameKind, Stack};
+use crate::model::stack::{Frame, FrameKind, Stack};
 use std::sync::Arc;
 
 /// Memory of the target as the walk sees it.

@@ -1,8 +1,8 @@
 //! JSON Lines: each line `{"type": ..., "data": ...}`; addresses are hex strings. Schema version in `summary`.
 
 use super::{Renderer, errno_name, errno_of, syscall_name};
-use crate::event::{End, Event, Summary};
-use crate::stack::{Frame, FrameKind, Stack};
+use crate::model::event::{End, Event, Summary};
+use crate::model::stack::{Frame, FrameKind, Stack};
 use serde_json::{Value, json};
 use std::io::Write;
 
@@ -80,7 +80,7 @@ pub fn line(w: &mut impl Write, kind: &str, data: Value) -> std::io::Result<()> 
 }
 
 impl<W: Write> Renderer for Json<W> {
-    fn leaks(&mut self, report: &crate::leaks::LeakReport) -> std::io::Result<()> {
+    fn leaks(&mut self, report: &crate::analysis::leaks::LeakReport) -> std::io::Result<()> {
         report.write_json(&mut self.out)
     }
 

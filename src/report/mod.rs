@@ -2,11 +2,12 @@
 
 pub mod decode;
 pub mod json;
+pub mod memplot;
 pub mod pprof;
 pub mod text;
 
-use crate::event::{Event, Summary};
-use crate::stack::Stack;
+use crate::model::event::{Event, Summary};
+use crate::model::stack::Stack;
 
 /// A destination for events and the final summary.
 pub trait Renderer {
@@ -18,7 +19,7 @@ pub trait Renderer {
     }
     fn summary(&mut self, s: &Summary) -> std::io::Result<()>;
     /// The leak report (`--leaks`), after the events and before the summary.
-    fn leaks(&mut self, report: &crate::leaks::LeakReport) -> std::io::Result<()>;
+    fn leaks(&mut self, report: &crate::analysis::leaks::LeakReport) -> std::io::Result<()>;
     /// Writes out what is buffered (the event file of report mode, before the report goes elsewhere).
     fn flush(&mut self) -> std::io::Result<()>;
 }
@@ -36,7 +37,7 @@ pub fn errno_name(e: i32) -> String {
 }
 
 pub fn syscall_name(nr: u64) -> String {
-    crate::syscalls::name(nr).map(str::to_string).unwrap_or_else(|| format!("syscall_{nr}"))
+    crate::model::syscalls::name(nr).map(str::to_string).unwrap_or_else(|| format!("syscall_{nr}"))
 }
 
 #[cfg(test)]
@@ -44,8 +45,8 @@ mod tests {
     use super::Renderer;
     use super::json::Json;
     use super::text::Text;
-    use crate::event::Event;
-    use crate::stack::{Frame, Stack};
+    use crate::model::event::Event;
+    use crate::model::stack::{Frame, Stack};
 
     fn ev(ret: u64) -> Event {
         Event {

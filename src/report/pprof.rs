@@ -4,7 +4,7 @@
 //! function, file and line; calls inlined at an address are several lines of one location, the caller last.
 //! The protobuf is written by hand: only the few messages and field kinds this needs.
 
-use crate::stack::Frame;
+use crate::model::stack::Frame;
 use std::collections::HashMap;
 use std::io::{self, Write};
 

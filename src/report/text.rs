@@ -1,8 +1,8 @@
 //! Text output: one line per event (and its stack, indented), a summary for people.
 
 use super::{Renderer, decode, errno_name, errno_of, syscall_name};
-use crate::event::{End, Event, Summary};
-use crate::stack::{Frame, FrameKind, Stack};
+use crate::model::event::{End, Event, Summary};
+use crate::model::stack::{Frame, FrameKind, Stack};
 use std::io::Write;
 
 pub struct Text<W: Write, E: Write> {
@@ -97,7 +97,7 @@ pub fn frame_text(f: &Frame) -> String {
 }
 
 impl<W: Write, E: Write> Renderer for Text<W, E> {
-    fn leaks(&mut self, report: &crate::leaks::LeakReport) -> std::io::Result<()> {
+    fn leaks(&mut self, report: &crate::analysis::leaks::LeakReport) -> std::io::Result<()> {
         report.write_text(&mut self.out)
     }
 

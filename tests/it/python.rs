@@ -248,7 +248,7 @@ fn bench_python_walk() {
         t.send("go");
         t.out.next();
         crate::stack::wait_blocked_in_read(t.pid, t.pid, 0);
-        let snap = syscatch::snapshot::read_thread(t.pid, 65536).unwrap();
+        let snap = syscatch::live::snapshot::read_thread(t.pid, 65536).unwrap();
         let mut reader = syscatch::python::live::PythonReader::locate(t.pid).unwrap().unwrap();
         let c = &snap.capture;
         let t0 = std::time::Instant::now();

@@ -1,0 +1,623 @@
+//! A model of the target's address space built from the mapping calls a trace captured (mmap, munmap, mremap),
+//! in which every mapped byte remembers the stack that created it, reconciled with smaps samples; and the
+//! questions asked of it: which stacks still hold how much, and which growing regions they made. Pure: events and
+//! smaps regions in, answers out.
+//!
+//! Rules (Linux semantics, 4 KiB pages: lengths are rounded up to whole pages, as the kernel does):
+//! - mmap: the returned range belongs to the calling stack. Whatever the model held there is replaced (MAP_FIXED
+//!   over a range; without it, the kernel only returns a range the model still held when an unmap went unseen).
+//! - munmap: the range leaves the model; a mapping keeps its creating stack on the parts that remain.
+//! - mremap: the kept part (the smaller of the old and new sizes) keeps its creating stacks and moves with the
+//!   mapping when it moves; growth is attributed to the mremap's own stack (it is the call that asked for those
+//!   bytes); shrinking unmaps the tail. With MREMAP_DONTUNMAP the old range stays mapped and the new one is the
+//!   mremap's.
+//! - reconcile: bytes that an smaps sample no longer shows mapped (a plain glibc munmap the trace did not see),
+//!   or shows as a different kind of mapping (file-backed over anonymous: MAP_FIXED by an unseen call), are
+//!   dropped and counted as vanished, so they are never reported as still mapped.
+//!
+//! Per stack, `mapped = unmapped + vanished + still_mapped` at every moment.
+
+use crate::model::event::Event;
+use crate::model::smaps::{SmapsRegion, previous_rss_swap};
+use std::collections::BTreeMap;
+
+use crate::model::consts::MAP_ANONYMOUS;
+pub use crate::model::consts::{MAPPING_SYSCALLS, SYS_MMAP, SYS_MREMAP, SYS_MUNMAP};
+
+const PAGE: u64 = 4096;
+const MREMAP_DONTUNMAP: u64 = 4;
+
+/// An opaque id of a captured stack (the caller deduplicates stacks and numbers them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StackId(pub u32);
+
+/// One mapped range of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Piece {
+    end: u64,
+    stack: StackId,
+    anon: bool,
+}
+
+/// Accounting of one stack, in bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StackStats {
+    /// Successful mmap, munmap and mremap calls made from this stack.
+    pub mmaps: u64,
+    pub munmaps: u64,
+    pub mremaps: u64,
+    /// Calls from this stack that failed or whose return value is unknown.
+    pub failed: u64,
+    /// Bytes this stack's calls mapped (mmap, and mremap growth).
+    pub mapped: u64,
+    /// Of those, bytes later unmapped by a traced call (munmap, mremap shrink, replacement by a mapping).
+    pub unmapped: u64,
+    /// Of those, bytes that an smaps sample showed were gone (unmapped by a call the trace did not see).
+    pub vanished: u64,
+    /// Of those, bytes still mapped in the model.
+    pub still_mapped: u64,
+    /// Bytes this stack's munmap calls asked to unmap (whoever had mapped them).
+    pub released: u64,
+}
+
+impl StackStats {
+    pub fn calls(&self) -> u64 {
+        self.mmaps + self.munmaps + self.mremaps + self.failed
+    }
+}
+
+/// An address a traced call returned (mmap, mremap), kept to match growing regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Returned {
+    pub addr: u64,
+    pub len: u64,
+    pub stack: StackId,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct AddressSpace {
+    pieces: BTreeMap<u64, Piece>,
+    stats: BTreeMap<StackId, StackStats>,
+    returned: Vec<Returned>,
+}
+
+fn page_round(len: u64) -> Option<u64> {
+    len.checked_add(PAGE - 1).map(|l| l & !(PAGE - 1))
+}
+
+/// `[addr, addr + round(len))`, or `None` when it is empty or wraps.
+fn range(addr: u64, len: u64) -> Option<(u64, u64)> {
+    let len = page_round(len)?;
+    let end = addr.checked_add(len)?;
+    (len > 0).then_some((addr, end))
+}
+
+/// True when `ret` is an error (`-4095..=-1`).
+fn is_err(ret: u64) -> bool {
+    ret > u64::MAX - 4095
+}
+
+impl AddressSpace {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one captured call made from `stack`. Calls other than mmap, munmap and mremap are ignored.
+    pub fn apply(&mut self, ev: &Event, stack: StackId) {
+        self.apply_call(ev.nr, &ev.args, ev.ret, stack)
+    }
+
+    /// Applies a call by its number, arguments and return value (`None`: unknown).
+    pub fn apply_call(&mut self, nr: u64, args: &[u64; 6], ret: Option<u64>, stack: StackId) {
+        if !MAPPING_SYSCALLS.contains(&nr) {
+            return;
+        }
+        let Some(ret) = ret.filter(|&r| !is_err(r)) else {
+            self.stats.entry(stack).or_default().failed += 1;
+            return;
+        };
+        match nr {
+            SYS_MMAP => self.mmap(ret, args[1], args[3] & MAP_ANONYMOUS != 0, stack),
+            SYS_MUNMAP => self.munmap(args[0], args[1], stack),
+            _ => self.mremap(args[0], args[1], args[2], args[3], ret, stack),
+        }
+    }
+
+    fn mmap(&mut self, addr: u64, len: u64, anon: bool, stack: StackId) {
+        self.stats.entry(stack).or_default().mmaps += 1;
+        let Some((start, end)) = range(addr, len) else { return };
+        self.unmap(start, end);
+        self.insert(start, end, stack, anon);
+        self.stats.entry(stack).or_default().mapped += end - start;
+        self.returned.push(Returned { addr: start, len: end - start, stack });
+    }
+
+    fn munmap(&mut self, addr: u64, len: u64, stack: StackId) {
+        let s = self.stats.entry(stack).or_default();
+        s.munmaps += 1;
+        let Some((start, end)) = range(addr, len) else { return };
+        s.released = s.released.saturating_add(end - start);
+        self.unmap(start, end);
+    }
+
+    fn mremap(&mut self, old: u64, old_len: u64, new_len: u64, flags: u64, new: u64, stack: StackId) {
+        self.stats.entry(stack).or_default().mremaps += 1;
+        let (Some(old_len), Some(new_len)) = (page_round(old_len), page_round(new_len)) else {
+            return;
+        };
+        let keep = old_len.min(new_len);
+        let dontunmap = flags & MREMAP_DONTUNMAP != 0;
+        let (Some(old_end), Some(new_end)) = (old.checked_add(old_len), new.checked_add(new_len)) else {
+            return;
+        };
+        // The pieces of the kept part, as offsets from the old start, to be put back at the new address.
+        let mut moved = Vec::new();
+        if !dontunmap {
+            let keep_end = old + keep;
+            for (s, e, p) in self.take(old, keep_end) {
+                moved.push((s - old, e - old, p));
+            }
+            // The shrunk tail is unmapped.
+            self.unmap(keep_end, old_end);
+        }
+        let (grow_from, base_len) = if dontunmap { (0, 0) } else { (keep, keep) };
+        let moved_anon = moved.iter().all(|(_, _, p)| p.anon);
+        // The destination is cleared (MREMAP_FIXED replaces what was there), then the kept part lands.
+        self.unmap(new, new_end);
+        for (s, e, p) in moved {
+            self.pieces.insert(new + s, Piece { end: new + e, ..p });
+        }
+        if new_len > base_len {
+            // Growth has the kind of the mapping it extends (anonymous when the model did not hold it).
+            self.insert(new + grow_from, new_end, stack, moved_anon);
+            self.stats.entry(stack).or_default().mapped += new_len - base_len;
+        }
+        self.returned.push(Returned { addr: new, len: new_len, stack });
+    }
+
+    fn insert(&mut self, start: u64, end: u64, stack: StackId, anon: bool) {
+        self.pieces.insert(start, Piece { end, stack, anon });
+    }
+
+    /// Removes `[start, end)` from the model, splitting pieces at its edges, and returns what was there.
+    fn take(&mut self, start: u64, end: u64) -> Vec<(u64, u64, Piece)> {
+        let mut keys: Vec<u64> = self.pieces.range(start..end).map(|(&k, _)| k).collect();
+        if let Some((&k, p)) = self.pieces.range(..start).next_back()
+            && p.end > start
+        {
+            keys.insert(0, k);
+        }
+        let mut out = Vec::new();
+        for k in keys {
+            let Some(p) = self.pieces.remove(&k) else { continue };
+            if k < start {
+                self.pieces.insert(k, Piece { end: start, ..p });
+            }
+            if p.end > end {
+                self.pieces.insert(end, p);
+            }
+            out.push((k.max(start), p.end.min(end), p));
+        }
+        out
+    }
+
+    /// Removes `[start, end)`, counting the bytes as unmapped for the stacks that had mapped them.
+    fn unmap(&mut self, start: u64, end: u64) {
+        for (s, e, p) in self.take(start, end) {
+            self.stats.entry(p.stack).or_default().unmapped += e - s;
+        }
+    }
+
+    /// Drops every byte the smaps sample does not show mapped as the same kind of memory (anonymous or
+    /// file-backed), counting it as vanished for its stack.
+    pub fn reconcile(&mut self, regions: &[SmapsRegion]) {
+        // The kernel lists regions sorted and disjoint; text from elsewhere may not be: keep only what is.
+        let mut spans: Vec<(u64, u64, bool)> = regions
+            .iter()
+            .filter(|r| r.map.start < r.map.end)
+            .map(|r| (r.map.start, r.map.end, anonymous_like(r)))
+            .collect();
+        spans.sort_unstable();
+        let mut last_end = 0;
+        spans.retain(|&(s, e, _)| {
+            let ok = s >= last_end;
+            if ok {
+                last_end = e;
+            }
+            ok
+        });
+        let pieces: Vec<(u64, Piece)> = self.pieces.iter().map(|(&k, &p)| (k, p)).collect();
+        for (start, p) in pieces {
+            // The parts of [start, p.end) covered by a region of the same kind survive.
+            let mut keep: Vec<(u64, u64)> = Vec::new();
+            let from = spans.partition_point(|&(_, e, _)| e <= start);
+            for &(s, e, anon) in spans.get(from..).unwrap_or(&[]).iter().take_while(|&&(s, _, _)| s < p.end) {
+                if anon == p.anon {
+                    keep.push((s.max(start), e.min(p.end)));
+                }
+            }
+            let kept: u64 = keep.iter().map(|(s, e)| e - s).sum();
+            if kept == p.end - start {
+                continue;
+            }
+            self.pieces.remove(&start);
+            for (s, e) in keep {
+                self.pieces.insert(s, Piece { end: e, ..p });
+            }
+            self.stats.entry(p.stack).or_default().vanished += p.end - start - kept;
+        }
+    }
+
+    /// Per-stack accounting, the stacks holding the most still-mapped bytes first (then by bytes mapped).
+    pub fn stacks(&self) -> Vec<(StackId, StackStats)> {
+        let mut still: BTreeMap<StackId, u64> = BTreeMap::new();
+        for (&s, p) in &self.pieces {
+            *still.entry(p.stack).or_default() += p.end - s;
+        }
+        let mut out: Vec<(StackId, StackStats)> = self
+            .stats
+            .iter()
+            .map(|(&id, s)| {
+                let mut s = s.clone();
+                s.still_mapped = still.get(&id).copied().unwrap_or(0);
+                (id, s)
+            })
+            .collect();
+        out.sort_by(|(ia, a), (ib, b)| {
+            b.still_mapped.cmp(&a.still_mapped).then(b.mapped.cmp(&a.mapped)).then(ia.cmp(ib))
+        });
+        out
+    }
+
+    /// Every still-mapped anonymous range the model holds, with the stack that mapped it.
+    pub fn anon_pieces(&self) -> impl Iterator<Item = (u64, u64, StackId)> + '_ {
+        self.pieces.iter().filter(|(_, p)| p.anon).map(|(&s, p)| (s, p.end, p.stack))
+    }
+
+    /// Bytes of `[start, end)` the model attributes to each stack.
+    pub fn still_mapped_in(&self, start: u64, end: u64) -> BTreeMap<StackId, u64> {
+        let mut out = BTreeMap::new();
+        let first = self.pieces.range(..start).next_back().map(|(&k, _)| k).unwrap_or(start);
+        for (&s, p) in self.pieces.range(first..end) {
+            let lo = s.max(start);
+            let hi = p.end.min(end);
+            if hi > lo {
+                *out.entry(p.stack).or_default() += hi - lo;
+            }
+        }
+        out
+    }
+
+    /// Regions of `after` that are not plain file mappings and whose Rss+Swap grew since `before` (or that are
+    /// new), largest growth first, each with the stacks whose returned addresses fall inside it.
+    pub fn growing(&self, before: &[SmapsRegion], after: &[SmapsRegion]) -> Vec<Growing> {
+        let prev = previous_rss_swap(before, after);
+        let mut out: Vec<Growing> = after
+            .iter()
+            .zip(prev)
+            .filter(|(r, _)| anonymous_like(r))
+            .filter_map(|(r, old)| {
+                let growth = r.rss_swap().checked_sub(old.unwrap_or(0)).filter(|&g| g > 0)?;
+                let (start, end) = (r.map.start, r.map.end);
+                let mut by: BTreeMap<StackId, RegionStack> = BTreeMap::new();
+                for ret in self.returned.iter().filter(|x| start <= x.addr && x.addr < end) {
+                    let e = by.entry(ret.stack).or_insert(RegionStack { stack: ret.stack, calls: 0, still_mapped: 0 });
+                    e.calls += 1;
+                }
+                for (id, bytes) in self.still_mapped_in(start, end) {
+                    if let Some(e) = by.get_mut(&id) {
+                        e.still_mapped = bytes;
+                    }
+                }
+                let mut stacks: Vec<RegionStack> = by.into_values().collect();
+                stacks.sort_by(|a, b| b.still_mapped.cmp(&a.still_mapped).then(b.calls.cmp(&a.calls)));
+                Some(Growing { start, end, growth_kb: growth, rss_swap_kb: r.rss_swap(), new: old.is_none(), stacks })
+            })
+            .collect();
+        out.sort_by(|a, b| b.growth_kb.cmp(&a.growth_kb).then(a.start.cmp(&b.start)));
+        out
+    }
+}
+
+/// A growing region and what the trace knows of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Growing {
+    pub start: u64,
+    pub end: u64,
+    pub growth_kb: u64,
+    pub rss_swap_kb: u64,
+    /// Absent from the earlier sample.
+    pub new: bool,
+    /// Stacks whose mmap/mremap returned an address inside the region, most still-mapped bytes first.
+    pub stacks: Vec<RegionStack>,
+}
+
+impl Growing {
+    /// It grew, but no traced call made it: it was mapped before the trace started (or by an untraced path).
+    pub fn created_before_trace(&self) -> bool {
+        !self.new && self.stacks.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionStack {
+    pub stack: StackId,
+    /// Traced calls from this stack that returned an address in the region.
+    pub calls: u64,
+    /// Bytes of the region the model attributes to this stack.
+    pub still_mapped: u64,
+}
+
+/// Anonymous memory as smaps shows it: no path, a `[pseudo]` name, or shared anonymous memory (an unlinked
+/// shmem file named /dev/zero).
+fn anonymous_like(r: &SmapsRegion) -> bool {
+    let p = r.map.path.as_str();
+    !p.starts_with('/') || p.starts_with("/dev/zero")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::smaps::parse_smaps;
+
+    const A: StackId = StackId(1);
+    const B: StackId = StackId(2);
+    const F: StackId = StackId(3);
+    const ANON: u64 = MAP_ANONYMOUS | 0x2;
+    const MIB: u64 = 1 << 20;
+
+    fn mmap(m: &mut AddressSpace, addr: u64, len: u64, s: StackId) {
+        m.apply_call(SYS_MMAP, &[0, len, 3, ANON, u64::MAX, 0], Some(addr), s);
+    }
+    fn munmap(m: &mut AddressSpace, addr: u64, len: u64, s: StackId) {
+        m.apply_call(SYS_MUNMAP, &[addr, len, 0, 0, 0, 0], Some(0), s);
+    }
+    fn mremap(m: &mut AddressSpace, old: u64, old_len: u64, new_len: u64, flags: u64, ret: u64, s: StackId) {
+        m.apply_call(SYS_MREMAP, &[old, old_len, new_len, flags, 0, 0], Some(ret), s);
+    }
+    fn stats(m: &AddressSpace, s: StackId) -> StackStats {
+        m.stacks().into_iter().find(|(id, _)| *id == s).map(|(_, x)| x).unwrap_or_default()
+    }
+    fn balanced(m: &AddressSpace) {
+        for (id, s) in m.stacks() {
+            assert_eq!(s.mapped, s.unmapped + s.vanished + s.still_mapped, "{id:?}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn leaking_site_ranks_first_with_exact_bytes() {
+        let mut m = AddressSpace::new();
+        // A leaks 10 mappings of 1 MiB + 1 byte (rounded to 1 MiB + 4 KiB); B maps and frees 20 of 2 MiB.
+        for i in 0..10 {
+            mmap(&mut m, 0x7f00_0000_0000 + i * 4 * MIB, MIB + 1, A);
+        }
+        for i in 0..20 {
+            let addr = 0x7e00_0000_0000 + i * 4 * MIB;
+            mmap(&mut m, addr, 2 * MIB, B);
+            munmap(&mut m, addr, 2 * MIB, F);
+        }
+        let s = m.stacks();
+        assert_eq!(s[0].0, A);
+        assert_eq!(s[0].1.still_mapped, 10 * (MIB + PAGE));
+        assert_eq!((s[0].1.mmaps, s[0].1.unmapped), (10, 0));
+        let b = stats(&m, B);
+        assert_eq!((b.mapped, b.unmapped, b.still_mapped, b.mmaps), (40 * MIB, 40 * MIB, 0, 20));
+        let f = stats(&m, F);
+        assert_eq!((f.munmaps, f.released, f.mapped), (20, 40 * MIB, 0));
+        balanced(&m);
+    }
+
+    #[test]
+    fn partial_munmap_splits_and_keeps_the_creator() {
+        let mut m = AddressSpace::new();
+        let base = 0x7f00_0000_0000;
+        mmap(&mut m, base, 10 * PAGE, A);
+        munmap(&mut m, base + 2 * PAGE, 3 * PAGE, F); // a hole in the middle
+        munmap(&mut m, base, PAGE, F); // the head
+        munmap(&mut m, base + 9 * PAGE, 100, F); // the tail, length rounded up
+        let a = stats(&m, A);
+        assert_eq!((a.mapped, a.unmapped, a.still_mapped), (10 * PAGE, 5 * PAGE, 5 * PAGE));
+        assert_eq!(m.still_mapped_in(base, base + 10 * PAGE), BTreeMap::from([(A, 5 * PAGE)]));
+        assert_eq!(m.still_mapped_in(base + 5 * PAGE, base + 6 * PAGE), BTreeMap::from([(A, PAGE)]));
+        assert_eq!(m.still_mapped_in(base + 2 * PAGE, base + 5 * PAGE), BTreeMap::new());
+        // Unmapping what the model never held changes nothing but the caller's count.
+        munmap(&mut m, 0x1000, PAGE, F);
+        assert_eq!(stats(&m, A), a);
+        balanced(&m);
+    }
+
+    #[test]
+    fn mremap_growth_goes_to_the_mremap_stack_and_a_move_carries_ranges() {
+        let mut m = AddressSpace::new();
+        let old = 0x7f00_0000_0000;
+        mmap(&mut m, old, 4 * PAGE, A);
+        // Grow in place from 4 to 6 pages: 4 stay A's, 2 are B's.
+        mremap(&mut m, old, 4 * PAGE, 6 * PAGE, 0, old, B);
+        assert_eq!(m.still_mapped_in(old, old + 6 * PAGE), BTreeMap::from([(A, 4 * PAGE), (B, 2 * PAGE)]));
+        // Move and grow to 8 pages at a new address: everything travels, the 2 new pages are B's again.
+        let new = 0x7f10_0000_0000;
+        mremap(&mut m, old, 6 * PAGE, 8 * PAGE, 1, new, B);
+        assert_eq!(m.still_mapped_in(old, old + 8 * PAGE), BTreeMap::new());
+        assert_eq!(m.still_mapped_in(new, new + 8 * PAGE), BTreeMap::from([(A, 4 * PAGE), (B, 4 * PAGE)]));
+        // Shrink to 3 pages: the tail (B's 4 and one of A's) is unmapped.
+        mremap(&mut m, new, 8 * PAGE, 3 * PAGE, 0, new, F);
+        let (a, b) = (stats(&m, A), stats(&m, B));
+        assert_eq!((a.mapped, a.unmapped, a.still_mapped), (4 * PAGE, PAGE, 3 * PAGE));
+        assert_eq!((b.mapped, b.unmapped, b.still_mapped, b.mremaps), (4 * PAGE, 4 * PAGE, 0, 2));
+        assert_eq!(stats(&m, F).mremaps, 1);
+        // A move onto a range the model held (MREMAP_FIXED) replaces it.
+        let fixed = 0x7f20_0000_0000;
+        mmap(&mut m, fixed, 3 * PAGE, F);
+        mremap(&mut m, new, 3 * PAGE, 3 * PAGE, 3, fixed, B);
+        assert_eq!(m.still_mapped_in(fixed, fixed + 3 * PAGE), BTreeMap::from([(A, 3 * PAGE)]));
+        assert_eq!(stats(&m, F).unmapped, 3 * PAGE);
+        balanced(&m);
+    }
+
+    #[test]
+    fn mremap_dontunmap_leaves_the_old_range() {
+        let mut m = AddressSpace::new();
+        mmap(&mut m, 0x10000, 2 * PAGE, A);
+        mremap(&mut m, 0x10000, 2 * PAGE, 2 * PAGE, 1 | MREMAP_DONTUNMAP, 0x40000, B);
+        assert_eq!(m.still_mapped_in(0x10000, 0x12000), BTreeMap::from([(A, 2 * PAGE)]));
+        assert_eq!(m.still_mapped_in(0x40000, 0x42000), BTreeMap::from([(B, 2 * PAGE)]));
+        balanced(&m);
+    }
+
+    #[test]
+    fn map_fixed_over_a_range_replaces_it() {
+        let mut m = AddressSpace::new();
+        mmap(&mut m, 0x100000, 8 * PAGE, A);
+        m.apply_call(SYS_MMAP, &[0x102000, 2 * PAGE, 3, ANON | 0x10, u64::MAX, 0], Some(0x102000), B);
+        assert_eq!(m.still_mapped_in(0x100000, 0x108000), BTreeMap::from([(A, 6 * PAGE), (B, 2 * PAGE)]));
+        assert_eq!(stats(&m, A).unmapped, 2 * PAGE);
+        balanced(&m);
+    }
+
+    #[test]
+    fn failed_and_foreign_calls() {
+        let mut m = AddressSpace::new();
+        m.apply_call(SYS_MMAP, &[0, PAGE, 3, ANON, 0, 0], Some(-12i64 as u64), A);
+        m.apply_call(SYS_MMAP, &[0, PAGE, 3, ANON, 0, 0], None, A);
+        m.apply_call(39, &[0; 6], Some(5), A);
+        // A length that would wrap the address space is ignored, never a panic.
+        m.apply_call(SYS_MMAP, &[0, u64::MAX, 3, ANON, 0, 0], Some(0x1000), A);
+        m.apply_call(SYS_MUNMAP, &[u64::MAX - 10, u64::MAX, 0, 0, 0, 0], Some(0), A);
+        m.apply_call(SYS_MREMAP, &[u64::MAX - PAGE, 2 * PAGE, u64::MAX, 1, 0, 0], Some(u64::MAX - PAGE * 8), A);
+        let a = stats(&m, A);
+        assert_eq!((a.failed, a.mmaps, a.still_mapped), (2, 1, 0));
+        balanced(&m);
+    }
+
+    fn smaps(text: &str) -> Vec<SmapsRegion> {
+        parse_smaps(text)
+    }
+
+    #[test]
+    fn reconcile_drops_what_smaps_no_longer_shows() {
+        let mut m = AddressSpace::new();
+        mmap(&mut m, 0x100000, 8 * PAGE, A);
+        mmap(&mut m, 0x200000, 4 * PAGE, B);
+        mmap(&mut m, 0x300000, 4 * PAGE, B);
+        // An unseen munmap took 0x102000-0x104000; 0x200000.. went entirely; an unseen MAP_FIXED put a file over
+        // 0x300000-0x301000.
+        m.reconcile(&smaps(
+            "100000-102000 rw-p 0 00:00 0\n104000-108000 rw-p 0 00:00 0\n\
+             300000-301000 r--p 0 fe:01 9 /usr/lib/x.so\n301000-304000 rw-p 0 00:00 0\n",
+        ));
+        let (a, b) = (stats(&m, A), stats(&m, B));
+        assert_eq!((a.still_mapped, a.vanished, a.unmapped), (6 * PAGE, 2 * PAGE, 0));
+        assert_eq!((b.still_mapped, b.vanished), (3 * PAGE, 5 * PAGE));
+        assert_eq!(m.still_mapped_in(0x100000, 0x108000), BTreeMap::from([(A, 6 * PAGE)]));
+        balanced(&m);
+        // Reconciling again with the same sample changes nothing.
+        let before = m.stacks();
+        m.reconcile(&smaps(
+            "100000-102000 rw-p 0 00:00 0\n104000-108000 rw-p 0 00:00 0\n301000-304000 rw-p 0 00:00 0\n",
+        ));
+        assert_eq!(m.stacks(), before);
+    }
+
+    #[test]
+    fn growing_regions_matched_to_stacks() {
+        let mut m = AddressSpace::new();
+        // A made two mappings that the kernel merged into one region; B one elsewhere that did not grow.
+        mmap(&mut m, 0x7f0000100000, 16 * PAGE, A);
+        mmap(&mut m, 0x7f00000f0000, 16 * PAGE, A);
+        mmap(&mut m, 0x7f0000500000, 4 * PAGE, B);
+        let before = smaps(
+            "7f0000000000-7f0000010000 rw-p 0 00:00 0\nRss: 8 kB\n\
+             7f0000100000-7f0000110000 rw-p 0 00:00 0\nRss: 4 kB\n\
+             7f0000500000-7f0000504000 rw-p 0 00:00 0\nRss: 16 kB\n",
+        );
+        let after = smaps(
+            "7f0000000000-7f0000010000 rw-p 0 00:00 0\nRss: 40 kB\n\
+             7f00000f0000-7f0000110000 rw-p 0 00:00 0\nRss: 100 kB\nSwap: 8 kB\n\
+             7f0000500000-7f0000504000 rw-p 0 00:00 0\nRss: 16 kB\n\
+             7f0000600000-7f0000700000 r--p 0 fe:01 9 /usr/lib/big.so\nRss: 900 kB\n",
+        );
+        let g = m.growing(&before, &after);
+        assert_eq!(g.len(), 2, "{g:#?}");
+        assert_eq!((g[0].start, g[0].growth_kb, g[0].rss_swap_kb, g[0].new), (0x7f00000f0000, 104, 108, false));
+        assert_eq!(g[0].stacks, [RegionStack { stack: A, calls: 2, still_mapped: 32 * PAGE }]);
+        assert!(!g[0].created_before_trace());
+        assert_eq!((g[1].start, g[1].growth_kb), (0x7f0000000000, 32));
+        assert!(g[1].created_before_trace(), "grew, but no traced call made it");
+        // A region absent from the first sample is new, and not "made before the trace".
+        let g = m.growing(&[], &after);
+        assert!(g.iter().all(|x| x.new && !x.created_before_trace()));
+    }
+
+    /// Random calls over a small window, against a page-by-page reference of the same rules.
+    #[test]
+    fn matches_a_page_by_page_reference() {
+        const PAGES: u64 = 64;
+        let base = 0x4000_0000;
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _round in 0..50 {
+            let mut m = AddressSpace::new();
+            let mut pages: Vec<Option<StackId>> = vec![None; PAGES as usize * 2];
+            for _ in 0..40 {
+                let stack = StackId(rnd(4) as u32);
+                let at = rnd(PAGES);
+                let len = 1 + rnd(PAGES - at);
+                let addr = base + at * PAGE;
+                match rnd(3) {
+                    0 => {
+                        mmap(&mut m, addr, len * PAGE, stack);
+                        (at..at + len).for_each(|p| pages[p as usize] = Some(stack));
+                    }
+                    1 => {
+                        munmap(&mut m, addr, len * PAGE - rnd(PAGE), stack);
+                        (at..at + len).for_each(|p| pages[p as usize] = None);
+                    }
+                    _ => {
+                        let new_len = 1 + rnd(PAGES - 1);
+                        let to = rnd(PAGES * 2 - new_len);
+                        let keep = len.min(new_len);
+                        let moved: Vec<_> = (at..at + keep).map(|p| pages[p as usize]).collect();
+                        (at..at + len).for_each(|p| pages[p as usize] = None);
+                        (to..to + new_len).for_each(|p| pages[p as usize] = None);
+                        for (i, v) in moved.into_iter().enumerate() {
+                            pages[(to + i as u64) as usize] = v;
+                        }
+                        (to + keep..to + new_len).for_each(|p| pages[p as usize] = Some(stack));
+                        mremap(&mut m, addr, len * PAGE, new_len * PAGE, 3, base + to * PAGE, stack);
+                    }
+                }
+                for (i, want) in pages.iter().enumerate() {
+                    let a = base + i as u64 * PAGE;
+                    let got: Vec<StackId> = m.still_mapped_in(a, a + PAGE).into_keys().collect();
+                    assert_eq!(got, want.iter().copied().collect::<Vec<_>>(), "page {i}");
+                }
+                balanced(&m);
+            }
+        }
+    }
+
+    #[test]
+    fn applies_events() {
+        let ev = Event {
+            time: 0.0,
+            tid: 1,
+            probe: None,
+            func: None,
+            nr: SYS_MMAP,
+            args: [0, 3 * PAGE, 3, ANON, u64::MAX, 0],
+            regs: Vec::new(),
+            ret: Some(0x5000_0000),
+            ret_missing: None,
+            capture: None,
+            also: Vec::new(),
+        };
+        let mut m = AddressSpace::new();
+        m.apply(&ev, A);
+        assert_eq!(stats(&m, A).still_mapped, 3 * PAGE);
+    }
+}

@@ -1,0 +1,10 @@
+//! Everything after capture, over plain data: the DWARF CFI unwinder, the symbolizer, the address-space model
+//! that correlates calls with smaps samples, the leak report, memory classes. Never opens `/proc`: what it needs
+//! of the target comes in as values or through traits. Uses `model` only.
+
+pub mod correlate;
+pub mod leaks;
+pub mod memclass;
+pub mod rules;
+pub mod symbolize;
+pub mod unwind;

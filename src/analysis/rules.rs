@@ -1,0 +1,458 @@
+//! Known growth patterns as data: a rules file (JSON, shipped in the binary as `rules/default.json`, extended or
+//! overridden rule by rule with `--rules FILE`) whose conditions range over a fixed list of [`Facts`]: the
+//! traced stacks (function and module globs, in order), growth and size by memory class, hook verdicts, the
+//! allocator, the environment and kernel settings. A new kind of fact is a code change here, not a language
+//! feature. Rules fire on the growth pattern; the environment is shown as the explanation. Pure.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// The rules shipped with syscatch.
+pub const DEFAULT_RULES: &str = include_str!("../../rules/default.json");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleFile {
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Unique; a rule in `--rules FILE` with the id of a shipped rule replaces it.
+    pub id: String,
+    /// What the finding is, in a few words.
+    pub title: String,
+    pub when: When,
+    /// Why it grows: the mechanism, in a sentence or two.
+    pub why: String,
+    /// Environment variables (or `GLIBC_TUNABLES` keys) whose value explains the growth: shown as evidence,
+    /// with "unset" when absent.
+    #[serde(default)]
+    pub explain_env: Vec<String>,
+    /// Remedies, most specific first.
+    pub fix: Vec<Fix>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct When {
+    /// A traced stack that still holds bytes has frames matching these patterns in this order, innermost first
+    /// (other frames may come between). A pattern is `function-glob` or `module-glob:function-glob`; `a|b`
+    /// accepts either. With `frames`, the rule fires per stack and its bytes are those stacks' still-mapped
+    /// bytes; without, it fires once for the process, its bytes from `class_growth` or `class_size`.
+    #[serde(default)]
+    pub frames: Vec<String>,
+    /// Some traced call (whatever it still holds) had frames matching these patterns, in order.
+    #[serde(default)]
+    pub seen_frames: Vec<String>,
+    /// Rss+Swap of these memory classes grew by at least `min_kb` during the trace.
+    pub class_growth: Option<ClassAmount>,
+    /// Rss+Swap of these memory classes is at least `min_kb` at the end.
+    pub class_size: Option<ClassAmount>,
+    /// At least this many glibc thread arenas.
+    pub min_arenas: Option<usize>,
+    /// The allocator's name (`glibc`, `jemalloc`, `tcmalloc`, `mimalloc`).
+    pub allocator: Option<String>,
+    /// Memory functions that some module's calls no longer reach in libc (a GOT slot or an entry patched, or
+    /// interposed at load).
+    #[serde(default)]
+    pub hooked: Vec<String>,
+    /// Environment conditions: `"unset"`, `"set"`, or a glob the value must match.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Kernel settings (`/proc/sys` keys such as `vm.overcommit_memory`, or `thp`): a glob the value must match.
+    #[serde(default)]
+    pub kernel: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassAmount {
+    /// Memory class names as `syscatch mem` prints them (`heap`, `malloc_arenas`, `anon_large`, ...).
+    pub classes: Vec<String>,
+    pub min_kb: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fix {
+    /// What to do.
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caveat: Option<String>,
+    /// Where this is documented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doc: Option<String>,
+}
+
+/// One frame as the rules see it.
+#[derive(Debug, Clone, Default)]
+pub struct FrameFact {
+    pub module: String,
+    pub function: String,
+}
+
+/// A traced stack: its frames innermost first and what it holds.
+#[derive(Debug, Clone, Default)]
+pub struct StackFact {
+    pub id: u32,
+    pub frames: Vec<FrameFact>,
+    pub still_mapped: u64,
+    pub calls: u64,
+}
+
+/// How a memory function was intercepted: `got` or `inline`, and where calls now go.
+#[derive(Debug, Clone)]
+pub struct HookFact {
+    pub function: String,
+    pub how: String,
+    /// Who holds the slot or entry (`module`), and the verdict line.
+    pub module: String,
+    pub text: String,
+}
+
+/// Everything a rule may look at. Class figures are Rss+Swap in KiB, by class name.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub stacks: Vec<StackFact>,
+    pub class_growth_kb: BTreeMap<String, i64>,
+    pub class_size_kb: BTreeMap<String, i64>,
+    pub arenas: usize,
+    pub allocator: String,
+    pub hooks: Vec<HookFact>,
+    /// The live environment (with `GLIBC_TUNABLES` entries also as their own keys).
+    pub env: BTreeMap<String, String>,
+    /// Where `env` was read from (`live __environ`, or `/proc/PID/environ (start-up)`).
+    pub env_source: String,
+    pub kernel: BTreeMap<String, String>,
+}
+
+/// A rule that matched, with its evidence.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub rule: String,
+    pub title: String,
+    /// The bytes it explains (still mapped by its stacks, or the class growth/size), for ranking.
+    pub bytes: u64,
+    pub stacks: Vec<u32>,
+    /// The frames that matched, innermost first, for "where".
+    pub frames: Vec<FrameFact>,
+    pub why: String,
+    pub evidence: Vec<String>,
+    pub fix: Vec<Fix>,
+}
+
+/// Parses a rules file; a problem names the rule and field.
+pub fn parse_rules(text: &str) -> Result<Vec<Rule>, String> {
+    let file: RuleFile = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    for r in &file.rules {
+        if r.id.is_empty() || r.fix.is_empty() {
+            return Err(format!("rule `{}`: needs an id and at least one fix", r.id));
+        }
+        let w = &r.when;
+        if w.frames.is_empty() && w.class_growth.is_none() && w.class_size.is_none() {
+            return Err(format!("rule `{}`: `when` needs frames, class_growth or class_size (a growth pattern)", r.id));
+        }
+    }
+    Ok(file.rules)
+}
+
+/// The shipped rules with `extra` merged in: same id replaces, new ids are added at the end.
+pub fn merge_rules(mut base: Vec<Rule>, extra: Vec<Rule>) -> Vec<Rule> {
+    for r in extra {
+        match base.iter_mut().find(|b| b.id == r.id) {
+            Some(b) => *b = r,
+            None => base.push(r),
+        }
+    }
+    base
+}
+
+/// `*` any run, `?` one character; case-sensitive.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+fn frame_matches(pattern: &str, f: &FrameFact) -> bool {
+    pattern.split('|').any(|alt| match alt.split_once(':') {
+        Some((m, func)) => glob(m, &f.module) && glob(func, &f.function),
+        None => glob(alt, &f.function),
+    })
+}
+
+/// The frames matching `patterns` in order, innermost first; `None` unless all match.
+fn match_frames(patterns: &[String], frames: &[FrameFact]) -> Option<Vec<FrameFact>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    for p in patterns {
+        let at = frames[i..].iter().position(|f| frame_matches(p, f))? + i;
+        out.push(frames[at].clone());
+        i = at + 1;
+    }
+    Some(out)
+}
+
+fn class_sum(map: &BTreeMap<String, i64>, classes: &[String]) -> i64 {
+    classes.iter().filter_map(|c| map.get(c)).sum()
+}
+
+fn env_matches(want: &str, have: Option<&String>) -> bool {
+    match (want, have) {
+        ("unset", v) => v.is_none(),
+        ("set", v) => v.is_some(),
+        (glob_, Some(v)) => glob(glob_, v),
+        (_, None) => false,
+    }
+}
+
+/// The process-wide conditions of a rule (everything but frames); with the evidence they give.
+fn process_conditions(w: &When, facts: &Facts) -> Option<Vec<String>> {
+    let mut ev = Vec::new();
+    if let Some(a) = &w.allocator {
+        if !glob(a, &facts.allocator) {
+            return None;
+        }
+        ev.push(format!("allocator: {}", facts.allocator));
+    }
+    if let Some(n) = w.min_arenas {
+        if facts.arenas < n {
+            return None;
+        }
+        ev.push(format!("{} glibc thread arenas", facts.arenas));
+    }
+    if let Some(c) = &w.class_growth {
+        let g = class_sum(&facts.class_growth_kb, &c.classes);
+        if g < c.min_kb as i64 {
+            return None;
+        }
+        ev.push(format!("{} grew by {} KiB during the trace", c.classes.join(" + "), g));
+    }
+    if let Some(c) = &w.class_size {
+        let s = class_sum(&facts.class_size_kb, &c.classes);
+        if s < c.min_kb as i64 {
+            return None;
+        }
+        ev.push(format!("{} hold {} KiB", c.classes.join(" + "), s));
+    }
+    if !w.seen_frames.is_empty() {
+        let f = facts.stacks.iter().find_map(|s| match_frames(&w.seen_frames, &s.frames))?;
+        let names: Vec<&str> = f.iter().map(|f| f.function.as_str()).collect();
+        ev.push(format!("traced calls from {}", names.join(" <- ")));
+    }
+    for func in &w.hooked {
+        let h = facts.hooks.iter().find(|h| &h.function == func)?;
+        ev.push(format!("hook: {}", h.text));
+    }
+    for (k, want) in &w.env {
+        if !env_matches(want, facts.env.get(k)) {
+            return None;
+        }
+    }
+    for (k, want) in &w.kernel {
+        if !facts.kernel.get(k).is_some_and(|v| glob(want, v)) {
+            return None;
+        }
+        ev.push(format!("kernel {k} = {}", facts.kernel[k]));
+    }
+    Some(ev)
+}
+
+/// Evidence every finding of `rule` shows: the hooks on the matched modules and the environment it names.
+fn explanations(rule: &Rule, frames: &[FrameFact], facts: &Facts) -> Vec<String> {
+    let mut ev = Vec::new();
+    for h in &facts.hooks {
+        if !rule.when.hooked.contains(&h.function) && frames.iter().any(|f| f.module == h.module) {
+            ev.push(format!("hook: {}", h.text));
+        }
+    }
+    for k in &rule.explain_env {
+        let v = facts.env.get(k).map(|v| format!("{k}={v}")).unwrap_or_else(|| format!("{k} unset"));
+        ev.push(format!("{v} (environment: {})", facts.env_source));
+    }
+    ev
+}
+
+/// Every finding, most bytes first.
+pub fn evaluate(rules: &[Rule], facts: &Facts) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for rule in rules {
+        let Some(mut evidence) = process_conditions(&rule.when, facts) else { continue };
+        let (bytes, stacks, frames) = if rule.when.frames.is_empty() {
+            let kb = rule
+                .when
+                .class_growth
+                .as_ref()
+                .map(|c| class_sum(&facts.class_growth_kb, &c.classes))
+                .or_else(|| rule.when.class_size.as_ref().map(|c| class_sum(&facts.class_size_kb, &c.classes)))
+                .unwrap_or(0);
+            (kb.max(0) as u64 * 1024, Vec::new(), Vec::new())
+        } else {
+            let mut bytes = 0;
+            let mut ids = Vec::new();
+            let mut frames = Vec::new();
+            for s in facts.stacks.iter().filter(|s| s.still_mapped > 0) {
+                if let Some(f) = match_frames(&rule.when.frames, &s.frames) {
+                    bytes += s.still_mapped;
+                    ids.push(s.id);
+                    if frames.is_empty() {
+                        frames = f;
+                    }
+                }
+            }
+            if ids.is_empty() {
+                continue;
+            }
+            let names: Vec<&str> = frames.iter().map(|f| f.function.as_str()).collect();
+            evidence.insert(0, format!("stack through {}", names.join(" <- ")));
+            (bytes, ids, frames)
+        };
+        evidence.extend(explanations(rule, &frames, facts));
+        out.push(Finding {
+            rule: rule.id.clone(),
+            title: rule.title.clone(),
+            bytes,
+            stacks,
+            frames,
+            why: rule.why.clone(),
+            evidence,
+            fix: rule.fix.clone(),
+        });
+    }
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.rule.cmp(&b.rule)));
+    out
+}
+
+/// `GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=0` as its own keys.
+pub fn parse_tunables(value: &str) -> Vec<(String, String)> {
+    value
+        .split(':')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(module: &str, function: &str) -> FrameFact {
+        FrameFact { module: module.into(), function: function.into() }
+    }
+
+    fn ucx_stack(still: u64) -> StackFact {
+        StackFact {
+            id: 3,
+            frames: vec![
+                f("libc.so.6", "syscall"),
+                f("libucm.so.0", "ucm_orig_mmap"),
+                f("libucs.so.0", "ucs_mpool_grow"),
+                f("libucs.so.0", "ucs_mpool_get"),
+                f("libucs.so.0", "ucs_rcache_invalidate"),
+                f("libucm.so.0", "ucm_munmap"),
+                f("app", "main"),
+            ],
+            still_mapped: still,
+            calls: 4,
+        }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob("ucs_rcache*", "ucs_rcache_invalidate"));
+        assert!(glob("*", ""));
+        assert!(glob("lib?cm*", "libucm.so.0"));
+        assert!(!glob("ucm_*", "xucm_munmap"));
+        assert!(glob("*mpool*grow", "ucs_mpool_grow"));
+        assert!(!glob("a*b", "a"));
+    }
+
+    #[test]
+    fn the_shipped_rules_parse_and_the_ucx_rule_fires_only_on_its_stack() {
+        let rules = parse_rules(DEFAULT_RULES).unwrap();
+        assert!(rules.len() >= 6);
+        let mut facts = Facts { allocator: "glibc".into(), env_source: "live".into(), ..Facts::default() };
+        facts.stacks.push(ucx_stack(256 << 10));
+        facts.stacks.push(StackFact { id: 4, frames: vec![f("app", "leak_site")], still_mapped: 1 << 20, calls: 1 });
+        let found = evaluate(&rules, &facts);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].rule, "ucx-rcache-invalidation");
+        assert_eq!(found[0].bytes, 256 << 10);
+        assert_eq!(found[0].stacks, [3]);
+        assert!(found[0].evidence.iter().any(|e| e.contains("UCX_RCACHE_MAX_UNRELEASED unset")), "{found:#?}");
+        assert!(found[0].fix[0].action.contains("UCX_RCACHE_MAX_UNRELEASED=1024"));
+        assert!(found[0].fix.last().unwrap().action.contains("UCX_MEM_MMAP_HOOK_MODE=none"));
+        // A stack that holds nothing is no finding.
+        facts.stacks[0].still_mapped = 0;
+        assert!(evaluate(&rules, &facts).is_empty());
+    }
+
+    #[test]
+    fn rules_files_replace_and_extend() {
+        let base = parse_rules(DEFAULT_RULES).unwrap();
+        let extra = parse_rules(
+            r#"{"rules": [{"id": "ucx-rcache-invalidation", "title": "t", "when": {"frames": ["nope"]},
+                "why": "w", "fix": [{"action": "a"}]},
+               {"id": "mine", "title": "mine", "when": {"frames": ["leak_site"]}, "why": "w",
+                "fix": [{"action": "free it"}]}]}"#,
+        )
+        .unwrap();
+        let n = base.len();
+        let rules = merge_rules(base, extra);
+        assert_eq!(rules.len(), n + 1);
+        let facts = Facts {
+            stacks: vec![
+                ucx_stack(4096),
+                StackFact { id: 9, frames: vec![f("a", "leak_site")], still_mapped: 8192, calls: 1 },
+            ],
+            ..Facts::default()
+        };
+        let found = evaluate(&rules, &facts);
+        assert_eq!(found.iter().map(|f| f.rule.as_str()).collect::<Vec<_>>(), ["mine"]);
+        assert!(
+            parse_rules(r#"{"rules": [{"id": "x", "title": "t", "when": {}, "why": "w", "fix": [{"action": "a"}]}]}"#)
+                .is_err()
+        );
+        assert!(
+            parse_rules(r#"{"rules": [{"id": "x", "title": "t", "when": {"framez": []}, "why": "w", "fix": []}]}"#)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn process_rules_use_class_figures_and_the_environment() {
+        let rules = parse_rules(DEFAULT_RULES).unwrap();
+        let mut facts = Facts { allocator: "glibc".into(), arenas: 12, ..Facts::default() };
+        facts.class_size_kb.insert("malloc_arenas".into(), 90 << 10);
+        let found = evaluate(&rules, &facts);
+        assert!(found.iter().any(|f| f.rule == "glibc-arenas"), "{found:#?}");
+        facts.arenas = 2;
+        assert!(!evaluate(&rules, &facts).iter().any(|f| f.rule == "glibc-arenas"));
+        assert_eq!(
+            parse_tunables("glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=0"),
+            [
+                ("glibc.malloc.arena_max".to_string(), "2".to_string()),
+                ("glibc.malloc.trim_threshold".into(), "0".into())
+            ]
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! From code addresses to names: function + offset from `.symtab`/`.dynsym` (demangled for Rust and C++),
+//! file:line and inlined calls from DWARF via addr2line. Debug info is found in the module itself, in a separate
+//! debug file by build-id (`/usr/lib/debug/.build-id/xx/rest.debug`, under the target's root first), or by
+//! `.gnu_debuglink` (addr2line's own loader does not follow it). Tables are parsed once per module and every
+//! distinct address is resolved once; this runs after capture, never while the target is stopped.
+
+use crate::analysis::unwind::RawFrame;
+use crate::model::stack::Frame;
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+
+/// A function symbol: stated start address, size (0: unknown, up to the next symbol), demangled name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sym {
+    pub start: u64,
+    pub size: u64,
+    pub name: String,
+}
+
+/// Function symbols of one or more ELF files of a module, sorted by address.
+#[derive(Debug, Default)]
+pub struct SymTable(Vec<Sym>);
+
+impl SymTable {
+    /// Symbols of `files` (the module, then its debug file): `.symtab` and `.dynsym`, functions only.
+    pub fn parse(files: &[&[u8]]) -> SymTable {
+        let mut v: Vec<Sym> = Vec::new();
+        for data in files {
+            let Ok(file) = object::File::parse(*data) else { continue };
+            for s in file.symbols().chain(file.dynamic_symbols()) {
+                if s.kind() != SymbolKind::Text || !s.is_definition() || s.address() == 0 {
+                    continue;
+                }
+                let Ok(name) = s.name() else { continue };
+                if name.is_empty() {
+                    continue;
+                }
+                v.push(Sym {
+                    start: s.address(),
+                    size: s.size(),
+                    name: addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned(),
+                });
+            }
+        }
+        // Aliases (read/__libc_read/__GI___libc_read) share an address: keep one, preferring a sized global.
+        v.sort_by(|a, b| a.start.cmp(&b.start).then(b.size.cmp(&a.size)));
+        v.dedup_by_key(|s| s.start);
+        SymTable(v)
+    }
+
+    /// The function containing stated address `svma`.
+    pub fn find(&self, svma: u64) -> Option<&Sym> {
+        let i = self.0.partition_point(|s| s.start <= svma).checked_sub(1)?;
+        let s = self.0.get(i)?;
+        let end = if s.size > 0 {
+            s.start.checked_add(s.size)?
+        } else {
+            self.0.get(i + 1).map(|n| n.start).unwrap_or(u64::MAX)
+        };
+        (svma < end).then_some(s)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// DWARF line and inline information of a module.
+pub struct Dwarf(addr2line::Context<Reader>);
+
+impl Dwarf {
+    /// Loads DWARF from an ELF file (decompressing sections as needed); `None` if it has no `.debug_info`.
+    pub fn load(data: &[u8]) -> Option<Dwarf> {
+        let file = object::File::parse(data).ok()?;
+        file.section_by_name(".debug_info")?;
+        let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
+        let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+            let bytes: Arc<[u8]> = match file.section_by_name(id.name()) {
+                Some(s) => match s.uncompressed_data() {
+                    Ok(d) => Arc::from(&*d),
+                    Err(_) => Arc::from(&[][..]),
+                },
+                None => Arc::from(&[][..]),
+            };
+            Ok(gimli::EndianArcSlice::new(bytes, endian))
+        };
+        let dwarf = gimli::Dwarf::load(load).ok()?;
+        addr2line::Context::from_dwarf(dwarf).ok().map(Dwarf)
+    }
+
+    /// (function, file, line) from innermost inlined call outwards, at stated address `svma`.
+    pub fn frames(&self, svma: u64) -> Vec<(Option<String>, Option<String>, Option<u32>)> {
+        let mut out = Vec::new();
+        let Ok(mut it) = self.0.find_frames(svma).skip_all_loads() else {
+            return out;
+        };
+        // Bounded: corrupt DWARF must not make this spin.
+        while let Ok(Some(f)) = it.next() {
+            let name = f.function.as_ref().and_then(|n| n.demangle().ok()).map(|n| n.into_owned());
+            let (file, line) = match f.location {
+                Some(l) => (l.file.map(str::to_string), l.line),
+                None => (None, None),
+            };
+            out.push((name, file, line));
+            if out.len() > 64 {
+                break;
+            }
+        }
+        out
+    }
+}
+
+/// Paths where the separate debug file of a module may be, the target's view (`root`, e.g. `/proc/PID/root`)
+/// before the host's.
+pub fn debug_file_candidates(root: &str, path: &str, build_id: Option<&[u8]>, debuglink: Option<&str>) -> Vec<String> {
+    let mut out = Vec::new();
+    let roots: Vec<&str> = if root.is_empty() { vec![""] } else { vec![root, ""] };
+    if let Some(id) = build_id.filter(|id| id.len() >= 2) {
+        let hex = crate::model::modules::hex(id);
+        for r in &roots {
+            out.push(format!("{r}/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
+        }
+    }
+    if let Some(name) = debuglink.filter(|n| !n.is_empty() && !n.contains('/')) {
+        let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        for r in &roots {
+            out.push(format!("{r}{dir}/{name}"));
+            out.push(format!("{r}{dir}/.debug/{name}"));
+            out.push(format!("{r}/usr/lib/debug{dir}/{name}"));
+        }
+    }
+    out
+}
+
+/// The CRC-32 that `.gnu_debuglink` records (the zlib/ISO 3309 one).
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut table = [0u32; 256];
+    for (i, slot) in table.iter_mut().enumerate() {
+        let mut c = i as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+        }
+        *slot = c;
+    }
+    let mut crc = !0u32;
+    for &b in data {
+        crc = table[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
+    }
+    !crc
+}
+
+/// Finds the separate debug file of the module whose file is `data` among the candidates `load` can read,
+/// checking it belongs to it (same build-id, or the debuglink's CRC when the module has no build-id).
+pub fn find_debug_file(
+    root: &str,
+    path: &str,
+    data: &[u8],
+    load: impl Fn(&str) -> Option<Vec<u8>>,
+) -> Option<(String, Arc<[u8]>)> {
+    let file = object::File::parse(data).ok()?;
+    let build_id = file.build_id().ok().flatten();
+    let link = file.gnu_debuglink().ok().flatten();
+    let link_name = link.and_then(|(n, _)| std::str::from_utf8(n).ok());
+    for cand in debug_file_candidates(root, path, build_id, link_name) {
+        let Some(bytes) = load(&cand) else { continue };
+        let ok = match (build_id, object::File::parse(&*bytes).ok()) {
+            (Some(id), Some(f)) => f.build_id().ok().flatten() == Some(id),
+            (None, Some(_)) => link.is_some_and(|(_, crc)| crc32(&bytes) == crc),
+            _ => false,
+        };
+        if ok {
+            return Some((cand, bytes.into()));
+        }
+    }
+    None
+}
+
+/// Everything known to name addresses in one module.
+pub struct SymModule {
+    pub syms: SymTable,
+    pub dwarf: Option<Dwarf>,
+}
+
+impl SymModule {
+    /// From the module's file and its debug file, if any (DWARF from the debug file first).
+    pub fn parse(data: &[u8], debug: Option<&[u8]>) -> SymModule {
+        let mut files = vec![data];
+        files.extend(debug);
+        SymModule { syms: SymTable::parse(&files), dwarf: debug.and_then(Dwarf::load).or_else(|| Dwarf::load(data)) }
+    }
+
+    /// The frames (inlined calls first) of one address of this module, mapped with `bias`.
+    pub fn resolve(&self, module: &str, bias: u64, f: &RawFrame) -> Vec<Frame> {
+        let svma = f.lookup.wrapping_sub(bias);
+        // A signal trampoline is entered by a return to its first byte: pc-1 falls before its symbol.
+        let sym = self
+            .syms
+            .find(svma)
+            .or_else(|| self.syms.find(f.pc.wrapping_sub(bias)).filter(|s| s.start == f.pc.wrapping_sub(bias)));
+        let mut dwarf = self.dwarf.as_ref().map(|d| d.frames(svma)).unwrap_or_default();
+        let base = Frame { addr: f.pc, module: Some(module.to_string()), ..Frame::default() };
+        let outer = dwarf.pop();
+        let mut out: Vec<Frame> = dwarf
+            .into_iter()
+            .map(|(function, file, line)| Frame { function, file, line, inlined: true, ..base.clone() })
+            .collect();
+        let (dw_name, file, line) = outer.unwrap_or_default();
+        let last = match sym {
+            Some(s) => Frame {
+                function: Some(s.name.clone()),
+                offset: f.pc.checked_sub(bias.wrapping_add(s.start)),
+                file,
+                line,
+                ..base
+            },
+            // No symbol: the DWARF name if any, else module+offset (the offset into the file's addresses).
+            None => Frame {
+                offset: if dw_name.is_none() { Some(f.pc.wrapping_sub(bias)) } else { None },
+                function: dw_name,
+                file,
+                line,
+                ..base
+            },
+        };
+        out.push(last);
+        out
+    }
+}
+
+/// Resolves addresses once each, per process.
+#[derive(Default)]
+pub struct Symbolizer {
+    cache: HashMap<(u64, u64), Vec<Frame>>,
+    pub resolved: u64,
+}
+
+impl Symbolizer {
+    /// The frames of `f`, from the cache or resolved now with `module` = (name, bias, symbols).
+    pub fn frames(&mut self, f: &RawFrame, module: impl FnOnce() -> Option<(String, u64, Rc<SymModule>)>) -> &[Frame] {
+        self.cache.entry((f.pc, f.lookup)).or_insert_with(|| match module() {
+            Some((name, bias, m)) => m.resolve(&name, bias, f),
+            None => vec![Frame { addr: f.pc, ..Frame::default() }],
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_matches_zlib() {
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+        assert_eq!(crc32(b""), 0);
+    }
+
+    #[test]
+    fn candidates_by_build_id_and_debuglink() {
+        let c =
+            debug_file_candidates("/proc/9/root", "/usr/lib/libx.so", Some(&[0xab, 0xcd, 0xef]), Some("libx.debug"));
+        assert_eq!(c[0], "/proc/9/root/usr/lib/debug/.build-id/ab/cdef.debug");
+        assert_eq!(c[1], "/usr/lib/debug/.build-id/ab/cdef.debug");
+        assert!(c.contains(&"/proc/9/root/usr/lib/.debug/libx.debug".to_string()));
+        assert!(c.contains(&"/usr/lib/debug/usr/lib/libx.debug".to_string()));
+        assert!(debug_file_candidates("", "/a", None, Some("../etc/passwd")).is_empty());
+    }
+
+    #[test]
+    fn symbols_of_own_executable() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let t = SymTable::parse(&[&exe]);
+        assert!(!t.is_empty());
+        // Demangled, without the hash (closures inside the test have names of their own: skip them).
+        let s = t.0.iter().find(|s| s.name.ends_with("tests::symbols_of_own_executable")).unwrap();
+        assert_eq!(t.find(s.start + 1).map(|f| &f.name), Some(&s.name));
+    }
+}

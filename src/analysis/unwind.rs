@@ -1,0 +1,929 @@
+//! A pure DWARF CFI unwinder for x86_64: captured registers + a captured copy of the stack + each module's
+//! unwind sections in, the frames' addresses out, with the reason the walk ended. Nothing here touches a
+//! process: the caller supplies modules through [`ModuleLookup`] (live from /proc, or fixtures in tests).
+//!
+//! Rules, in the order they are tried for each frame: the module's `.eh_frame` (through `.eh_frame_hdr`'s
+//! binary-search table), then `.debug_frame` (the module's own, or its separate debug file's), then glibc's
+//! `__restore_rt` recognised by its bytes, then a PLT stub's fixed shape, and only where no CFI exists at all, the
+//! frame-pointer chain (marked [`How::FramePointer`]). Every value read from the stack or a file goes through
+//! checked arithmetic: a corrupt table or stack ends the walk with a reason, it never panics or invents a frame.
+
+use gimli::{
+    BaseAddresses, CfaRule, DebugFrame, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, Register, RegisterRule,
+    UnwindContext, UnwindSection, UnwindTableRow,
+};
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// DWARF register numbers on x86_64 (SysV psABI figure 3.36).
+pub const RBX: usize = 3;
+pub const RBP: usize = 6;
+pub const RSP: usize = 7;
+pub const RA: usize = 16;
+const NREGS: usize = 17;
+/// Preserved across calls (psABI): an unwind rule that does not mention them means "same value".
+const CALLEE_SAVED: [usize; 6] = [RBX, RBP, 12, 13, 14, 15];
+
+/// glibc's `__restore_rt`: `mov $15, %rax; syscall` (rt_sigreturn). libgcc's x86_64 fallback matches these bytes.
+pub const RESTORE_RT: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+/// Offset of `uc_mcontext` in the kernel's `ucontext` (uc_flags, uc_link, uc_stack), and of each register
+/// in `struct sigcontext`, in DWARF numbering (`r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip`).
+const MCONTEXT: u64 = 40;
+const SIGCONTEXT_SLOTS: [usize; 17] = [8, 9, 10, 11, 12, 13, 14, 15, 5, 4, RBP, RBX, 1, 0, 2, RSP, RA];
+
+/// Register values of one frame in DWARF numbering; `None` where the value is not recoverable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindRegs(pub [Option<u64>; NREGS]);
+
+impl UnwindRegs {
+    /// All registers of a stopped thread (PTRACE_GETREGS).
+    pub fn from_regs(r: &crate::model::regs::Regs) -> UnwindRegs {
+        let g = &r.0;
+        let v = [
+            g.rax, g.rdx, g.rcx, g.rbx, g.rsi, g.rdi, g.rbp, g.rsp, g.r8, g.r9, g.r10, g.r11, g.r12, g.r13, g.r14,
+            g.r15, g.rip,
+        ];
+        UnwindRegs(v.map(Some))
+    }
+    pub fn get(&self, reg: usize) -> Option<u64> {
+        self.0.get(reg).copied().flatten()
+    }
+    fn name(reg: usize) -> &'static str {
+        const N: [&str; NREGS] = [
+            "rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
+            "r15", "rip",
+        ];
+        N.get(reg).copied().unwrap_or("a register")
+    }
+}
+
+/// The copy of the stack taken at capture: `bytes` start at `base` (the thread's rsp then).
+pub struct StackWindow<'a> {
+    pub base: u64,
+    pub bytes: &'a [u8],
+    /// How many bytes were asked for: a copy as long as asked may end before the stack does.
+    pub asked: usize,
+}
+
+impl StackWindow<'_> {
+    /// The 8 bytes at `addr`, or why they are not known.
+    pub fn read_u64(&self, addr: u64) -> Result<u64, String> {
+        let end = self.base.saturating_add(self.bytes.len() as u64);
+        let off = addr
+            .checked_sub(self.base)
+            .ok_or_else(|| format!("stack read at {addr:#x} is below the captured stack pointer {:#x}", self.base))?;
+        let slice = usize::try_from(off).ok().and_then(|o| self.bytes.get(o..o.checked_add(8)?));
+        match slice {
+            Some(b) => Ok(u64::from_le_bytes(b.try_into().map_err(|_| "short read".to_string())?)),
+            None if self.bytes.len() >= self.asked && addr < end.saturating_add(1 << 24) => Err(format!(
+                "the stack copy ({} bytes from {:#x}) ends before the stack does (read at {addr:#x}); \
+                 raise --stack-bytes",
+                self.bytes.len(),
+                self.base
+            )),
+            None => Err(format!(
+                "stack read at {addr:#x} is outside the copied stack {:#x}-{end:#x} (unmapped, or another stack)",
+                self.base
+            )),
+        }
+    }
+}
+
+/// A section of a file: its bytes' range in the data and its address as stated in the file.
+#[derive(Clone, Debug)]
+pub struct Sect {
+    pub range: Range<usize>,
+    pub svma: u64,
+}
+
+/// The unwind information of one ELF file, in the file's own (stated) addresses. Parsed once per build-id;
+/// looked-up rows are cached by address, so unwinding the same code again costs a hash lookup.
+pub struct ModuleCfi {
+    data: Arc<[u8]>,
+    eh_frame: Option<Sect>,
+    eh_frame_hdr: Option<Sect>,
+    /// `.debug_frame`, from the module or its separate debug file.
+    debug_frame: Option<(Arc<[u8]>, Range<usize>)>,
+    text: u64,
+    got: u64,
+    /// Stated address ranges of `.plt`, `.plt.got`, `.plt.sec`.
+    plt: Vec<Range<u64>>,
+    /// Executable segments: stated address range and file offset, to read code bytes.
+    exec: Vec<(Range<u64>, usize)>,
+    eh_index: OnceLock<Vec<(u64, u64, usize)>>,
+    debug_index: OnceLock<Vec<(u64, u64, usize)>>,
+    rows: Mutex<HashMap<u64, Lookup>>,
+}
+
+/// The result of looking up one address, cached.
+#[derive(Clone, Debug)]
+enum Lookup {
+    Row { row: Arc<UnwindTableRow<usize>>, from_debug: bool, signal: bool },
+    NoCfi,
+    Bad(String),
+}
+
+/// The CFI row at `svma` from the FDE search of one section (`what`: its name, for messages); `None` when the
+/// section has no entry for the address, so the next section is tried.
+fn row_from<'s, S>(
+    fde: gimli::Result<gimli::FrameDescriptionEntry<EndianSlice<'s, LittleEndian>>>,
+    section: &S,
+    bases: &BaseAddresses,
+    ctx: &mut UnwindContext<usize>,
+    svma: u64,
+    what: &str,
+) -> Option<Lookup>
+where
+    S: UnwindSection<EndianSlice<'s, LittleEndian>>,
+{
+    let fde = match fde {
+        Ok(fde) => fde,
+        Err(gimli::Error::NoUnwindInfoForAddress) => return None,
+        Err(e) => return Some(Lookup::Bad(format!("corrupt {what} near {svma:#x}: {e}"))),
+    };
+    Some(match fde.unwind_info_for_address(section, bases, ctx, svma) {
+        Ok(row) => Lookup::Row {
+            row: Arc::new(row.clone()),
+            from_debug: what == ".debug_frame",
+            signal: fde.is_signal_trampoline(),
+        },
+        Err(e) => Lookup::Bad(format!("corrupt {what} entry for {svma:#x}: {e}")),
+    })
+}
+
+impl ModuleCfi {
+    /// Reads the unwind sections of an ELF file (`data`); `debug` is a separate debug file, used for its
+    /// `.debug_frame` when the module has none.
+    pub fn parse(data: Arc<[u8]>, debug: Option<Arc<[u8]>>) -> Result<ModuleCfi, String> {
+        use object::{Object, ObjectSection, ObjectSegment};
+        let file = object::File::parse(&*data).map_err(|e| format!("not a readable ELF file ({e})"))?;
+        let sect = |name: &str| -> Option<Sect> {
+            let s = file.section_by_name(name)?;
+            let (off, size) = s.file_range()?;
+            let start = usize::try_from(off).ok()?;
+            let end = start.checked_add(usize::try_from(size).ok()?)?;
+            (end <= data.len()).then_some(Sect { range: start..end, svma: s.address() })
+        };
+        let addr_of = |name: &str| file.section_by_name(name).map(|s| s.address()).unwrap_or(0);
+        let plt = [".plt", ".plt.got", ".plt.sec"]
+            .iter()
+            .filter_map(|n| file.section_by_name(n))
+            .filter_map(|s| Some(s.address()..s.address().checked_add(s.size())?))
+            .collect();
+        let exec = match &file {
+            object::File::Elf64(elf) => {
+                use object::read::elf::ProgramHeader;
+                let e = elf.endian();
+                elf.elf_program_headers()
+                    .iter()
+                    .filter(|p| p.p_type(e) == object::elf::PT_LOAD && p.p_flags(e).0 & object::elf::PF_X.0 != 0)
+                    .filter_map(|p| {
+                        let start = p.p_vaddr(e);
+                        Some((start..start.checked_add(p.p_filesz(e))?, usize::try_from(p.p_offset(e)).ok()?))
+                    })
+                    .collect()
+            }
+            _ => file
+                .segments()
+                .filter_map(|s| {
+                    let (off, size) = s.file_range();
+                    Some((s.address()..s.address().checked_add(size)?, usize::try_from(off).ok()?))
+                })
+                .collect(),
+        };
+        let own_debug = sect(".debug_frame").map(|s| (data.clone(), s.range));
+        let debug_frame = own_debug.or_else(|| {
+            let d = debug?;
+            let f = object::File::parse(&*d).ok()?;
+            let s = f.section_by_name(".debug_frame")?;
+            let (off, size) = s.file_range()?;
+            let start = usize::try_from(off).ok()?;
+            let end = start.checked_add(usize::try_from(size).ok()?)?;
+            (end <= d.len()).then_some((d.clone(), start..end))
+        });
+        Ok(ModuleCfi {
+            eh_frame: sect(".eh_frame"),
+            eh_frame_hdr: sect(".eh_frame_hdr"),
+            debug_frame,
+            text: addr_of(".text"),
+            got: addr_of(".got"),
+            plt,
+            exec,
+            eh_index: OnceLock::new(),
+            debug_index: OnceLock::new(),
+            rows: Mutex::new(HashMap::new()),
+            data,
+        })
+    }
+
+    /// A module from raw parts, for fixtures: `data` holds everything, `eh_frame`/`debug_frame` index into it,
+    /// `exec` maps stated code addresses to offsets in `data`, `plt` lists PLT ranges.
+    pub fn from_sections(
+        data: Arc<[u8]>,
+        eh_frame: Option<Sect>,
+        debug_frame: Option<Range<usize>>,
+        exec: Vec<(Range<u64>, usize)>,
+        plt: Vec<Range<u64>>,
+    ) -> ModuleCfi {
+        ModuleCfi {
+            eh_frame,
+            eh_frame_hdr: None,
+            debug_frame: debug_frame.map(|r| (data.clone(), r)),
+            text: 0,
+            got: 0,
+            plt,
+            exec,
+            eh_index: OnceLock::new(),
+            debug_index: OnceLock::new(),
+            rows: Mutex::new(HashMap::new()),
+            data,
+        }
+    }
+
+    /// Whether the file has any CFI at all.
+    pub fn has_cfi(&self) -> bool {
+        self.eh_frame.is_some() || self.debug_frame.is_some()
+    }
+
+    fn bases(&self) -> BaseAddresses {
+        let mut b = BaseAddresses::default().set_text(self.text).set_got(self.got);
+        if let Some(s) = &self.eh_frame {
+            b = b.set_eh_frame(s.svma);
+        }
+        if let Some(s) = &self.eh_frame_hdr {
+            b = b.set_eh_frame_hdr(s.svma);
+        }
+        b
+    }
+
+    fn eh(&self) -> Option<EhFrame<EndianSlice<'_, LittleEndian>>> {
+        let s = self.eh_frame.as_ref()?;
+        let mut eh = EhFrame::new(self.data.get(s.range.clone())?, LittleEndian);
+        eh.set_address_size(8);
+        Some(eh)
+    }
+
+    fn debug(&self) -> Option<DebugFrame<EndianSlice<'_, LittleEndian>>> {
+        let (d, r) = self.debug_frame.as_ref()?;
+        let mut df = DebugFrame::new(d.get(r.clone())?, LittleEndian);
+        df.set_address_size(8);
+        Some(df)
+    }
+
+    /// `len` bytes of code at stated address `svma`, from the file.
+    pub fn code(&self, svma: u64, len: usize) -> Option<&[u8]> {
+        let (r, off) = self.exec.iter().find(|(r, _)| r.contains(&svma))?;
+        let start = off.checked_add(usize::try_from(svma - r.start).ok()?)?;
+        let end = start.checked_add(len)?;
+        let seg_end = off.checked_add(usize::try_from(r.end - r.start).ok()?)?;
+        if end > seg_end {
+            return None;
+        }
+        self.data.get(start..end)
+    }
+
+    fn in_plt(&self, svma: u64) -> bool {
+        self.plt.iter().any(|r| r.contains(&svma))
+    }
+
+    /// The CFI row for stated address `svma`, cached.
+    fn lookup(&self, svma: u64) -> Lookup {
+        if let Some(hit) = self.rows.lock().ok().and_then(|m| m.get(&svma).cloned()) {
+            return hit;
+        }
+        let found = self.lookup_uncached(svma);
+        if let Ok(mut m) = self.rows.lock() {
+            m.insert(svma, found.clone());
+        }
+        found
+    }
+
+    fn lookup_uncached(&self, svma: u64) -> Lookup {
+        let bases = self.bases();
+        let mut ctx = UnwindContext::new();
+        if let Some(eh) = self.eh() {
+            let fde = match self.eh_frame_hdr.as_ref().and_then(|h| self.data.get(h.range.clone())) {
+                Some(hdr) => EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).and_then(|p| match p.table() {
+                    Some(t) => t.fde_for_address(&eh, &bases, svma, EhFrame::cie_from_offset),
+                    None => Err(gimli::Error::NoUnwindInfoForAddress),
+                }),
+                None => self.indexed_fde(&self.eh_index, &eh, &bases, svma),
+            };
+            if let Some(found) = row_from(fde, &eh, &bases, &mut ctx, svma, ".eh_frame") {
+                return found;
+            }
+        }
+        if let Some(df) = self.debug() {
+            let fde = self.indexed_fde(&self.debug_index, &df, &bases, svma);
+            if let Some(found) = row_from(fde, &df, &bases, &mut ctx, svma, ".debug_frame") {
+                return found;
+            }
+        }
+        Lookup::NoCfi
+    }
+
+    /// Finds the FDE covering `svma` in a section without a search table, through an index of all its FDEs
+    /// built on first use (sorted by start address).
+    fn indexed_fde<'s, S>(
+        &self,
+        index: &OnceLock<Vec<(u64, u64, usize)>>,
+        section: &S,
+        bases: &BaseAddresses,
+        svma: u64,
+    ) -> gimli::Result<gimli::FrameDescriptionEntry<EndianSlice<'s, LittleEndian>>>
+    where
+        S: UnwindSection<EndianSlice<'s, LittleEndian>>,
+    {
+        let idx = index.get_or_init(|| {
+            let mut v = Vec::new();
+            let mut entries = section.entries(bases);
+            // A corrupt entry ends the index there: what came before is still usable.
+            while let Ok(Some(e)) = entries.next() {
+                if let gimli::CieOrFde::Fde(partial) = e
+                    && let Ok(fde) = partial.parse(S::cie_from_offset)
+                    && let Some(end) = fde.initial_address().checked_add(fde.len())
+                {
+                    v.push((fde.initial_address(), end, fde.offset()));
+                }
+            }
+            v.sort_unstable();
+            v
+        });
+        let i = idx.partition_point(|&(start, _, _)| start <= svma);
+        let &(start, end, off) =
+            i.checked_sub(1).and_then(|i| idx.get(i)).ok_or(gimli::Error::NoUnwindInfoForAddress)?;
+        if !(start..end).contains(&svma) {
+            return Err(gimli::Error::NoUnwindInfoForAddress);
+        }
+        section.fde_from_offset(bases, S::Offset::from(off), S::cie_from_offset)
+    }
+}
+
+/// One module as mapped in the process: run-time address = `bias` + stated address.
+#[derive(Clone)]
+pub struct MappedCfi {
+    pub bias: u64,
+    pub cfi: Arc<ModuleCfi>,
+}
+
+/// Finds the module that holds a code address.
+pub trait ModuleLookup {
+    /// The module mapping `addr`; `None` if no module does (the caller may reload its list before answering).
+    fn find(&mut self, addr: u64) -> Option<MappedCfi>;
+}
+
+/// How a frame's address was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum How {
+    /// The captured rip.
+    Regs,
+    /// From the callee's CFI.
+    Cfi,
+    /// Restored from a signal frame's ucontext: the pc of the interrupted instruction, looked up as is.
+    Signal,
+    /// From the callee's saved frame pointer: no CFI covered the callee.
+    FramePointer,
+    /// The callee was a PLT stub (no CFI): the return address is at the top of its stack.
+    Plt,
+}
+
+impl How {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            How::Regs => "regs",
+            How::Cfi => "cfi",
+            How::Signal => "signal",
+            How::FramePointer => "frame-pointer",
+            How::Plt => "plt",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RawFrame {
+    /// The frame's pc: rip for the first frame and a signal's interrupted frame, else a return address.
+    pub pc: u64,
+    /// Where to look the frame up (rules, symbols, lines): `pc`, or `pc - 1` for a return address, so a call
+    /// that is the last instruction of a function is not attributed to the next one.
+    pub lookup: u64,
+    pub how: How,
+}
+
+/// Why the walk ended.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum End {
+    /// The outermost frame (`_start`, a thread's `clone3`): its CFI says it has no caller.
+    Outermost(String),
+    /// The walk stopped before the outermost frame.
+    Truncated(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Unwound {
+    pub frames: Vec<RawFrame>,
+    pub end: End,
+}
+
+/// Unwinds from `regs` over the captured `stack`, at most `max_depth` frames.
+pub fn unwind(regs: UnwindRegs, stack: &StackWindow, modules: &mut dyn ModuleLookup, max_depth: usize) -> Unwound {
+    let mut frames = Vec::new();
+    let end = walk(regs, stack, modules, max_depth, &mut frames);
+    Unwound { frames, end }
+}
+
+fn walk(
+    mut regs: UnwindRegs,
+    stack: &StackWindow,
+    modules: &mut dyn ModuleLookup,
+    max_depth: usize,
+    frames: &mut Vec<RawFrame>,
+) -> End {
+    let Some(pc) = regs.get(RA) else {
+        return End::Truncated("no rip".into());
+    };
+    let mut frame = RawFrame { pc, lookup: pc, how: How::Regs };
+    let mut seen = HashSet::new();
+    loop {
+        if frames.len() >= max_depth {
+            return End::Truncated(format!("--stack-depth {max_depth} reached"));
+        }
+        frames.push(frame);
+        let sp = match regs.get(RSP) {
+            Some(sp) => sp,
+            None => return End::Truncated("stack pointer unknown".into()),
+        };
+        if !seen.insert((frame.pc, sp)) {
+            return End::Truncated(format!("loop: frame {:#x} with sp {sp:#x} seen before", frame.pc));
+        }
+        let step = match step(&regs, frame, stack, modules) {
+            Ok(s) => s,
+            Err(end) => return end,
+        };
+        let Some(next_pc) = step.regs.get(RA) else {
+            return End::Truncated("return address unknown".into());
+        };
+        if next_pc == 0 {
+            return End::Outermost("return address is 0".into());
+        }
+        let Some(next_sp) = step.regs.get(RSP) else {
+            return End::Truncated(format!("caller's stack pointer unknown above {:#x}", frame.pc));
+        };
+        // A caller's frame lies above its callee's; a signal frame may switch stacks (sigaltstack).
+        if !step.signal && next_sp <= sp {
+            return End::Truncated(format!(
+                "stack pointer did not move up ({sp:#x} -> {next_sp:#x}) above {:#x}: corrupt CFI or stack",
+                frame.pc
+            ));
+        }
+        let lookup = if step.signal {
+            next_pc
+        } else {
+            match next_pc.checked_sub(1) {
+                Some(l) => l,
+                None => return End::Truncated("return address underflow".into()),
+            }
+        };
+        frame = RawFrame { pc: next_pc, lookup, how: step.how };
+        regs = step.regs;
+    }
+}
+
+struct Step {
+    regs: UnwindRegs,
+    /// The next frame was interrupted by a signal: look it up at its pc.
+    signal: bool,
+    how: How,
+}
+
+fn step(regs: &UnwindRegs, frame: RawFrame, stack: &StackWindow, modules: &mut dyn ModuleLookup) -> Result<Step, End> {
+    let trunc = |s: String| End::Truncated(s);
+    let Some(m) = modules.find(frame.lookup) else {
+        return frame_pointer(regs, stack, modules)
+            .map_err(|e| trunc(format!("{:#x} is in no module, and {e}", frame.pc)))
+            .map(|regs| Step { regs, signal: false, how: How::FramePointer });
+    };
+    let svma = frame.lookup.wrapping_sub(m.bias);
+    match m.cfi.lookup(svma) {
+        Lookup::Row { row, from_debug, signal } => {
+            let regs = apply_row(&row, regs, stack, &m.cfi, from_debug)?;
+            Ok(Step { regs, signal, how: if signal { How::Signal } else { How::Cfi } })
+        }
+        Lookup::Bad(why) => Err(trunc(why)),
+        Lookup::NoCfi => {
+            let pc_svma = frame.pc.wrapping_sub(m.bias);
+            if m.cfi.code(pc_svma, RESTORE_RT.len()) == Some(&RESTORE_RT[..]) {
+                return signal_frame(regs, stack).map_err(trunc).map(|regs| Step {
+                    regs,
+                    signal: true,
+                    how: How::Signal,
+                });
+            }
+            if m.cfi.in_plt(svma) {
+                let sp = regs.get(RSP).ok_or_else(|| trunc("stack pointer unknown in a PLT stub".into()))?;
+                let ra = stack.read_u64(sp).map_err(trunc)?;
+                let mut next = callee_saved_only(regs);
+                next.0[RA] = Some(ra);
+                next.0[RSP] = sp.checked_add(8);
+                return Ok(Step { regs: next, signal: false, how: How::Plt });
+            }
+            frame_pointer(regs, stack, modules)
+                .map_err(|e| trunc(format!("no CFI covers {:#x}, and {e}", frame.pc)))
+                .map(|regs| Step { regs, signal: false, how: How::FramePointer })
+        }
+    }
+}
+
+fn callee_saved_only(regs: &UnwindRegs) -> UnwindRegs {
+    let mut next = UnwindRegs::default();
+    for r in CALLEE_SAVED {
+        next.0[r] = regs.get(r);
+    }
+    next
+}
+
+/// The classic frame-pointer step: `[rbp]` is the caller's rbp, `[rbp+8]` the return address. rbp is only a
+/// guess in code built without frame pointers, so the return address must land in a known module: a chain that
+/// leads nowhere ends the walk instead of inventing frames.
+fn frame_pointer(regs: &UnwindRegs, stack: &StackWindow, modules: &mut dyn ModuleLookup) -> Result<UnwindRegs, String> {
+    let rbp = regs.get(RBP).ok_or("no frame pointer is known")?;
+    let sp = regs.get(RSP).ok_or("the stack pointer is unknown")?;
+    if rbp < sp || rbp % 8 != 0 {
+        return Err(format!("rbp {rbp:#x} is not a frame pointer"));
+    }
+    let saved_rbp = stack.read_u64(rbp)?;
+    let ra = stack.read_u64(rbp.checked_add(8).ok_or("rbp overflow")?)?;
+    if ra.checked_sub(1).and_then(|l| modules.find(l)).is_none() {
+        return Err(format!("the frame-pointer guess (rbp {rbp:#x}) gives {ra:#x}, which is in no module"));
+    }
+    let mut next = callee_saved_only(regs);
+    next.0[RBP] = Some(saved_rbp);
+    next.0[RA] = Some(ra);
+    next.0[RSP] = rbp.checked_add(16);
+    Ok(next)
+}
+
+/// The interrupted registers saved by the kernel in the ucontext at the trampoline's stack pointer (the handler's
+/// `ret` popped `pretcode`, so rsp points at the `ucontext`).
+fn signal_frame(regs: &UnwindRegs, stack: &StackWindow) -> Result<UnwindRegs, String> {
+    let sp = regs.get(RSP).ok_or("stack pointer unknown at a signal frame")?;
+    let mc = sp.checked_add(MCONTEXT).ok_or("ucontext address overflow")?;
+    let mut next = UnwindRegs::default();
+    for (i, &reg) in SIGCONTEXT_SLOTS.iter().enumerate() {
+        let at = mc.checked_add(8 * i as u64).ok_or("ucontext address overflow")?;
+        next.0[reg] = Some(stack.read_u64(at)?);
+    }
+    Ok(next)
+}
+
+fn apply_row(
+    row: &UnwindTableRow<usize>,
+    regs: &UnwindRegs,
+    stack: &StackWindow,
+    cfi: &ModuleCfi,
+    from_debug: bool,
+) -> Result<UnwindRegs, End> {
+    let trunc = End::Truncated;
+    let eval = |e: &gimli::UnwindExpression<usize>, initial: Option<u64>| -> Result<u64, String> {
+        let expr = if from_debug { cfi.debug().map(|s| e.get(&s)) } else { cfi.eh().map(|s| e.get(&s)) };
+        let expr = expr.ok_or("CFI section vanished")?.map_err(|e| format!("bad CFI expression: {e}"))?;
+        evaluate(expr, initial, regs, stack)
+    };
+    let cfa = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            let base = regs.get(register.0 as usize).ok_or_else(|| {
+                trunc(format!("CFA needs {} which is not known in this frame", UnwindRegs::name(register.0 as usize)))
+            })?;
+            base.checked_add_signed(*offset).ok_or_else(|| trunc("CFA overflows".into()))?
+        }
+        CfaRule::Expression(e) => eval(e, None).map_err(trunc)?,
+    };
+    let mut next = UnwindRegs::default();
+    for r in 0..NREGS {
+        let rule = row.register(Register(r as u16));
+        let value = match rule {
+            None if r == RSP => Some(cfa),
+            None if CALLEE_SAVED.contains(&r) => regs.get(r),
+            None => None,
+            Some(RegisterRule::Undefined) => None,
+            Some(RegisterRule::SameValue) => regs.get(r),
+            Some(RegisterRule::Offset(n)) => {
+                let at = cfa.checked_add_signed(n);
+                match at.map(|a| stack.read_u64(a)) {
+                    Some(Ok(v)) => Some(v),
+                    Some(Err(e)) if r == RA => return Err(trunc(e)),
+                    _ => None,
+                }
+            }
+            Some(RegisterRule::ValOffset(n)) => cfa.checked_add_signed(n),
+            Some(RegisterRule::Register(from)) => regs.get(from.0 as usize),
+            Some(RegisterRule::Expression(e)) => match eval(&e, Some(cfa)).and_then(|a| stack.read_u64(a)) {
+                Ok(v) => Some(v),
+                Err(e) if r == RA => return Err(trunc(e)),
+                Err(_) => None,
+            },
+            Some(RegisterRule::ValExpression(e)) => match eval(&e, Some(cfa)) {
+                Ok(v) => Some(v),
+                Err(e) if r == RA => return Err(trunc(e)),
+                Err(_) => None,
+            },
+            Some(RegisterRule::Constant(v)) => Some(v),
+            Some(RegisterRule::Architectural) => None,
+        };
+        next.0[r] = value;
+    }
+    if next.0[RA].is_none() {
+        let why = match row.register(Register(RA as u16)) {
+            Some(RegisterRule::Undefined) => "outermost frame: its CFI marks the return address undefined",
+            _ => "outermost frame: its CFI gives no return address",
+        };
+        return Err(End::Outermost(why.into()));
+    }
+    Ok(next)
+}
+
+/// Runs a CFI expression (`DW_CFA_def_cfa_expression`, `DW_CFA_[val_]expression`): registers from `regs`,
+/// memory from the captured stack, bounded in steps so a looping expression ends.
+fn evaluate(
+    expr: gimli::Expression<EndianSlice<'_, LittleEndian>>,
+    initial: Option<u64>,
+    regs: &UnwindRegs,
+    stack: &StackWindow,
+) -> Result<u64, String> {
+    let enc = gimli::Encoding { format: gimli::Format::Dwarf32, version: 4, address_size: 8 };
+    let mut ev = expr.evaluation(enc);
+    ev.set_max_iterations(1000);
+    if let Some(v) = initial {
+        ev.set_initial_value(v);
+    }
+    let bad = |e: gimli::Error| format!("CFI expression failed: {e}");
+    let mut res = ev.evaluate().map_err(bad)?;
+    loop {
+        res = match res {
+            gimli::EvaluationResult::Complete => break,
+            gimli::EvaluationResult::RequiresMemory { address, size, .. } => {
+                let v = stack.read_u64(address)?;
+                let v = match size {
+                    8 => v,
+                    1..=7 => v & ((1u64 << (8 * size as u32)) - 1),
+                    _ => return Err(format!("CFI expression reads {size} bytes")),
+                };
+                ev.resume_with_memory(gimli::Value::Generic(v)).map_err(bad)?
+            }
+            gimli::EvaluationResult::RequiresRegister { register, .. } => {
+                let r = register.0 as usize;
+                let v = regs
+                    .get(r)
+                    .ok_or_else(|| format!("CFI expression needs {} which is unknown", UnwindRegs::name(r)))?;
+                ev.resume_with_register(gimli::Value::Generic(v)).map_err(bad)?
+            }
+            other => {
+                return Err(format!("CFI expression needs what a stack copy cannot give ({other:?})"));
+            }
+        };
+    }
+    match ev.as_result() {
+        [gimli::Piece { location: gimli::Location::Address { address }, .. }] => Ok(*address),
+        [gimli::Piece { location: gimli::Location::Value { value }, .. }] => value.to_u64(u64::MAX).map_err(bad),
+        _ => Err("CFI expression gave no single address".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Synthetic modules: CFI written with gimli's writer, code bytes and stack words laid out by hand.
+    use super::*;
+    use gimli::write::{
+        Address, CallFrameInstruction as I, CommonInformationEntry, EhFrame as WEh, EndianVec, Expression,
+        FrameDescriptionEntry, FrameTable,
+    };
+
+    const BIAS: u64 = 0x7000_0000_0000;
+    const SP: u64 = 0x7fff_0000_0000;
+    const CODE: usize = 0x5000;
+    const EH_SVMA: u64 = 0x5000;
+
+    fn a(svma: u64) -> u64 {
+        BIAS + svma
+    }
+
+    /// CFI of the synthetic module, in stated addresses:
+    /// 0x1000 leaf (CFA rsp+8), 0x2000 pushes rbx (CFA rsp+16 after 1 byte), 0x3000 outermost (rip undefined),
+    /// 0x4000 CFA that does not move, 0x4400 PLT-style CFA expression, 0x4800 a signal frame that loops.
+    fn eh_frame() -> Vec<u8> {
+        let enc = gimli::Encoding { format: gimli::Format::Dwarf32, version: 1, address_size: 8 };
+        let mut table = FrameTable::default();
+        let mut cie = CommonInformationEntry::new(enc, 1, -8, Register(16));
+        cie.add_instruction(I::Cfa(Register(7), 8));
+        cie.add_instruction(I::Offset(Register(16), -8));
+        let cie_id = table.add_cie(cie.clone());
+        let fde = |start: u64, ins: Vec<(u32, I)>| {
+            let mut f = FrameDescriptionEntry::new(Address::Constant(start), 0x100);
+            for (off, i) in ins {
+                f.add_instruction(off, i);
+            }
+            f
+        };
+        table.add_fde(cie_id, fde(0x1000, vec![]));
+        table.add_fde(cie_id, fde(0x2000, vec![(1, I::CfaOffset(16)), (1, I::Offset(Register(RBX as u16), -16))]));
+        table.add_fde(cie_id, fde(0x3000, vec![(0, I::Undefined(Register(16)))]));
+        table.add_fde(cie_id, fde(0x4000, vec![(0, I::Cfa(Register(7), 0)), (0, I::Offset(Register(16), 0))]));
+        let mut plt = Expression::new();
+        plt.op_breg(Register(7), 8);
+        plt.op_breg(Register(16), 0);
+        plt.op(gimli::constants::DW_OP_lit15);
+        plt.op(gimli::constants::DW_OP_and);
+        plt.op(gimli::constants::DW_OP_lit11);
+        plt.op(gimli::constants::DW_OP_ge);
+        plt.op(gimli::constants::DW_OP_lit3);
+        plt.op(gimli::constants::DW_OP_shl);
+        plt.op(gimli::constants::DW_OP_plus);
+        table.add_fde(cie_id, fde(0x4400, vec![(0, I::CfaExpression(plt))]));
+        let mut sig = cie;
+        sig.signal_trampoline = true;
+        let sig_id = table.add_cie(sig);
+        table.add_fde(
+            sig_id,
+            fde(0x4800, vec![(0, I::Cfa(Register(7), 0)), (0, I::Register(Register(16), Register(16)))]),
+        );
+        let mut out = WEh(EndianVec::new(LittleEndian));
+        table.write_eh_frame(&mut out).unwrap();
+        out.0.into_vec()
+    }
+
+    fn module_with(eh: &[u8]) -> MappedCfi {
+        let mut data = vec![0u8; CODE];
+        data[0x4e00..0x4e00 + RESTORE_RT.len()].copy_from_slice(&RESTORE_RT);
+        data.extend_from_slice(eh);
+        let eh = Sect { range: CODE..data.len(), svma: EH_SVMA };
+        let cfi = ModuleCfi::from_sections(
+            data.into(),
+            Some(eh),
+            None,
+            vec![(0..CODE as u64, 0)],
+            std::iter::once(0x4c80..0x4d00).collect(),
+        );
+        MappedCfi { bias: BIAS, cfi: Arc::new(cfi) }
+    }
+
+    struct One(MappedCfi);
+    impl ModuleLookup for One {
+        fn find(&mut self, addr: u64) -> Option<MappedCfi> {
+            (a(0)..a(CODE as u64)).contains(&addr).then(|| self.0.clone())
+        }
+    }
+
+    fn regs(pc: u64, sp: u64, rbp: u64) -> UnwindRegs {
+        let mut r = UnwindRegs::default();
+        r.0[RA] = Some(pc);
+        r.0[RSP] = Some(sp);
+        r.0[RBP] = Some(rbp);
+        r.0[RBX] = Some(0xbb);
+        r
+    }
+
+    fn bytes(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    fn run(m: &MappedCfi, r: UnwindRegs, stack: &[u8], asked: usize, depth: usize) -> Unwound {
+        let w = StackWindow { base: r.get(RSP).unwrap(), bytes: stack, asked };
+        unwind(r, &w, &mut One(m.clone()), depth)
+    }
+
+    fn pcs(u: &Unwound) -> Vec<u64> {
+        u.frames.iter().map(|f| f.pc).collect()
+    }
+
+    #[test]
+    fn cfi_frames_to_the_outermost() {
+        let m = module_with(&eh_frame());
+        let stack = bytes(&[a(0x2050), 0x1111, a(0x3020), 0]);
+        let u = run(&m, regs(a(0x1010), SP, 0), &stack, 4096, 128);
+        assert_eq!(pcs(&u), [a(0x1010), a(0x2050), a(0x3020)]);
+        assert_eq!(u.frames[0].lookup, a(0x1010), "the first frame is looked up at its pc");
+        assert_eq!(u.frames[1].lookup, a(0x204f), "a return address is looked up at pc-1");
+        assert!(u.frames.iter().skip(1).all(|f| f.how == How::Cfi));
+        assert!(matches!(&u.end, End::Outermost(w) if w.contains("undefined")), "{:?}", u.end);
+        // The second walk hits the row cache: same result.
+        assert_eq!(run(&m, regs(a(0x1010), SP, 0), &stack, 4096, 128), u);
+        assert!(m.cfi.rows.lock().unwrap().len() >= 3);
+    }
+
+    #[test]
+    fn depth_limit() {
+        let m = module_with(&eh_frame());
+        let stack = bytes(&[a(0x2050), 0x1111, a(0x3020), 0]);
+        let u = run(&m, regs(a(0x1010), SP, 0), &stack, 4096, 2);
+        assert_eq!(u.frames.len(), 2);
+        assert_eq!(u.end, End::Truncated("--stack-depth 2 reached".into()));
+    }
+
+    #[test]
+    fn cfa_that_does_not_move_stops() {
+        let m = module_with(&eh_frame());
+        let u = run(&m, regs(a(0x4010), SP, 0), &bytes(&[a(0x4010)]), 4096, 128);
+        assert_eq!(u.frames.len(), 1);
+        assert!(matches!(&u.end, End::Truncated(w) if w.contains("did not move up")), "{:?}", u.end);
+    }
+
+    #[test]
+    fn looping_signal_frames_stop() {
+        let m = module_with(&eh_frame());
+        let u = run(&m, regs(a(0x4810), SP, 0), &bytes(&[0; 4]), 4096, 128);
+        assert!(matches!(&u.end, End::Truncated(w) if w.starts_with("loop")), "{:?}", u.end);
+        assert!(u.frames.len() <= 2);
+    }
+
+    #[test]
+    fn stack_pointer_into_unmapped_memory() {
+        let m = module_with(&eh_frame());
+        // The tracer's copy from an unmapped rsp is empty.
+        let u = run(&m, regs(a(0x1010), 0xdead_0000, 0), &[], 65536, 128);
+        assert_eq!(u.frames.len(), 1);
+        assert!(matches!(&u.end, End::Truncated(w) if w.contains("outside the copied stack")), "{:?}", u.end);
+    }
+
+    #[test]
+    fn copy_ending_before_the_stack_is_marked_truncated() {
+        let m = module_with(&eh_frame());
+        // Only 16 bytes were asked for: the return address of the second frame is beyond the copy.
+        let stack = bytes(&[a(0x2050), 0x1111]);
+        let u = run(&m, regs(a(0x1010), SP, 0), &stack, 16, 128);
+        assert_eq!(pcs(&u), [a(0x1010), a(0x2050)]);
+        assert!(matches!(&u.end, End::Truncated(w) if w.contains("raise --stack-bytes")), "{:?}", u.end);
+    }
+
+    #[test]
+    fn frame_pointer_only_where_no_cfi() {
+        let m = module_with(&eh_frame());
+        // 0x4c00 has no CFI: rbp = SP+16 -> [saved rbp, return address into the outermost function].
+        let stack = bytes(&[0, 0, SP + 0x100, a(0x3020)]);
+        let u = run(&m, regs(a(0x4c00), SP, SP + 16), &stack, 4096, 128);
+        assert_eq!(pcs(&u), [a(0x4c00), a(0x3020)]);
+        assert_eq!(u.frames[1].how, How::FramePointer);
+        assert!(matches!(u.end, End::Outermost(_)));
+        // With no usable rbp either, the walk stops and says why.
+        let u = run(&m, regs(a(0x4c00), SP, 0), &stack, 4096, 128);
+        assert!(matches!(&u.end, End::Truncated(w) if w.contains("no CFI covers")), "{:?}", u.end);
+    }
+
+    #[test]
+    fn plt_stub_without_cfi() {
+        let m = module_with(&eh_frame());
+        let u = run(&m, regs(a(0x4c90), SP, 0), &bytes(&[a(0x3020)]), 4096, 128);
+        assert_eq!(pcs(&u), [a(0x4c90), a(0x3020)]);
+        assert_eq!(u.frames[1].how, How::Plt);
+    }
+
+    #[test]
+    fn plt_cfa_expression() {
+        let m = module_with(&eh_frame());
+        // pc & 15 == 11: after the PLT entry's push, so the CFA is rsp+16 and the return address at rsp+8.
+        let u = run(&m, regs(a(0x440b), SP, 0), &bytes(&[0x55, a(0x3020)]), 4096, 128);
+        assert_eq!(pcs(&u), [a(0x440b), a(0x3020)]);
+        let u = run(&m, regs(a(0x4406), SP, 0), &bytes(&[a(0x3020)]), 4096, 128);
+        assert_eq!(pcs(&u), [a(0x4406), a(0x3020)]);
+    }
+
+    #[test]
+    fn restore_rt_by_its_bytes() {
+        let m = module_with(&eh_frame());
+        // ucontext at sp: mcontext at +40, rsp in slot 15, rip in slot 16.
+        let mut words = vec![0u64; 64];
+        words[(40 + 15 * 8) / 8] = SP + 0x100;
+        words[(40 + 16 * 8) / 8] = a(0x1000);
+        words[0x100 / 8] = a(0x3020);
+        let u = run(&m, regs(a(0x4e00), SP, 0), &bytes(&words), 4096, 128);
+        assert_eq!(pcs(&u), [a(0x4e00), a(0x1000), a(0x3020)]);
+        assert_eq!(u.frames[1].how, How::Signal);
+        assert_eq!(u.frames[1].lookup, a(0x1000), "the interrupted frame is looked up at its pc");
+        assert!(matches!(u.end, End::Outermost(_)));
+    }
+
+    #[test]
+    fn corrupt_or_truncated_cfi_never_panics() {
+        let eh = eh_frame();
+        let stack = bytes(&[a(0x2050), 0x1111, a(0x3020), 0, 0, 0]);
+        let mut corrupt_reported = false;
+        let mut variants: Vec<Vec<u8>> = (0..eh.len()).map(|n| eh[..n].to_vec()).collect();
+        for i in 0..eh.len() {
+            for v in [0x00, 0xff, 0x80, 0x7f] {
+                let mut e = eh.clone();
+                e[i] = v;
+                variants.push(e);
+            }
+        }
+        for e in variants {
+            let m = module_with(&e);
+            for pc in [0x1010, 0x2050, 0x3020, 0x4010, 0x440b, 0x4810] {
+                let u = run(&m, regs(a(pc), SP, SP + 8), &stack, 4096, 64);
+                assert!(!u.frames.is_empty() && u.frames.len() <= 64);
+                if let End::Truncated(w) = &u.end {
+                    corrupt_reported |= w.contains("corrupt");
+                }
+            }
+        }
+        assert!(corrupt_reported, "no corruption was ever detected as such");
+    }
+}

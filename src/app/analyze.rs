@@ -1,0 +1,222 @@
+//! The analysis thread: unwinds each captured event off the tracer's thread as soon as it arrives (its stack
+//! window is dropped there), interns the return-address list, and symbolizes and renders each distinct stack
+//! once; it feeds the leak tracker and samples /proc/PID/smaps on a timer (no ptrace: the target is not stopped
+//! for it). Its memory grows with distinct stacks, not with events.
+
+use crate::analysis::leaks::LeakTracker;
+use crate::analysis::unwind::{End, Unwound};
+use crate::live::modules::{SharedModules, SharedSymbolizer};
+use crate::model::event::Event;
+use crate::model::stack::Stack;
+use crate::os::Tid;
+use crate::report::Renderer;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct Config {
+    pub pid: Tid,
+    pub stack_depth: usize,
+    /// A probe's own `stack(N)` limit, by probe name.
+    pub depths: HashMap<Arc<str>, usize>,
+    /// Leak tracking, sampling smaps this often.
+    pub leaks: Option<Duration>,
+    /// The first smaps sample, taken before the breakpoints were armed.
+    pub baseline: Vec<crate::model::smaps::SmapsRegion>,
+    /// Render each event (report mode without `-o FILE` renders none: only the report is wanted).
+    pub render_events: bool,
+}
+
+/// Time spent unwinding and symbolizing, for the summary.
+#[derive(Default)]
+pub struct Costs {
+    unwound_frames: u64,
+    unwind: Duration,
+    new_frames: u64,
+    new_time: Duration,
+    cached_frames: u64,
+    cached_time: Duration,
+}
+
+impl Costs {
+    fn per(d: Duration, n: u64) -> Option<f64> {
+        (n > 0).then(|| d.as_nanos() as f64 / n as f64)
+    }
+    pub fn unwind_ns_per_frame(&self) -> Option<f64> {
+        Self::per(self.unwind, self.unwound_frames)
+    }
+    pub fn symbolize_first_ns_per_frame(&self) -> Option<f64> {
+        Self::per(self.new_time, self.new_frames)
+    }
+    pub fn symbolize_cached_ns_per_frame(&self) -> Option<f64> {
+        Self::per(self.cached_time, self.cached_frames)
+    }
+}
+
+/// One captured call on its way from the tracer. When the analysis is behind, the tracer sends the record
+/// without its stack window rather than wait (`stack_dropped`): the call is still reported, its stack is not.
+pub struct Queued {
+    pub ev: Event,
+    pub stack_dropped: bool,
+}
+
+/// How many events may wait between the tracer and the output (records only: stack windows are bounded by the
+/// tracer's sink). Everything queued is still rendered after Ctrl-C, so this also bounds how long the end takes
+/// (a debug build renders about a thousand JSON events a second under load).
+pub const QUEUED_RECORDS: usize = 4096;
+
+/// What a stack is known by before it is symbolized: its unwound frames, its Python frames, and a probe's own
+/// depth limit.
+type StackKey = (Unwound, Vec<crate::python::PyFrame>, Option<usize>);
+
+/// Distinct stacks, each symbolized once, by id.
+#[derive(Default)]
+struct Interned {
+    ids: HashMap<StackKey, usize>,
+    stacks: Vec<Stack>,
+}
+
+/// Why an event has no frames when the tracer dropped its stack window.
+pub const STACK_DROPPED: &str = "stack window dropped: the analysis was behind (counted in the summary)";
+
+pub struct Done {
+    pub renderer: Box<dyn Renderer + Send>,
+    /// The first error writing an event (a closed pipe, a full disk): the trace was asked to stop then.
+    pub output_error: Option<std::io::Error>,
+    pub leaks: Option<LeakTracker>,
+    pub costs: Costs,
+    /// Distinct stacks seen.
+    pub stacks: usize,
+}
+
+/// A call whose stack window has been unwound to return addresses (`None`: no stack was captured).
+struct Unwinding {
+    ev: Event,
+    unwound: Option<Unwound>,
+    /// The thread's Python frames, read at the stop.
+    python: Vec<crate::python::PyFrame>,
+    /// Time spent unwinding it.
+    took: Duration,
+}
+
+/// The unwinding stage: each capture's window is walked to return addresses as soon as it arrives and then
+/// dropped, so the tracer's queue of windows drains even while the next stage loads a module's DWARF.
+fn unwinder(rx: Receiver<Queued>, tx: Sender<Unwinding>, modules: SharedModules, max_depth: usize) {
+    crate::os::sched::batch();
+    for Queued { mut ev, stack_dropped } in rx {
+        let t0 = Instant::now();
+        let mut python = Vec::new();
+        let unwound = match ev.capture.take() {
+            Some(c) => {
+                let u = modules.unwind(&c, max_depth);
+                python = c.python;
+                Some(u)
+            }
+            None if stack_dropped => Some(Unwound { frames: Vec::new(), end: End::Truncated(STACK_DROPPED.into()) }),
+            None => None,
+        };
+        if tx.send(Unwinding { ev, unwound, python, took: t0.elapsed() }).is_err() {
+            return;
+        }
+    }
+}
+
+pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Config) -> Done {
+    // Reads the module list first, while the target surely still runs.
+    let modules = SharedModules::new(cfg.pid);
+    let mut resolver = SharedSymbolizer::new(modules.clone());
+    // Bounded like the tracer's queue: if the output is stuck, the tracer's queue fills and it stops waiting.
+    let (utx, urx) = crossbeam_channel::bounded(QUEUED_RECORDS);
+    let depth = cfg.stack_depth;
+    let unwinding = std::thread::Builder::new()
+        .name("syscatch-unwind".into())
+        .spawn(move || unwinder(rx, utx, modules, depth))
+        .expect("cannot start the unwinding thread");
+    crate::os::sched::batch();
+    let mut tracker = cfg.leaks.map(|_| LeakTracker::new());
+    let every = cfg.leaks.unwrap_or(Duration::from_secs(3600));
+    if let Some(t) = tracker.as_mut() {
+        t.sample(cfg.baseline);
+    }
+    let mut next_sample = Instant::now() + every;
+    let mut costs = Costs::default();
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut output_error = None;
+    let mut interned = Interned::default();
+    let mut prefetching = true;
+    loop {
+        // Idle time goes to parsing the symbol tables of the modules mapped at the start, one at a time.
+        let q = match urx.try_recv() {
+            Ok(q) => Some(q),
+            Err(_) if prefetching => {
+                prefetching = resolver.prefetch_one();
+                continue;
+            }
+            Err(_) => match urx.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
+                Ok(q) => Some(q),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            },
+        };
+        if let Some(t) = tracker.as_mut()
+            && Instant::now() >= next_sample
+        {
+            t.sample(crate::os::procfs::read_smaps_regions(cfg.pid));
+            next_sample = Instant::now() + every;
+        }
+        let Some(Unwinding { ev, unwound, python, took }) = q else { continue };
+        if crate::app::crash::injected("analysis-panic") {
+            panic!("injected fault: analysis-panic");
+        }
+        let depth = ev.probe.as_ref().and_then(|p| cfg.depths.get(p)).copied();
+        if let Some(u) = &unwound {
+            costs.unwound_frames += u.frames.len() as u64;
+            costs.unwind += took;
+        }
+        let id = unwound.map(|u| {
+            let t1 = Instant::now();
+            let key = (u, python, depth);
+            if let Some(&id) = interned.ids.get(&key) {
+                costs.cached_frames += key.0.frames.len() as u64;
+                costs.cached_time += t1.elapsed();
+                return id;
+            }
+            let mut s: Stack = resolver.symbolize(&key.0);
+            crate::python::merge_python(&mut s, &key.1);
+            let new = s.frames.iter().filter(|f| seen.insert(f.addr)).count() as u64;
+            if new > 0 {
+                costs.new_frames += new;
+                costs.new_time += t1.elapsed();
+            } else {
+                costs.cached_frames += s.frames.len() as u64;
+                costs.cached_time += t1.elapsed();
+            }
+            if let Some(d) = depth
+                && s.frames.len() > d
+            {
+                s.frames.truncate(d);
+                s.truncated.get_or_insert_with(|| format!("the probe's stack({d}) limit"));
+            }
+            let id = interned.stacks.len();
+            interned.stacks.push(s);
+            interned.ids.insert(key, id);
+            id
+        });
+        let stack = id.map(|id| (id, &interned.stacks[id]));
+        if let Some(t) = tracker.as_mut() {
+            t.event(&ev, stack.map(|(_, s)| s));
+        }
+        if cfg.render_events
+            && output_error.is_none()
+            && let Err(e) = renderer.event_interned(&ev, stack)
+        {
+            // The output is gone (a closed pipe, a full disk): the trace ends, and events queued meanwhile are
+            // drained so the tracer never blocks on the queue.
+            output_error = Some(e);
+            crate::os::signals::fault();
+        }
+    }
+    let _ = unwinding.join();
+    Done { renderer, output_error, leaks: tracker, costs, stacks: interned.stacks.len() }
+}

@@ -1,0 +1,574 @@
+//! The trace pipeline, written out once: check the target, resolve the probe site, attach, arm, run the
+//! event loop, detach; captured events flow to an analysis thread that renders them while the tracer traces.
+
+use crate::cli::TraceArgs;
+use crate::live::tracer::{Config, Numbers, Probe, SiteSpec, Tracer};
+use crate::model::event::{End, Event, Sink, Summary};
+use crate::os::{Tid, procfs, ptrace, signals};
+use crate::report::Renderer;
+use crate::report::json::Json;
+use crate::report::text::Text;
+use crate::{app::analyze as analysis, live::resolve, model::status, model::syscalls};
+use anyhow::{Context, Result, anyhow, bail};
+use nix::errno::Errno;
+use std::collections::{HashMap, HashSet};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
+
+/// A usage error: exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    UsageError(msg.into()).into()
+}
+
+/// Refuses, before touching it, a pid that is not a live process with user memory (no such pid, a thread id, a
+/// zombie, a kernel thread), with one line saying why and what to do.
+pub fn check_process(pid: Tid) -> Result<status::Status> {
+    let text = procfs::read_status(pid).map_err(|_| anyhow!("no process with pid {pid}"))?;
+    let st = status::parse_status(&text);
+    if st.tgid != pid {
+        bail!("{pid} is a thread of process {} ({}); use --pid {}", st.tgid, st.name, st.tgid);
+    }
+    if st.state == 'Z' || st.state == 'X' {
+        bail!("process {pid} ({}) is a zombie: it has exited and waits for its parent to reap it", st.name);
+    }
+    if !st.has_vm {
+        bail!("process {pid} ({}) is a kernel thread: it has no user memory to trace", st.name);
+    }
+    Ok(st)
+}
+
+/// [`check_process`], and refuses a process another tracer holds, naming it.
+pub fn check_target(pid: Tid) -> Result<status::Status> {
+    let st = check_process(pid)?;
+    if st.tracer_pid != 0 {
+        let tracer =
+            procfs::read_status(st.tracer_pid).map(|t| status::parse_status(&t).name).unwrap_or_else(|_| "?".into());
+        bail!(
+            "process {pid} ({}) is already traced by process {} ({tracer}); only one tracer at a time: detach it first",
+            st.name,
+            st.tracer_pid
+        );
+    }
+    Ok(st)
+}
+
+fn attach_error(pid: Tid, e: Errno) -> anyhow::Error {
+    match e {
+        Errno::EPERM => anyhow!(
+            "permission denied tracing process {pid}: run as root or with CAP_SYS_PTRACE, or relax \
+             /proc/sys/kernel/yama/ptrace_scope (0 allows tracing your own processes)"
+        ),
+        Errno::ESRCH => anyhow!("process {pid} exited while attaching"),
+        e => anyhow!("cannot attach to process {pid}: {}", e.desc()),
+    }
+}
+
+/// Parses `--syscall` names and numbers.
+pub fn syscall_numbers(list: &[String]) -> Result<HashSet<u64>> {
+    let mut set = HashSet::new();
+    for s in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let nr = syscalls::parse(s).ok_or_else(|| usage(format!("unknown syscall `{s}` (x86_64 names or numbers)")))?;
+        set.insert(nr);
+    }
+    if set.is_empty() {
+        return Err(usage("--syscall needs at least one syscall"));
+    }
+    Ok(set)
+}
+
+/// The `syscall()` wrapper of the libc mapped by `pid`.
+pub struct Wrapper {
+    pub addr: u64,
+    /// The file's code bytes at `addr`.
+    pub code: Vec<u8>,
+    /// libc's lowest mapped address (the `--fast` page goes just below it).
+    pub lib_start: u64,
+}
+
+pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Wrapper> {
+    let maps = resolve::read_maps(pid)?;
+    let Some(libc) = resolve::find_libc(&maps) else {
+        let name = procfs::read_status(pid).map(|s| status::parse_status(&s).name).unwrap_or_default();
+        let mods: Vec<String> = crate::model::modules::group_modules(&maps)
+            .iter()
+            .map(|m| crate::model::modules::file_name(&m.path).to_string())
+            .collect();
+        bail!(
+            "process {pid} ({name}) has no libc mapped (a static binary?); searched: {}",
+            if mods.is_empty() { "no file-backed modules".into() } else { mods.join(", ") }
+        );
+    };
+    let module = resolve::read_module(pid, &libc, Some(mem))?;
+    let (addr, code) = resolve::wrapper_code(&module, "syscall")?;
+    Ok(Wrapper { addr, code, lib_start: libc.start })
+}
+
+/// Where events are rendered: stdout, or stderr when a spawned command owns stdout, or a file.
+fn event_writer(path: Option<&std::path::Path>, spawned: bool) -> Result<Box<dyn Write + Send>> {
+    Ok(match path {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None if spawned => Box::new(std::io::stderr()),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+    })
+}
+
+/// Where the report goes in report mode: stdout, or stderr when a spawned command owns stdout.
+fn report_writer(spawned: bool) -> Box<dyn Write + Send> {
+    if spawned { Box::new(std::io::stderr()) } else { Box::new(std::io::BufWriter::new(std::io::stdout())) }
+}
+
+/// Sends events to the analysis thread without making the target wait on it. While the analysis keeps up, each
+/// event goes with its stack window; when [`Self::WINDOWS`] events are already queued, the record goes without
+/// its window (counted, and the event says so): a burst never waits on unwinding and rendering. Only when
+/// [`Self::RECORDS`] records are queued (nobody reads our output: a pager not scrolled, a stopped consumer) does
+/// the tracer wait, a second at most; then events are dropped and counted: blocking on would leave every thread
+/// of the target stopped at its next hit, and Ctrl-C unheard.
+struct ChannelSink {
+    tx: crossbeam_channel::Sender<analysis::Queued>,
+    dropped: u64,
+    /// Events sent without their stack window.
+    windows_dropped: u64,
+    /// The queue stayed full for [`Self::STALL`]: the output is stuck; don't wait again until it moves.
+    stalled: bool,
+}
+
+impl ChannelSink {
+    /// How long the tracer waits for a full queue before it stops waiting.
+    const STALL: Duration = Duration::from_secs(1);
+    /// Queued events that may carry a stack window (each up to --stack-bytes): bounds syscatch's memory.
+    const WINDOWS: usize = 256;
+    /// Queued records (a few hundred bytes each, without a window).
+    const RECORDS: usize = analysis::QUEUED_RECORDS;
+}
+
+impl Sink for ChannelSink {
+    fn event(&mut self, mut ev: Event) {
+        let stack_dropped = ev.capture.is_some() && self.tx.len() >= Self::WINDOWS;
+        if stack_dropped {
+            ev.capture = None;
+            self.windows_dropped += 1;
+        }
+        let q = analysis::Queued { ev, stack_dropped };
+        if self.stalled || signals::stop_requested() != 0 {
+            match self.tx.try_send(q) {
+                Ok(()) => self.stalled = false,
+                Err(crossbeam_channel::TrySendError::Full(_)) => self.dropped += 1,
+                Err(crossbeam_channel::TrySendError::Disconnected(_)) => {}
+            }
+            return;
+        }
+        if let Err(crossbeam_channel::SendTimeoutError::Timeout(_)) = self.tx.send_timeout(q, Self::STALL) {
+            self.dropped += 1;
+            self.stalled = true;
+        }
+    }
+}
+
+/// What a trace produces, whichever command started it.
+pub struct Output {
+    pub json: bool,
+    pub path: Option<PathBuf>,
+    pub stack_bytes: usize,
+    pub stack_depth: usize,
+    pub duration: Option<Duration>,
+    /// Leak tracking, sampling smaps this often.
+    pub leaks: Option<Duration>,
+    pub folded: Option<PathBuf>,
+    pub flamegraph: Option<PathBuf>,
+    pub pprof: Option<PathBuf>,
+    /// Report mode (`--leaks`): events go only to `path` (none without it); stdout (stderr with `-- CMD`)
+    /// carries the report and the summary.
+    pub report: bool,
+    /// The findings rules (report mode).
+    pub rules: Vec<crate::analysis::rules::Rule>,
+}
+
+/// Where to stop and what for.
+pub struct Plan {
+    pub specs: Vec<SiteSpec>,
+    /// `--fast`: the wanted syscall numbers on this wrapper.
+    pub fast: Option<(Vec<u64>, Wrapper)>,
+    /// Says what was planted, in the "attached" line.
+    pub what: String,
+    /// A probe's own `stack(N)` limit, by probe name.
+    pub depths: HashMap<Arc<str>, usize>,
+    /// The paths to a mapping that are watched (`--leaks`), for the report.
+    pub watched: crate::live::mappaths::Watched,
+}
+
+impl Output {
+    fn from_trace(args: &TraceArgs) -> Result<Output> {
+        let leaks = args.leaks || args.folded.is_some() || args.flamegraph.is_some() || args.pprof.is_some();
+        if args.rules.is_some() && !leaks {
+            return Err(usage("--rules goes with --leaks (the findings of the leak report)"));
+        }
+        let rules = if leaks { crate::app::findings::load_rules(args.rules.as_deref())? } else { Vec::new() };
+        Ok(Output {
+            json: args.json,
+            path: args.output.clone(),
+            stack_bytes: args.stack_bytes,
+            stack_depth: args.stack_depth,
+            duration: args.duration,
+            leaks: leaks.then_some(args.smaps_every),
+            folded: args.folded.clone(),
+            flamegraph: args.flamegraph.clone(),
+            pprof: args.pprof.clone(),
+            report: leaks,
+            rules,
+        })
+    }
+}
+
+/// The plan of `--syscall`: one breakpoint (or the `--fast` filter) on libc's `syscall()`.
+fn syscall_plan(numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Plan {
+    let mut wanted: Vec<u64> = numbers.iter().copied().collect();
+    wanted.sort_unstable();
+    Plan {
+        specs: vec![SiteSpec {
+            addr: site.addr,
+            code: site.code.clone(),
+            wrapper: true,
+            probes: vec![Probe::new(None, None, Box::new(Numbers(numbers)))],
+        }],
+        what: format!("breakpoint on syscall() at {:#x}", site.addr),
+        fast: fast.then_some((wanted, site)),
+        depths: HashMap::new(),
+        watched: crate::live::mappaths::Watched::default(),
+    }
+}
+
+/// `--leaks`: the plan of `--syscall` plus probes on libc's own mapping functions, so that mappings made through
+/// `mmap()` (also by a hook library that redirected GOT slots and calls the real one) are caught too.
+fn leak_plan(pid: Tid, numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Result<Plan> {
+    let at = site.addr;
+    let mut plan = syscall_plan(numbers, site, fast);
+    plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap)"));
+    if fast {
+        let why = "(--fast watches only syscall(); run without --fast to catch them)";
+        plan.watched.skipped.extend(["libc mmap", "munmap", "mremap"].map(|f| format!("{f} {why}")));
+        return Ok(plan);
+    }
+    let mem = open_mem(pid)?;
+    let maps = resolve::read_maps(pid)?;
+    let libc = resolve::find_libc(&maps).ok_or_else(|| anyhow!("process {pid} has no libc mapped"))?;
+    let module = resolve::read_module(pid, &libc, Some(&mem))?;
+    let specs = crate::live::mappaths::function_specs(&module, &mem, &mut plan.watched);
+    if !specs.is_empty() {
+        let names: Vec<String> =
+            specs.iter().filter_map(|s| s.probes[0].label.as_deref().map(str::to_string)).collect();
+        plan.what = format!("{}; function probes on {}", plan.what, names.join(", "));
+    }
+    plan.specs.extend(specs);
+    Ok(plan)
+}
+
+/// Runs a trace as the command line asks. Returns the exit status.
+pub fn trace(args: &TraceArgs) -> Result<i32> {
+    let mut numbers = syscall_numbers(&args.syscall)?;
+    let out = Output::from_trace(args)?;
+    if out.leaks.is_some() {
+        numbers.extend(crate::analysis::leaks::LEAK_SYSCALLS.iter().filter_map(|s| syscalls::parse(s)));
+        if out.stack_bytes == 0 {
+            return Err(usage("--leaks attributes memory to stacks: it needs --stack-bytes above 0"));
+        }
+    }
+    match (args.pid, args.cmd.is_empty()) {
+        (Some(_), false) => Err(usage("give either --pid or a command after --, not both")),
+        (None, true) => Err(usage("nothing to trace: give --pid N, or a command after --")),
+        (Some(pid), true) => {
+            check_target(pid)?;
+            let mem = open_mem(pid)?;
+            let site = syscall_site(pid, &mem)?;
+            drop(mem);
+            let plan = if out.report {
+                leak_plan(pid, numbers, site, args.fast)?
+            } else {
+                syscall_plan(numbers, site, args.fast)
+            };
+            run_trace(&out, plan, Start::Attach(pid))?;
+            Ok(0)
+        }
+        (None, false) => {
+            let pid = spawn_stopped(&args.cmd)?;
+            let site = match prepare_spawned(pid) {
+                Ok(site) => site,
+                Err(e) => {
+                    let _ = ptrace::detach(pid, 0);
+                    return Err(e);
+                }
+            };
+            let plan = if out.report {
+                leak_plan(pid, numbers, site, args.fast)
+            } else {
+                Ok(syscall_plan(numbers, site, args.fast))
+            };
+            let plan = match plan {
+                Ok(plan) => plan,
+                Err(e) => {
+                    let _ = ptrace::detach(pid, 0);
+                    return Err(e);
+                }
+            };
+            let end = run_trace(&out, plan, Start::Adopt(pid))?;
+            // The command is our child: once detached it runs on, and its own status is ours (as strace does).
+            let end = match end {
+                End::Exited(_) | End::Killed(_) => end,
+                _ => crate::os::spawn::wait_exit(pid).map(End::Exited).unwrap_or(end),
+            };
+            Ok(match end {
+                End::Exited(code) => code,
+                End::Killed(sig) => 128 + sig,
+                _ => 0,
+            })
+        }
+    }
+}
+
+/// Opens the target's memory, turning a permission error into the one-line explanation.
+pub fn open_mem(pid: Tid) -> Result<crate::os::mem::ProcMem> {
+    crate::os::mem::ProcMem::open(pid).map_err(|e| match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => attach_error(pid, Errno::EPERM),
+        _ => anyhow!("cannot open process {pid}'s memory: {e}"),
+    })
+}
+
+pub enum Start {
+    Attach(Tid),
+    Adopt(Tid),
+}
+
+/// Attach (or adopt), arm, trace, detach; the analysis thread renders as events arrive, then the leak report
+/// and the summary.
+pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
+    let (pid, spawned) = match start {
+        Start::Attach(p) => (p, false),
+        Start::Adopt(p) => (p, true),
+    };
+    // In report mode the event stream is wanted only in a file: without one, events are not rendered at all.
+    let render_events = !out.report || out.path.is_some();
+    let w: Box<dyn Write + Send> =
+        if render_events { event_writer(out.path.as_deref(), spawned)? } else { Box::new(std::io::sink()) };
+    // Report files are created before attaching, so a bad path is refused with the target untouched instead of
+    // losing the report after the trace.
+    let create = |p: &PathBuf| {
+        std::fs::File::create(p).map(std::io::BufWriter::new).with_context(|| format!("cannot create {}", p.display()))
+    };
+    let mut folded_file = out.folded.as_ref().map(create).transpose()?;
+    let mut flame_file = out.flamegraph.as_ref().map(create).transpose()?;
+    let mut pprof_file = out.pprof.as_ref().map(create).transpose()?;
+    let renderer: Box<dyn Renderer + Send> =
+        if out.json { Box::new(Json::new(w)) } else { Box::new(Text::new(w, std::io::stderr())) };
+    // Bounded in records, and in stack windows by the sink: see [`ChannelSink`].
+    let (tx, rx) = crossbeam_channel::bounded(ChannelSink::RECORDS);
+    // The baseline of growth is taken before anything is armed: the first call may come right after.
+    let baseline = if out.leaks.is_some() { procfs::read_smaps_regions(pid) } else { Vec::new() };
+    let class_before = if out.report { crate::app::findings::read_class_kb(pid) } else { None };
+    let watched = plan.watched.clone();
+    let acfg = analysis::Config {
+        pid,
+        stack_depth: out.stack_depth,
+        depths: plan.depths,
+        leaks: out.leaks,
+        baseline,
+        render_events,
+    };
+    // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
+    let worker = std::thread::Builder::new()
+        .name("analysis".into())
+        .spawn(move || {
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| analysis::run(rx, renderer, acfg)));
+            if done.is_err() {
+                signals::fault();
+            }
+            done
+        })
+        .context("cannot start the analysis thread")?;
+    // Found before attaching (symbols only; the interpreter's state is read at each capture, so a Python that
+    // has not started yet is fine). A Python that cannot be read costs its frames, not the trace.
+    let (python, python_error) = match crate::python::live::PythonReader::locate(pid) {
+        Ok(p) => (p, None),
+        Err(e) => (None, Some(format!("Python frames left out: {e}"))),
+    };
+    let cfg = Config {
+        pid,
+        python,
+        stack_bytes: out.stack_bytes,
+        deadline: out.duration.map(|d| Instant::now() + d),
+        live_status: std::io::stderr().is_terminal() && !spawned,
+    };
+    signals::install_handlers(50);
+    let mut sink = ChannelSink { tx, dropped: 0, windows_dropped: 0, stalled: false };
+    crate::app::crash::contain();
+    // The tracer's own panic is caught here: unwinding drops the tracer, whose `Drop` detaches with whatever
+    // state is left (the thread caught mid-stop included), so the target is never left with our bytes.
+    let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(End, Summary)> {
+        let mut tracer = match start {
+            Start::Attach(_) => Tracer::attach(cfg, plan.specs, &mut sink).map_err(|e| attach_error(pid, e))?,
+            Start::Adopt(_) => Tracer::adopt(cfg, plan.specs, &mut sink).map_err(|e| attach_error(pid, e))?,
+        };
+        let arming = Instant::now();
+        match &plan.fast {
+            Some((wanted, site)) => tracer.arm_preferring_fast(wanted, site.addr, &site.code, site.lib_start),
+            None => tracer.arm(),
+        }
+        .map_err(|e| anyhow!("process {pid}: {e}"))?;
+        tracer.summary.arm = arming.elapsed();
+        if let Some(note) = sit_with_pinned_target(pid) {
+            eprintln!("syscatch: {note}");
+        }
+        eprintln!("syscatch: attached to {} thread(s) of process {pid}; {}", tracer.summary.threads_seen, plan.what);
+        if spawned {
+            // The spawned program is held at its entry point; let it go.
+            let _ = ptrace::cont(pid, 0);
+        }
+        let end = tracer.run();
+        let mut summary = tracer.summary.clone();
+        if let Some(p) = tracer.python() {
+            summary.warnings.extend(p.warnings.iter().cloned());
+            summary.python_us_per_event = p.us_per_walk();
+        }
+        Ok((end, summary))
+    }));
+    let (end, mut summary) = match traced {
+        Ok(r) => r?,
+        Err(_) => {
+            drop(sink);
+            let _ = worker.join();
+            return Err(internal_error("the tracer"));
+        }
+    };
+    summary.warnings.extend(python_error);
+    if sink.dropped > 0 {
+        summary.warnings.push(format!(
+            "{} events were dropped: the output was not read for over a second (they are counted in the totals above)",
+            sink.dropped
+        ));
+    }
+    if sink.windows_dropped > 0 {
+        summary.warnings.push(format!(
+            "{} events were reported without their stack: the analysis was behind, so their stack windows were \
+             dropped to keep the target running (their calls, arguments and results are complete)",
+            sink.windows_dropped
+        ));
+    }
+    drop(sink);
+    let done = match worker.join() {
+        Ok(Ok(done)) => done,
+        _ => return Err(internal_error("the analysis thread")),
+    };
+    if let Some(e) = done.output_error {
+        bail!("cannot write the events ({e}); the trace was stopped, and the target detached with its original bytes");
+    }
+    let mut renderer = done.renderer;
+    if out.report {
+        // The event file is complete; the report and the summary go to the terminal's stream.
+        renderer.flush()?;
+        renderer = if out.json {
+            Box::new(Json::new(report_writer(spawned)))
+        } else {
+            Box::new(Text::new(report_writer(spawned), std::io::stderr()))
+        };
+    }
+    summary.unwind_ns_per_frame = done.costs.unwind_ns_per_frame();
+    summary.symbolize_first_ns_per_frame = done.costs.symbolize_first_ns_per_frame();
+    summary.symbolize_cached_ns_per_frame = done.costs.symbolize_cached_ns_per_frame();
+    if let Some(mut tracker) = done.leaks {
+        // The last sample, after detach: the target runs on untouched.
+        tracker.sample(procfs::read_smaps_regions(pid));
+        // Residency from the live process's pagemap (after detach: no stop).
+        if let Ok(pm) = crate::os::pagemap::Pagemap::open(pid) {
+            tracker.weigh_residency(&mut |s, e, max| pm.read_entries(s, e, max).ok());
+        }
+        let nested = tracker.nested;
+        let mut report = tracker.report();
+        if out.report {
+            let secs = summary.duration.as_secs_f64();
+            let mut d = crate::app::findings::read_diagnosis(pid, &report, &out.rules, class_before.as_ref(), secs);
+            d.watched = watched;
+            d.nested = nested;
+            report.diagnosis = Some(d);
+        }
+        renderer.leaks(&report)?;
+        if let (Some(f), Some(path)) = (folded_file.as_mut(), &out.folded) {
+            let text: String = report.folded().iter().map(|l| format!("{l}\n")).collect();
+            f.write_all(text.as_bytes())
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let (Some(f), Some(path)) = (flame_file.as_mut(), &out.flamegraph) {
+            report.flamegraph(f).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let (Some(f), Some(path)) = (pprof_file.as_mut(), &out.pprof) {
+            let ns = u64::try_from(summary.duration.as_nanos()).unwrap_or(u64::MAX);
+            report.pprof(f, ns).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    renderer.summary(&summary)?;
+    if out.json {
+        // People still want the one-line summary on stderr.
+        Text::new(std::io::sink(), std::io::stderr()).summary(&summary)?;
+    }
+    Ok(end)
+}
+
+/// The one line for a panic contained during a trace (the target is detached by then).
+fn internal_error(whose: &str) -> anyhow::Error {
+    let what = crate::app::crash::take().unwrap_or_else(|| "a panic".into());
+    anyhow!("internal error in {whose}: {what}; the trace was stopped, and the target detached with its original bytes")
+}
+
+/// When every thread of the target may run only on one set of CPUs that is not all of ours, moves the tracer
+/// thread (this one) onto that set: a stop then wakes the tracer where the target runs (measured: a non-matching
+/// hit on a target pinned to one CPU cost 4.7x the floor with the tracer elsewhere, 1.07x beside it). The analysis
+/// threads, started before, keep their CPUs. Says what it did, or why it could not (a debug container may
+/// refuse); `None` when the target is not pinned.
+fn sit_with_pinned_target(pid: Tid) -> Option<String> {
+    let mut shared: Option<Vec<usize>> = None;
+    for tid in procfs::list_tasks(pid).ok()? {
+        let cpus = procfs::read_task_status(pid, tid).ok().and_then(|s| status::parse_cpus_allowed(&s))?;
+        match &shared {
+            Some(s) if *s != cpus => return None,
+            _ => shared = Some(cpus),
+        }
+    }
+    let target = shared?;
+    let ours = crate::os::sched::affinity().ok()?;
+    if target.is_empty() || target == ours || !target.iter().all(|c| ours.contains(c)) {
+        return None;
+    }
+    Some(match crate::os::sched::set_affinity(&target) {
+        Ok(()) => format!("the target's threads are pinned to CPUs {target:?}: the tracer runs there too"),
+        Err(e) => format!(
+            "the target's threads are pinned to CPUs {target:?}, but the tracer cannot move there ({e}): \
+             every stop wakes it on another CPU, which costs the target more"
+        ),
+    })
+}
+
+/// Forks and execs `cmd` stopped at its entry point, seized, with libc mapped. Returns its pid.
+fn spawn_stopped(cmd: &[String]) -> Result<Tid> {
+    use std::ffi::CString;
+    let argv: Vec<CString> = cmd
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| usage("the command contains a NUL byte"))?;
+    let pid = crate::os::spawn::fork_stopped(&argv).map_err(|e| anyhow!("cannot start {}: {e}", cmd[0]))?;
+    Ok(pid)
+}
+
+/// Runs a freshly exec'd child to its entry point (all its libraries mapped), then finds the site.
+fn prepare_spawned(pid: Tid) -> Result<Wrapper> {
+    crate::os::spawn::run_to_entry(pid).map_err(|e| anyhow!("cannot start the command: {e}"))?;
+    let mem = crate::os::mem::ProcMem::open(pid)?;
+    syscall_site(pid, &mem)
+}

@@ -1,0 +1,323 @@
+//! The guardian: what puts the target's code back when syscatch dies without detaching (SIGKILL, the OOM
+//! killer, an abort). A tracer cannot clean up after its own SIGKILL, so a second process, started before
+//! anything is planted and not a tracer, is told over a pipe of every byte planted in the target and every one
+//! taken back. When the pipe reaches end of file without a "done" (the kernel closes a dead process's files),
+//! it writes the original bytes back through `/proc/PID/mem`, only where memory still holds what we planted,
+//! and turns `--fast`'s trampoline int3s into nops (the patched jump itself stays: rewriting a multi-byte
+//! instruction under running threads could tear it). It is the syscatch binary itself (`syscatch __guardian`),
+//! in its own session with the stop signals ignored, so what kills syscatch, or a Ctrl-C to its process group,
+//! does not kill it; it exits when told that syscatch detached, or when the target exits.
+//!
+//! A message is written before the byte is planted and after it is taken back, so at every moment the list
+//! covers memory; a message about a byte that never got planted is harmless, because the guardian checks.
+
+use crate::os::Tid;
+use crate::os::guard::{self, Wake};
+use crate::os::mem::ProcMem;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+
+/// The hidden first argument that makes the syscatch binary a guardian.
+pub const SUBCOMMAND: &str = "__guardian";
+
+/// One message from syscatch to its guardian.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Msg {
+    /// `planted` is about to be written at `addr`, over `orig`.
+    Plant { addr: u64, orig: Vec<u8>, planted: Vec<u8> },
+    /// The original bytes at `addr` are back.
+    Retire(u64),
+    /// An int3 in `--fast`'s trampoline page: made a nop on our death.
+    Nop(u64),
+    /// The target exec'd: its old address space, and everything planted there, is gone.
+    Exec,
+    /// syscatch detached cleanly: nothing to do.
+    Done,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn parse_hex(s: &str) -> Option<Vec<u8>> {
+    if s.is_empty() || !s.len().is_multiple_of(2) || s.len() > 64 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+fn parse_addr(s: &str) -> Option<u64> {
+    u64::from_str_radix(s, 16).ok()
+}
+
+/// The line a message travels as.
+pub fn format_msg(m: &Msg) -> String {
+    match m {
+        Msg::Plant { addr, orig, planted } => format!("P {addr:x} {} {}\n", hex(orig), hex(planted)),
+        Msg::Retire(addr) => format!("R {addr:x}\n"),
+        Msg::Nop(addr) => format!("N {addr:x}\n"),
+        Msg::Exec => "X\n".into(),
+        Msg::Done => "D\n".into(),
+    }
+}
+
+pub fn parse_msg(line: &str) -> Option<Msg> {
+    let mut f = line.split_ascii_whitespace();
+    let m = match f.next()? {
+        "P" => {
+            let addr = parse_addr(f.next()?)?;
+            let orig = parse_hex(f.next()?)?;
+            let planted = parse_hex(f.next()?)?;
+            if orig.len() != planted.len() {
+                return None;
+            }
+            Msg::Plant { addr, orig, planted }
+        }
+        "R" => Msg::Retire(parse_addr(f.next()?)?),
+        "N" => Msg::Nop(parse_addr(f.next()?)?),
+        "X" => Msg::Exec,
+        "D" => Msg::Done,
+        _ => return None,
+    };
+    f.next().is_none().then_some(m)
+}
+
+/// What the guardian knows is in the target now.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    plants: BTreeMap<u64, (Vec<u8>, Vec<u8>)>,
+    nops: BTreeSet<u64>,
+    pub done: bool,
+}
+
+/// What a restore did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    pub put_back: usize,
+    /// Trampoline int3s made nops.
+    pub nopped: usize,
+    /// Sites whose bytes were neither ours nor the original (someone else wrote there): left alone.
+    pub changed: usize,
+    pub failed: usize,
+}
+
+impl Ledger {
+    pub fn apply(&mut self, m: Msg) {
+        match m {
+            Msg::Plant { addr, orig, planted } => {
+                self.plants.insert(addr, (orig, planted));
+            }
+            Msg::Retire(addr) => {
+                self.plants.remove(&addr);
+            }
+            Msg::Nop(addr) => {
+                self.nops.insert(addr);
+            }
+            Msg::Exec => {
+                self.plants.clear();
+                self.nops.clear();
+            }
+            Msg::Done => self.done = true,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.plants.is_empty() && self.nops.is_empty()
+    }
+
+    /// Puts back every original byte where memory holds what we planted, and makes the trampoline's int3s nops.
+    pub fn restore(
+        &self,
+        read: &mut dyn FnMut(u64, &mut [u8]) -> bool,
+        write: &mut dyn FnMut(u64, &[u8]) -> bool,
+    ) -> Restored {
+        let mut r = Restored::default();
+        let plants = self.plants.iter().map(|(&a, (o, p))| (a, o.clone(), p.clone(), false));
+        let nops = self.nops.iter().map(|&a| (a, vec![0x90], vec![crate::x86::breakpoints::INT3], true));
+        for (addr, orig, planted, nop) in plants.chain(nops) {
+            let mut now = vec![0u8; planted.len()];
+            if !read(addr, &mut now) {
+                // Unmapped since (a library unloaded): nothing of ours is left there.
+                continue;
+            }
+            if now == orig {
+                continue;
+            }
+            if now != planted {
+                r.changed += 1;
+                continue;
+            }
+            if !write(addr, &orig) {
+                r.failed += 1;
+            } else if nop {
+                r.nopped += 1;
+            } else {
+                r.put_back += 1;
+            }
+        }
+        r
+    }
+}
+
+/// syscatch's end of the pipe.
+pub struct Guard {
+    input: std::process::ChildStdin,
+    lost: bool,
+}
+
+impl Guard {
+    /// Starts the guardian for `pid` and waits for its word that it can write the target's code at `check`
+    /// (`proc_mem.force_override` can forbid writes to read-only mappings by any process but the tracer).
+    pub fn start(pid: Tid, mem: &ProcMem, check: u64) -> Result<Guard, String> {
+        use std::os::fd::AsRawFd;
+        let args = [SUBCOMMAND.to_string(), pid.to_string(), format!("{check:x}"), mem.as_raw_fd().to_string()];
+        let started = guard::spawn(&args, mem).map_err(|e| format!("cannot start the guardian: {e}"))?;
+        let mut line = String::new();
+        let _ = BufReader::new(started.output).read_line(&mut line);
+        match line.trim_end() {
+            "ok" => Ok(Guard { input: started.input, lost: false }),
+            "" => Err("the guardian did not start".into()),
+            why => Err(why.to_string()),
+        }
+    }
+
+    pub fn send(&mut self, m: &Msg) {
+        if self.lost {
+            return;
+        }
+        // One write of a short line: atomic on a pipe, and in the pipe (so seen by the guardian) even if we are
+        // killed right after.
+        if let Err(e) = self.input.write_all(format_msg(m).as_bytes()) {
+            self.lost = true;
+            eprintln!("syscatch: warning: the guardian is gone ({e}); if syscatch is killed now, its breakpoints stay");
+        }
+    }
+}
+
+/// Reads `/proc/PID/mem` the guardian's way.
+fn read_mem(mem: &ProcMem) -> impl FnMut(u64, &mut [u8]) -> bool + '_ {
+    move |a, b| mem.read_exact(a, b).is_ok()
+}
+
+/// The guardian process: `syscatch __guardian PID CHECK_ADDR MEM_FD`. Returns its exit status.
+pub fn main(args: &[String]) -> i32 {
+    let (Some(pid), Some(check), Some(fd)) = (
+        args.first().and_then(|p| p.parse::<Tid>().ok()),
+        args.get(1).and_then(|a| parse_addr(a)),
+        args.get(2).and_then(|f| f.parse::<i32>().ok()),
+    ) else {
+        eprintln!("syscatch: {SUBCOMMAND} is internal (started by syscatch itself)");
+        return 2;
+    };
+    let mem = match guard::inherited_mem(pid, fd) {
+        Ok(m) => m,
+        Err(e) => {
+            println!("the guardian has no handle on the target's memory ({e})");
+            return 1;
+        }
+    };
+    if check != 0 {
+        // Write back the byte that is there: a no-op for the target, the same permission check as a restore.
+        let mut b = [0u8; 1];
+        let checked = mem.read_exact(check, &mut b).and_then(|_| mem.write_all(check, &b));
+        if let Err(e) = checked {
+            println!(
+                "the guardian cannot write process {pid}'s code ({e}; is the kernel's proc_mem.force_override set?)"
+            );
+            return 1;
+        }
+    }
+    println!("ok");
+    let _ = std::io::stdout().flush();
+    let mut waiter = guard::Waiter::new(pid);
+    let mut ledger = Ledger::default();
+    let mut pending = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match waiter.wait(&mut buf) {
+            Ok(Wake::Input(0)) | Err(_) => break,
+            Ok(Wake::Input(n)) => {
+                pending.extend_from_slice(&buf[..n]);
+                while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=nl).collect();
+                    if let Some(m) = std::str::from_utf8(&line).ok().and_then(parse_msg) {
+                        ledger.apply(m);
+                    }
+                }
+                if ledger.done {
+                    return 0;
+                }
+            }
+            Ok(Wake::TargetGone) => return 0,
+        }
+    }
+    if ledger.is_empty() {
+        return 0;
+    }
+    let r = ledger.restore(&mut read_mem(&mem), &mut |a, b| mem.write_all(a, b).is_ok());
+    let mut line = format!(
+        "syscatch: guardian: syscatch ended without detaching; put back {} original byte(s) in process {pid}",
+        r.put_back
+    );
+    if r.nopped > 0 {
+        line += &format!(", made {} trampoline int3(s) nops", r.nopped);
+    }
+    if r.changed > 0 {
+        line += &format!(", left {} changed by someone else", r.changed);
+    }
+    if r.failed > 0 {
+        line += &format!(", FAILED to write {}", r.failed);
+    }
+    eprintln!("{line}");
+    if r.failed > 0 { 1 } else { 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn messages_round_trip_and_garbage_is_refused() {
+        let all = [
+            Msg::Plant { addr: 0x7f00_1234, orig: vec![0x48], planted: vec![0xcc] },
+            Msg::Retire(0x10),
+            Msg::Nop(0xabc),
+            Msg::Exec,
+            Msg::Done,
+        ];
+        for m in all {
+            assert_eq!(parse_msg(&format_msg(&m)), Some(m));
+        }
+        for bad in ["", "P 10 48", "P 10 48 cccc", "P zz 48 cc", "R", "R 10 11", "Q 1", "P 10 4 cc", "D D"] {
+            assert_eq!(parse_msg(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn restores_only_what_is_still_ours() {
+        let mut l = Ledger::default();
+        l.apply(Msg::Plant { addr: 0x100, orig: vec![0x48], planted: vec![0xcc] });
+        l.apply(Msg::Plant { addr: 0x200, orig: vec![0x55], planted: vec![0xcc] });
+        l.apply(Msg::Plant { addr: 0x300, orig: vec![0x41], planted: vec![0xcc] });
+        l.apply(Msg::Plant { addr: 0x400, orig: vec![0x90], planted: vec![0xcc] });
+        l.apply(Msg::Retire(0x400));
+        l.apply(Msg::Nop(0x500));
+        // 0x100 planted; 0x200 never planted (killed between message and write); 0x300 overwritten by someone
+        // else; 0x400 retired but still 0xcc (not ours any more); 0x500 the trampoline's int3.
+        let mut mem: HashMap<u64, u8> =
+            [(0x100, 0xcc), (0x200, 0x55), (0x300, 0xe9), (0x400, 0xcc), (0x500, 0xcc)].into();
+        let snapshot = mem.clone();
+        let r = l.restore(&mut |a, b| snapshot.get(&a).map(|&v| b[0] = v).is_some(), &mut |a, b| {
+            mem.insert(a, b[0]).is_some()
+        });
+        assert_eq!(r, Restored { put_back: 1, nopped: 1, changed: 1, failed: 0 });
+        assert_eq!(mem[&0x100], 0x48);
+        assert_eq!(mem[&0x200], 0x55);
+        assert_eq!(mem[&0x300], 0xe9);
+        assert_eq!(mem[&0x400], 0xcc);
+        assert_eq!(mem[&0x500], 0x90);
+        l.apply(Msg::Exec);
+        assert!(l.is_empty());
+    }
+}

@@ -1,0 +1,92 @@
+//! Every path to a mapping: `--leaks` watches libc's `syscall()` wrapper (raw `syscall(SYS_mmap, ...)`) and also
+//! libc's own `mmap`, `mmap64`, `munmap` and `mremap` functions (function probes, with their return values). A
+//! library that redirected GOT slots to its own hooks still reaches one of these when it does the real work. An
+//! entry that a hook library patched in memory is not probed (planting there would trust bytes that are not
+//! libc's): its calls are caught where the hook makes the real call. What was watched and what was not is kept
+//! for the report, so unexplained growth comes with the paths that were looked at.
+
+use crate::live::tracer::{Condition, Probe, SiteSpec};
+use crate::model::modules::{self, Module};
+use crate::model::regs::Regs;
+use crate::model::syscalls;
+use crate::os::mem::ProcMem;
+use std::sync::Arc;
+
+/// libc's memory-mapping functions watched in `--leaks`, with the syscall each one makes.
+pub const FUNCTIONS: [(&str, &str); 4] =
+    [("mmap", "mmap"), ("mmap64", "mmap"), ("munmap", "munmap"), ("mremap", "mremap")];
+
+/// Every call of the function counts.
+struct Always;
+
+impl Condition for Always {
+    fn matches(&self, _: &Regs, _: &dyn Fn(usize) -> u64) -> bool {
+        true
+    }
+}
+
+/// The paths a trace watched, and those it could not, with why; for the report.
+#[derive(Debug, Clone, Default)]
+pub struct Watched {
+    pub paths: Vec<String>,
+    pub skipped: Vec<String>,
+}
+
+/// The syscall a watched libc function makes, from an event's location label (`libc.so.6:munmap`).
+pub fn parse_label_syscall(label: &str) -> Option<u64> {
+    let (module, func) = label.rsplit_once(':')?;
+    if !crate::live::resolve::is_libc(module) {
+        return None;
+    }
+    let (_, nr) = FUNCTIONS.iter().find(|(f, _)| *f == func)?;
+    syscalls::parse(nr)
+}
+
+/// Function-probe sites on libc's mapping functions whose entries in memory are still the file's.
+pub fn function_specs(libc: &Module, mem: &ProcMem, watched: &mut Watched) -> Vec<SiteSpec> {
+    let lib = modules::file_name(&libc.map.path).to_string();
+    let mut specs: Vec<SiteSpec> = Vec::new();
+    for (func, _) in FUNCTIONS {
+        let Some((addr, _)) = libc.find_symbol(func) else { continue };
+        if specs.iter().any(|s| s.addr == addr) {
+            // mmap64 is an alias of mmap in 64-bit glibc: one site.
+            continue;
+        }
+        let Some(code) = libc.file_bytes(addr, 16).or_else(|| libc.file_bytes(addr, 1)) else {
+            watched.skipped.push(format!("{lib}:{func} (outside the file's segments)"));
+            continue;
+        };
+        let mut now = vec![0u8; code.len()];
+        if mem.read_exact(addr, &mut now).is_err() {
+            watched.skipped.push(format!("{lib}:{func} (its entry could not be read)"));
+            continue;
+        }
+        if now != code {
+            watched.skipped.push(format!(
+                "{lib}:{func} (its entry was patched in memory by a hook: calls are caught where the hook makes \
+                 the real call, if through syscall() or another watched function)"
+            ));
+            continue;
+        }
+        let label: Arc<str> = format!("{lib}:{func}").into();
+        let probe = Probe::new(None, Some(label.clone()), Box::new(Always));
+        watched.paths.push(format!("{label} at {addr:#x}"));
+        specs.push(SiteSpec { addr, code: code.to_vec(), wrapper: false, probes: vec![probe] });
+    }
+    specs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_name_their_syscall() {
+        assert_eq!(parse_label_syscall("libc.so.6:mmap64"), Some(9));
+        assert_eq!(parse_label_syscall("libc.so.6:munmap"), Some(11));
+        assert_eq!(parse_label_syscall("libc.so.6:mremap"), Some(25));
+        assert_eq!(parse_label_syscall("libhook.so:munmap"), None);
+        assert_eq!(parse_label_syscall("libc.so.6:malloc"), None);
+        assert_eq!(parse_label_syscall("munmap"), None);
+    }
+}

@@ -1,0 +1,10 @@
+//! The live target: the tracer's event loop and its plan, resolving probe sites in the mapped modules, reading
+//! a live process's modules for its stacks, and one-shot stack snapshots. Talks to the kernel only through
+//! `os`; uses `model`, `x86` and `analysis`.
+
+pub mod guardian;
+pub mod mappaths;
+pub mod modules;
+pub mod resolve;
+pub mod snapshot;
+pub mod tracer;

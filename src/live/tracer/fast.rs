@@ -1,0 +1,240 @@
+//! `--fast`: the in-process filter. With every thread stopped, the target is made to map one executable page
+//! near libc (an mmap run by a stopped thread on libc's own `syscall` instruction), the trampoline is written
+//! there, and one whole instruction of the wrapper is replaced by a jump to it. Non-matching calls then never
+//! stop; a matching call stops once, at the trampoline's int3, with rax already the result.
+
+use super::{State, Tracer};
+use crate::live::guardian::Msg;
+use crate::model::consts::MAP_FIXED_NOREPLACE;
+use crate::model::event::{Event, StackCapture};
+use crate::model::regs::Regs;
+use crate::os::Tid;
+use crate::os::mem;
+use crate::os::ptrace::{self, Stop};
+use crate::x86::breakpoints;
+use crate::x86::trampoline::{self, PatchPlan};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// The live patch.
+pub(super) struct Fast {
+    plan: PatchPlan,
+    /// The jump written over `plan.at`.
+    jump: Vec<u8>,
+    /// The wrapper's entry: frame 0 of a captured stack.
+    entry: u64,
+    /// Each int3 in the page and the syscall number it reports.
+    int3s: HashMap<u64, u64>,
+    page: u64,
+}
+
+impl Tracer<'_> {
+    /// `--fast` where it can be installed; otherwise (said on stderr) the int3 sites given at construction.
+    pub fn arm_preferring_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8], near: u64) -> Result<(), String> {
+        let sites = std::mem::take(&mut self.sites);
+        match self.arm_fast(numbers, entry, code, near) {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                eprintln!("syscatch: --fast is not possible here ({why}); using a breakpoint instead");
+                self.sites = sites;
+                self.arm()
+            }
+        }
+    }
+
+    /// Installs the in-process filter for `numbers` on the wrapper at `entry` (file bytes `code`), mapping the page
+    /// below `near` (libc's lowest address). On any refusal nothing is left changed and the caller arms int3s.
+    pub fn arm_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8], near: u64) -> Result<(), String> {
+        let cs = breakpoints::disassembler().ok_or("capstone failed to initialise")?;
+        let w = breakpoints::plan_wrapper(&cs, code, entry).ok_or("the wrapper's prefix cannot be emulated")?;
+        let targets: Vec<u64> = breakpoints::decode(&cs, code, entry, 32)
+            .iter()
+            .filter_map(|d| trampoline::branch_target(code.get((d.addr - entry) as usize..)?, d.addr))
+            .collect();
+        let plan = trampoline::plan(entry, code, &w.prefix, w.syscall_at, &targets)?;
+        let mut in_mem = vec![0u8; code.len()];
+        self.mem.read_exact(entry, &mut in_mem).map_err(|e| format!("cannot read the wrapper: {e}"))?;
+        if in_mem != code {
+            return Err("the wrapper in memory differs from the file (another tool has patched it)".into());
+        }
+        crate::os::sched::realtime(|| {
+            let stuck = self.hold_all(None);
+            // Rewriting the wrapper needs every thread stopped: one that cannot stop might return into it.
+            let result = match stuck.first() {
+                Some((tid, why)) => Err(format!("thread {tid} cannot be stopped ({why})")),
+                None => self.install(numbers, entry, plan, near),
+            };
+            self.release_all();
+            result
+        })
+    }
+
+    fn install(&mut self, numbers: &[u64], entry: u64, plan: PatchPlan, near: u64) -> Result<(), String> {
+        let tid = self
+            .threads
+            .iter()
+            .find(|(_, t)| matches!(&t.state, State::Held { sig: 0, group: false, prev } if matches!(**prev, State::Running)))
+            .map(|(&tid, _)| tid)
+            .ok_or("no thread is in a state where it can map the trampoline page")?;
+        for (&t, _) in self.threads.iter() {
+            let r = ptrace::get_regs(t).map_err(|e| format!("cannot read thread {t}'s registers: {e}"))?;
+            if r.ip() > plan.at && r.ip() < plan.at + plan.orig.len() as u64 {
+                return Err(format!("thread {t} is inside the instruction to patch"));
+            }
+        }
+        let mut page = None;
+        for k in 1..64u64 {
+            let Some(hint) = near.checked_sub(k * 0x10_0000).map(|a| a & !0xfff) else {
+                break;
+            };
+            let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64 | MAP_FIXED_NOREPLACE;
+            let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+            let got = self.inject_syscall(
+                tid,
+                plan.syscall_at,
+                libc::SYS_mmap as u64,
+                [hint, 4096, prot, flags, u64::MAX, 0],
+            )?;
+            if got == hint {
+                page = Some(got);
+                break;
+            }
+            if (got as i64) >= 0 {
+                // An old kernel ignoring MAP_FIXED_NOREPLACE: not where we asked; give it back.
+                self.inject_syscall(tid, plan.syscall_at, libc::SYS_munmap as u64, [got, 4096, 0, 0, 0, 0])?;
+            }
+        }
+        let page = page.ok_or("no free page within reach of libc for the trampoline")?;
+        let (code, int3s) = trampoline::assemble(&plan, page, numbers).ok_or("the trampoline does not fit or reach")?;
+        let jump = trampoline::patch_bytes(&plan, page).ok_or("the trampoline page is out of jump range")?;
+        self.install_pad(Some(plan.syscall_at));
+        for &a in int3s.keys() {
+            self.pad_list(crate::x86::trappad::entry(a, true));
+            self.tell(Msg::Nop(a));
+        }
+        self.mem.write_all(page, &code).map_err(|e| format!("cannot write the trampoline: {e}"))?;
+        self.mem.write_all(plan.at, &jump).map_err(|e| format!("cannot patch the wrapper: {e}"))?;
+        self.fast = Some(Fast { plan, jump, entry, int3s, page });
+        self.armed = true;
+        self.start = Instant::now();
+        Ok(())
+    }
+
+    /// Makes stopped thread `tid` run one system call on the `syscall` instruction at `insn`, then puts its
+    /// registers back. Returns rax.
+    pub(super) fn inject_syscall(&mut self, tid: Tid, insn: u64, nr: u64, a: [u64; 6]) -> Result<u64, String> {
+        let saved = ptrace::get_regs(tid).map_err(|e| e.desc().to_string())?;
+        let mut r: Regs = saved;
+        r.set_ip(insn);
+        let g = &mut r.0;
+        (g.rax, g.rdi, g.rsi, g.rdx, g.r10, g.r8, g.r9) = (nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+        ptrace::set_regs(tid, &r).map_err(|e| e.desc().to_string())?;
+        ptrace::step(tid, 0).map_err(|e| e.desc().to_string())?;
+        let result = loop {
+            match ptrace::wait_for(tid, false) {
+                Ok(Some((_, Stop::Signal(libc::SIGTRAP)))) => {
+                    break ptrace::get_regs(tid).map(|r| r.0.rax).map_err(|e| e.desc().to_string());
+                }
+                Ok(Some((_, Stop::Signal(s)))) => {
+                    // A signal came first: keep it for when the thread is let go, and give up on this try.
+                    if let Some(t) = self.threads.get_mut(&tid)
+                        && let State::Held { sig, .. } = &mut t.state
+                    {
+                        *sig = s;
+                    }
+                    break Err(format!("signal {s} arrived while mapping the trampoline"));
+                }
+                Ok(Some((_, Stop::Exited(_) | Stop::Killed(_)))) => break Err("the thread exited".into()),
+                // A PTRACE_INTERRUPT of ours still pending (the thread was held while already stopped): it stops
+                // again before running anything. Step again; waiting on would wait forever.
+                Ok(Some((_, Stop::Interrupted))) => {
+                    if let Err(e) = ptrace::step(tid, 0) {
+                        break Err(e.desc().to_string());
+                    }
+                }
+                Ok(Some(_)) => break Err("the thread stopped for another reason".into()),
+                Ok(None) => {}
+                Err(e) => break Err(e.desc().to_string()),
+            }
+        };
+        let _ = ptrace::set_regs(tid, &saved);
+        result
+    }
+
+    /// A matching call stopped at the trampoline's int3: its event (rax is the result; the arguments are where
+    /// the wrapper put them for the kernel: rdi, rsi, rdx, r10, r8, r9 survive `syscall`). `None`: not ours.
+    pub(super) fn fast_event(&mut self, tid: Tid, regs: &Regs) -> Option<Event> {
+        let fast = self.fast.as_ref()?;
+        let &nr = fast.int3s.get(&regs.ip().wrapping_sub(1))?;
+        let entry = fast.entry;
+        self.summary.hits += 1;
+        self.summary.matching += 1;
+        let g = &regs.0;
+        // The wrapper pushes nothing before `syscall`: the stack is as at its entry, so frame 0 is the wrapper.
+        let mut at_entry = *regs;
+        at_entry.0.rip = entry;
+        let stack =
+            if self.cfg.stack_bytes > 0 { mem::read_upto(tid, regs.sp(), self.cfg.stack_bytes) } else { Vec::new() };
+        let asked = self.cfg.stack_bytes;
+        Some(Event {
+            time: self.start.elapsed().as_secs_f64(),
+            tid,
+            probe: None,
+            func: None,
+            nr,
+            args: [g.rdi, g.rsi, g.rdx, g.r10, g.r8, g.r9],
+            regs: Vec::new(),
+            ret: Some(g.rax),
+            ret_missing: None,
+            capture: if stack.is_empty() {
+                None
+            } else {
+                let python = self.cfg.python.as_mut().map(|p| p.read_frames(tid, regs, &stack)).unwrap_or_default();
+                Some(StackCapture { regs: at_entry, stack, asked, python })
+            },
+            also: Vec::new(),
+        })
+    }
+
+    /// Whether `addr` is one of the trampoline's int3s (never rewound: the page stays valid after detach).
+    pub(super) fn fast_int3(&self, addr: u64) -> bool {
+        self.fast.as_ref().is_some_and(|f| f.int3s.contains_key(&addr))
+    }
+
+    /// Puts the wrapper's bytes back (only if our jump is still there) and turns the page's int3s into nops, so a
+    /// thread still inside the page, or returning into it from a signal handler, runs on and jumps back.
+    pub(super) fn unpatch(&mut self) {
+        let Some(fast) = self.fast.take() else { return };
+        let mut now = vec![0u8; fast.jump.len()];
+        match self.mem.read_exact(fast.plan.at, &mut now) {
+            Ok(()) if now == fast.jump => {
+                if let Err(e) = self.mem.write_all(fast.plan.at, &fast.plan.orig) {
+                    self.summary.warnings.push(format!("could not restore the wrapper at {:#x}: {e}", fast.plan.at));
+                }
+            }
+            Ok(()) => self.summary.warnings.push(format!(
+                "the patched bytes at {:#x} were changed by someone else; left as they are",
+                fast.plan.at
+            )),
+            Err(_) => {}
+        }
+        for &a in fast.int3s.keys() {
+            let _ = self.mem.write_all(a, &[0x90]);
+        }
+        self.summary.warnings.push(format!(
+            "--fast left its trampoline page mapped at {:#x} (4 KiB, harmless: a thread may still return into it)",
+            fast.page
+        ));
+    }
+
+    /// The original bytes a fork child must get back, and nops for the page's int3s: a child forked by a
+    /// matching `syscall(SYS_fork)` returns from the kernel inside the page, just before one of them.
+    pub(super) fn fast_restore_in(&self, child: &mem::ProcMem) {
+        if let Some(f) = &self.fast {
+            let _ = child.write_all(f.plan.at, &f.plan.orig);
+            for &a in f.int3s.keys() {
+                let _ = child.write_all(a, &[0x90]);
+            }
+        }
+    }
+}

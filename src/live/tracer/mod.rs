@@ -1,0 +1,1020 @@
+//! The non-stop event loop: only the thread that hits a breakpoint stops, and a probe's int3 is never lifted
+//! while other threads run. Matches on [`Stop`] values; all kernel calls go through `os`.
+//!
+//! A hit whose probes' conditions are all false is resumed after emulating the displaced instruction (one
+//! GETREGS, one SETREGS, one CONT); an instruction the emulator cannot run is single-stepped with every other
+//! thread stopped (correct, slow, counted). A matching hit on a `syscall()`-style wrapper has its arguments and
+//! stack copied, the wrapper's register moves emulated up to its `syscall` instruction, and exactly that
+//! instruction single-stepped, so rax is read on the same thread right after the kernel returned. A matching
+//! function entry that wants its return value plants a return breakpoint that only the same thread at the same
+//! stack depth completes.
+
+mod fast;
+mod hold;
+mod pad;
+
+use crate::live::guardian::{Guard, Msg};
+use crate::model::event::{End, Event, Sink, StackCapture, Summary};
+use crate::model::regs::{Reg, Regs};
+use crate::model::status;
+use crate::os::mem::{self, ProcMem};
+use crate::os::ptrace::{self, Stop};
+use crate::os::{Tid, procfs, signals};
+use crate::x86::breakpoints::{self, Decoded, INT3, Insn, Memory};
+use nix::errno::Errno;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Decides, per hit, whether a probe's event counts. `arg` reads the call's argument `i` (0..6) the way the
+/// probe's location defines it (a syscall's own arguments for the wrapper, C ABI registers for a function).
+pub trait Condition: Send {
+    fn matches(&self, regs: &Regs, arg: &dyn Fn(usize) -> u64) -> bool;
+}
+
+/// `--syscall`: the syscall number (rdi at the wrapper's entry) is one of these.
+pub struct Numbers(pub HashSet<u64>);
+
+impl Condition for Numbers {
+    fn matches(&self, regs: &Regs, _: &dyn Fn(usize) -> u64) -> bool {
+        self.0.contains(&regs.0.rdi)
+    }
+}
+
+/// One probe at a site, with its own limits.
+pub struct Probe {
+    /// `None` for the `--syscall` probe (events then carry no probe name).
+    pub name: Option<Arc<str>>,
+    /// Label for function locations (`libc.so.6:munmap`); `None` at a `syscall()` wrapper.
+    pub label: Option<Arc<str>>,
+    pub cond: Box<dyn Condition>,
+    pub want_ret: bool,
+    pub want_stack: bool,
+    pub regs: Vec<Reg>,
+    pub max_events: Option<u64>,
+    pub sample_one_in: Option<u64>,
+    matched: u64,
+    emitted: u64,
+}
+
+impl Probe {
+    pub fn new(name: Option<Arc<str>>, label: Option<Arc<str>>, cond: Box<dyn Condition>) -> Probe {
+        Probe {
+            name,
+            label,
+            cond,
+            want_ret: true,
+            want_stack: true,
+            regs: Vec::new(),
+            max_events: None,
+            sample_one_in: None,
+            matched: 0,
+            emitted: 0,
+        }
+    }
+
+    fn exhausted(&self) -> bool {
+        self.max_events.is_some_and(|m| self.emitted >= m)
+    }
+
+    /// Counts a match; whether it is kept after `sample 1 in N`.
+    fn sample(&mut self) -> bool {
+        self.matched += 1;
+        self.sample_one_in.is_none_or(|n| n <= 1 || (self.matched - 1).is_multiple_of(n))
+    }
+}
+
+/// Where to plant a breakpoint and what it serves.
+pub struct SiteSpec {
+    pub addr: u64,
+    /// The file's bytes at `addr` (at least the first instruction; 64 bytes for a wrapper).
+    pub code: Vec<u8>,
+    /// A `syscall()`-style wrapper: matching hits are stepped through its `syscall` instruction.
+    pub wrapper: bool,
+    pub probes: Vec<Probe>,
+}
+
+/// How a thread gets past a wrapper's entry to just after its `syscall` instruction.
+#[derive(Debug, Clone)]
+struct Wrapper {
+    /// The instructions after the displaced one, if all of them can be emulated.
+    rest: Option<Vec<Decoded>>,
+    syscall_at: u64,
+}
+
+/// A planted breakpoint: a probe site, a return site, or both.
+struct Site {
+    addr: u64,
+    /// The original byte, from the file (probe sites) or from memory before planting (return sites).
+    orig: u8,
+    /// The displaced instruction: emulated when possible, else stepped with every other thread stopped.
+    first: Decoded,
+    /// The site holds `48 89 f8` (`mov %rdi,%rax`): the two bytes after our int3 are `mov %edi,%eax`, which gives
+    /// the same rax whenever rdi < 2^32, so such a hit resumes from where it stopped with no register write.
+    cont_past: bool,
+    wrapper: Option<Wrapper>,
+    probes: Vec<Probe>,
+    /// Calls waiting for their return here: (thread, stack pointer after the return, the event).
+    waiting: Vec<(Tid, u64, Box<Event>)>,
+}
+
+/// What the tracer is asked to do, besides its sites.
+pub struct Config {
+    pub pid: Tid,
+    pub stack_bytes: usize,
+    /// The target's CPython, when it runs one: each captured stack gets the thread's Python frames.
+    pub python: Option<crate::python::live::PythonReader>,
+    pub deadline: Option<Instant>,
+    /// Print a one-line live status to stderr (only when stderr is a terminal).
+    pub live_status: bool,
+}
+
+#[derive(Debug)]
+enum State {
+    Running,
+    /// A matching wrapper call is being stepped until rip reaches `after` (just past `syscall`); `entry`: the
+    /// registers at the wrapper's entry, to undo the step if a signal comes first; `matched`: the site's probes
+    /// that counted this call (their counters are given back if the step is undone).
+    Stepping {
+        ev: Box<Event>,
+        after: u64,
+        entry: Box<Regs>,
+        matched: Vec<usize>,
+    },
+    /// Stopped by us (to detach, or while another thread steps alone). `sig` is delivered when it is let go;
+    /// `group`: it is in a group-stop and must stay stopped.
+    Held {
+        sig: i32,
+        group: bool,
+        prev: Box<State>,
+    },
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Event(tid {} nr {})", self.tid, self.nr)
+    }
+}
+
+struct Thread {
+    state: State,
+    /// A process sharing our memory (vfork child): traced like a thread until it execs or exits.
+    shared_child: bool,
+    /// For a vfork child: the thread that created it, asleep in the kernel until this child execs or exits.
+    vfork_parent: Option<Tid>,
+}
+
+pub struct Tracer<'a> {
+    cfg: Config,
+    mem: ProcMem,
+    sites: HashMap<u64, Site>,
+    /// Return sites whose byte was put back while a thread may already have executed their int3 (or a fork
+    /// child may still hold it), with that byte.
+    retired: HashMap<u64, u8>,
+    threads: HashMap<Tid, Thread>,
+    /// Stops of tids not known yet (a new thread's or child's first stop can come before its parent's event).
+    early: HashMap<Tid, Stop>,
+    sink: &'a mut dyn Sink,
+    start: Instant,
+    pub summary: Summary,
+    armed: bool,
+    detached: bool,
+    leader_status: Option<End>,
+    cs: Option<capstone::Capstone>,
+    /// The `--fast` patch, when installed.
+    fast: Option<fast::Fast>,
+    /// The guardian process that restores the bytes if we die without detaching, or why there is none.
+    guard: Option<Guard>,
+    no_guard: Option<String>,
+    /// The SIGTRAP handler placed in the target for the same case.
+    pad: Option<pad::Pad>,
+    /// The thread whose stop is being handled.
+    current: Option<Tid>,
+}
+
+/// Reads through the captured stack first, then the target's memory (for the emulator's loads).
+struct CapturedMem<'m> {
+    sp: u64,
+    stack: &'m [u8],
+    mem: &'m ProcMem,
+}
+
+impl Memory for CapturedMem<'_> {
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        let off = addr.checked_sub(self.sp)? as usize;
+        match self.stack.get(off..off.checked_add(8)?) {
+            Some(b) => Some(u64::from_le_bytes(b.try_into().ok()?)),
+            None => self.mem.read_u64(addr).ok(),
+        }
+    }
+    fn write_u64(&self, addr: u64, value: u64) -> Option<()> {
+        self.mem.write_all(addr, &value.to_le_bytes()).ok()
+    }
+}
+
+/// rax just after a stepped `syscall` instruction. -ERESTART* means the call was interrupted (by a signal, or by
+/// our PTRACE_INTERRUPT) and the kernel restarts it or fails it with EINTR: the target never sees that value. The
+/// single-step trap is dequeued before the interrupting signal (SIGTRAP is synchronous), so this is seen here.
+fn set_syscall_result(ev: &mut Event, rax: u64) {
+    if (-516..=-512).contains(&(rax as i64)) {
+        ev.ret_missing = Some("interrupted in the kernel; restarted, or failed with EINTR".into());
+    } else {
+        ev.ret = Some(rax);
+    }
+}
+
+/// At a step's trap: SIGTRAP if the stop is really the target's own SIGTRAP (sent by a process, si_code <= 0),
+/// pending when the step ended, which swallowed our trap (a legacy signal is queued once); else 0.
+fn own_sigtrap(tid: Tid) -> i32 {
+    if ptrace::sig_code(tid).is_ok_and(|c| c <= 0) { libc::SIGTRAP } else { 0 }
+}
+
+/// The guardian, started before anything is planted; without one (refused, or `SYSCATCH_NO_GUARDIAN` set by a
+/// test measuring what it saves), the reason, said once arming begins (not for a target that is gone by then).
+fn start_guard(pid: Tid, mem: &ProcMem, check: u64) -> Result<Guard, Option<String>> {
+    if std::env::var_os("SYSCATCH_NO_GUARDIAN").is_some() {
+        return Err(None);
+    }
+    Guard::start(pid, mem, check).map_err(Some)
+}
+
+fn os_errno(e: std::io::Error) -> Errno {
+    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+impl<'a> Tracer<'a> {
+    fn new(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
+        let mem = ProcMem::open(cfg.pid).map_err(os_errno)?;
+        let (guard, no_guard) = match start_guard(cfg.pid, &mem, specs.first().map_or(0, |s| s.addr)) {
+            Ok(g) => (Some(g), None),
+            Err(why) => (None, why),
+        };
+        let cs = breakpoints::disassembler();
+        let mut sites = HashMap::new();
+        for spec in specs {
+            let Some(cs) = cs.as_ref() else {
+                return Err(Errno::EINVAL);
+            };
+            let Some(&first) = breakpoints::decode(cs, &spec.code, spec.addr, 1).first() else {
+                return Err(Errno::EINVAL);
+            };
+            let wrapper = spec.wrapper.then(|| {
+                let syscall_at = breakpoints::decode(cs, &spec.code, spec.addr, 16)
+                    .iter()
+                    .find(|d| d.insn == Some(Insn::Syscall))
+                    .map(|d| d.addr)?;
+                let rest = breakpoints::plan_wrapper(cs, &spec.code, spec.addr).map(|p| p.prefix[1..].to_vec());
+                Some(Wrapper { rest, syscall_at })
+            });
+            let wrapper = match wrapper {
+                Some(None) => return Err(Errno::EINVAL),
+                Some(Some(w)) => Some(w),
+                None => None,
+            };
+            let site = sites.entry(spec.addr).or_insert(Site {
+                addr: spec.addr,
+                orig: spec.code[0],
+                first,
+                cont_past: spec.code.starts_with(&[0x48, 0x89, 0xf8]),
+                wrapper: None,
+                probes: Vec::new(),
+                waiting: Vec::new(),
+            });
+            site.wrapper = site.wrapper.take().or(wrapper);
+            site.probes.extend(spec.probes);
+        }
+        Ok(Tracer {
+            cfg,
+            mem,
+            sites,
+            retired: HashMap::new(),
+            threads: HashMap::new(),
+            early: HashMap::new(),
+            sink,
+            start: Instant::now(),
+            summary: Summary::default(),
+            armed: false,
+            detached: false,
+            leader_status: None,
+            cs,
+            fast: None,
+            guard,
+            no_guard,
+            pad: None,
+            current: None,
+        })
+    }
+
+    /// Seizes every thread of `cfg.pid`, rescanning `/proc/PID/task` until a pass finds no new thread, and leaves
+    /// them all held (stopped) so the breakpoints are armed before any thread runs on; `run` lets them go.
+    pub fn attach(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
+        let started = Instant::now();
+        let pid = cfg.pid;
+        let mut t = Tracer::new(cfg, specs, sink)?;
+        crate::os::sched::realtime(|| t.seize_all(pid, started))?;
+        Ok(t)
+    }
+
+    /// Seizes every thread, rescanning until a pass finds none new.
+    fn seize_all(&mut self, pid: Tid, started: Instant) -> Result<(), Errno> {
+        let t = self;
+        loop {
+            let tids = procfs::list_tasks(pid).map_err(|_| Errno::ESRCH)?;
+            let mut new = 0;
+            for tid in tids {
+                if t.threads.contains_key(&tid) {
+                    continue;
+                }
+                match ptrace::seize(tid) {
+                    Ok(()) => {
+                        t.add_thread(tid, false);
+                        new += 1;
+                    }
+                    // Gone, exiting, or already ours through an auto-attach: all normal while attaching.
+                    Err(Errno::ESRCH) => {}
+                    Err(_) if !t.threads.is_empty() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if t.threads.is_empty() {
+                return Err(Errno::ESRCH);
+            }
+            // Stop everything seized so far. Whether a new thread is traced is decided when its creator enters
+            // clone(), but it is listed in /proc/PID/task only once clone() returns: a creator seized in between
+            // makes an untraced thread the scan can miss, which would die of SIGTRAP at its first hit. A thread
+            // stops only after its clone() returned, so after this the next scan sees every such thread.
+            t.hold_all(None);
+            if new == 0 {
+                t.summary.attach = started.elapsed();
+                return Ok(());
+            }
+        }
+    }
+
+    /// Adopts a process that was seized and stopped by the caller (the `-- CMD` path).
+    pub fn adopt(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
+        let pid = cfg.pid;
+        let mut t = Tracer::new(cfg, specs, sink)?;
+        t.add_thread(pid, false);
+        Ok(t)
+    }
+
+    fn add_thread(&mut self, tid: Tid, shared_child: bool) {
+        self.threads.insert(tid, Thread { state: State::Running, shared_child, vfork_parent: None });
+        if !shared_child {
+            self.summary.threads_seen += 1;
+        }
+    }
+
+    /// Plants every probe's int3. The bytes in memory must equal the file's: anything else (another tool's
+    /// breakpoint or uprobe, a patched function) is refused rather than overwritten.
+    pub fn arm(&mut self) -> Result<(), String> {
+        for site in self.sites.values() {
+            let mut b = [0u8; 1];
+            self.mem.read_exact(site.addr, &mut b).map_err(|e| format!("cannot read the target's memory: {e}"))?;
+            if b[0] != site.orig {
+                return Err(format!(
+                    "the byte at {:#x} is {:#04x} in memory but {:#04x} in the file: another debugger, uprobe or \
+                     hook has changed it; refusing to plant a breakpoint there",
+                    site.addr, b[0], site.orig
+                ));
+            }
+        }
+        self.install_pad(None);
+        let addrs: Vec<u64> = self.sites.keys().copied().collect();
+        for addr in addrs {
+            self.pad_list(crate::x86::trappad::entry(addr, false));
+        }
+        for site in self.sites.values() {
+            if let Some(g) = self.guard.as_mut() {
+                g.send(&Msg::Plant { addr: site.addr, orig: vec![site.orig], planted: vec![INT3] });
+            }
+            if let Err(e) = self.mem.write_all(site.addr, &[INT3]) {
+                self.armed = true;
+                self.restore_all();
+                return Err(format!("cannot write the breakpoint: {e}"));
+            }
+        }
+        self.armed = true;
+        self.start = Instant::now();
+        Ok(())
+    }
+
+    /// Addresses of the sites planted now.
+    pub fn site_addrs(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.sites.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Runs until the deadline, a stop signal, or the end of the target; then detaches everything.
+    /// The CPython reader, when the target runs one (its warnings and costs, for the summary).
+    pub fn python(&self) -> Option<&crate::python::live::PythonReader> {
+        self.cfg.python.as_ref()
+    }
+
+    pub fn run(&mut self) -> End {
+        // Attaching left every thread held; the breakpoints are armed now.
+        self.release_all();
+        let mut last_status = Instant::now();
+        let end = loop {
+            if let Some(end) = self.ended() {
+                break end;
+            }
+            let sig = signals::stop_requested();
+            if sig != 0 {
+                break End::Signal(sig);
+            }
+            if signals::faulted() {
+                break End::Fault;
+            }
+            if self.cfg.deadline.is_some_and(|d| Instant::now() >= d) {
+                break End::Duration;
+            }
+            if last_status.elapsed() >= Duration::from_millis(1000) {
+                last_status = Instant::now();
+                self.verify_sites();
+                if self.cfg.live_status {
+                    self.print_status();
+                }
+            }
+            match ptrace::wait_any(false) {
+                Ok(None) => continue,
+                Ok(Some((tid, stop))) => {
+                    // Known while the stop is handled: a panic in between leaves this thread in a stop whose
+                    // wait status is consumed, and detach must know that (`adopt_interrupted`).
+                    self.current = Some(tid);
+                    self.handle(tid, stop, Instant::now());
+                    self.current = None;
+                }
+                Err(_) => self.threads.clear(),
+            }
+        };
+        if self.cfg.live_status {
+            eprint!("\r\x1b[K");
+        }
+        self.detach_all();
+        self.summary.duration = self.start.elapsed();
+        self.summary.end = Some(end.clone());
+        end
+    }
+
+    fn ended(&self) -> Option<End> {
+        if let Some(e) = &self.leader_status
+            && (matches!(e, End::Exec) || self.threads.values().all(|t| t.shared_child))
+        {
+            return Some(e.clone());
+        }
+        if self.threads.is_empty() {
+            return Some(self.leader_status.clone().unwrap_or(End::Exited(0)));
+        }
+        None
+    }
+
+    /// Another tool (a debugger, a uprobe removed with its own saved byte) may overwrite our int3: say so at
+    /// once, stop counting the site as ours, and never put a byte back there.
+    fn verify_sites(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let lost: Vec<u64> =
+            self.sites.keys().copied().filter(|&a| self.read_byte(a).is_some_and(|b| b != INT3)).collect();
+        for addr in lost {
+            let now = self.read_byte(addr).unwrap_or(0);
+            let w = format!(
+                "the breakpoint at {addr:#x} was overwritten by someone else (now {now:#04x}); calls there are no \
+                 longer seen, and the byte will be left as it is"
+            );
+            eprintln!("syscatch: WARNING: {w}");
+            self.summary.warnings.push(w);
+            if let Some(site) = self.sites.remove(&addr) {
+                for (_, _, mut ev) in site.waiting {
+                    ev.ret_missing = Some("the return breakpoint was overwritten".into());
+                    self.emit(*ev);
+                }
+            }
+        }
+    }
+
+    fn print_status(&self) {
+        let left = self
+            .cfg
+            .deadline
+            .map(|d| format!(", {:.0}s left", d.saturating_duration_since(Instant::now()).as_secs_f64()))
+            .unwrap_or_default();
+        eprint!(
+            "\r\x1b[K{} hits, {} matching, {} threads{}",
+            self.summary.hits,
+            self.summary.matching,
+            self.threads.len(),
+            left
+        );
+    }
+
+    /// Resumes a thread the way its state asks: stepping, or running.
+    fn resume(&mut self, tid: Tid, sig: i32) {
+        let stepping = matches!(self.threads.get(&tid).map(|t| &t.state), Some(State::Stepping { .. }));
+        // An error is ESRCH: killed (SIGKILL) while stopped; waitpid reports its exit.
+        let _ = if stepping { ptrace::step(tid, sig) } else { ptrace::cont(tid, sig) };
+        if sig != 0 {
+            self.summary.signals_forwarded += 1;
+        }
+    }
+
+    /// One stop while tracing.
+    fn handle(&mut self, tid: Tid, stop: Stop, seen: Instant) {
+        if !self.threads.contains_key(&tid) && !self.adopt_unknown(tid, stop) {
+            return;
+        }
+        match stop {
+            Stop::Exited(code) => self.gone(tid, End::Exited(code)),
+            Stop::Killed(sig) => self.gone(tid, End::Killed(sig)),
+            Stop::Signal(libc::SIGTRAP) => self.on_trap(tid, seen),
+            Stop::Signal(sig) => self.on_signal(tid, sig),
+            Stop::GroupStop(_) => {
+                let _ = ptrace::listen(tid);
+            }
+            Stop::Interrupted | Stop::VforkDone => self.resume(tid, 0),
+            Stop::Clone(new) | Stop::Fork(new) | Stop::Vfork(new) => {
+                self.on_child(tid, new);
+                self.resume(tid, 0);
+            }
+            Stop::Exec => self.on_exec(tid),
+        }
+    }
+
+    /// A stop from a tid we have not seen: a new thread whose first stop beat its parent's clone event, or a
+    /// child process whose parent's event is still to come. Returns whether to handle the stop now.
+    fn adopt_unknown(&mut self, tid: Tid, stop: Stop) -> bool {
+        let status = procfs::read_status(tid).map(|s| status::parse_status(&s)).unwrap_or_default();
+        if status.tgid == self.cfg.pid {
+            self.add_thread(tid, false);
+            return true;
+        }
+        if !matches!(stop, Stop::Exited(_) | Stop::Killed(_)) {
+            self.early.insert(tid, stop);
+        }
+        false
+    }
+
+    fn gone(&mut self, tid: Tid, how: End) {
+        if let Some(t) = self.threads.remove(&tid) {
+            let state = match t.state {
+                State::Held { prev, .. } => *prev,
+                s => s,
+            };
+            if let State::Stepping { mut ev, .. } = state {
+                ev.ret_missing = Some("the thread exited during the call".into());
+                self.emit(*ev);
+            }
+        }
+        for site in self.sites.values_mut() {
+            for (_, _, ev) in site.waiting.iter_mut().filter(|(t, _, _)| *t == tid) {
+                ev.ret_missing = Some("the thread exited before the call returned".into());
+            }
+        }
+        let orphans: Vec<Box<Event>> = self
+            .sites
+            .values_mut()
+            .flat_map(|s| {
+                let (gone, keep): (Vec<_>, Vec<_>) = s.waiting.drain(..).partition(|(t, _, _)| *t == tid);
+                s.waiting = keep;
+                gone.into_iter().map(|(_, _, ev)| ev)
+            })
+            .collect();
+        for ev in orphans {
+            self.emit(*ev);
+        }
+        if tid == self.cfg.pid {
+            self.leader_status = Some(how);
+        }
+    }
+
+    fn emit(&mut self, mut ev: Event) {
+        let also = std::mem::take(&mut ev.also);
+        for name in also {
+            let copy = Event { probe: Some(name), ..ev.clone() };
+            *self.summary.events_by_tid.entry(copy.tid).or_default() += 1;
+            self.sink.event(copy);
+        }
+        *self.summary.events_by_tid.entry(ev.tid).or_default() += 1;
+        self.sink.event(ev);
+    }
+
+    /// Whether `addr` holds one of our int3s now.
+    fn planted(&self, addr: u64) -> bool {
+        self.armed && self.sites.contains_key(&addr)
+    }
+
+    fn on_trap(&mut self, tid: Tid, seen: Instant) {
+        let Ok(mut regs) = ptrace::get_regs(tid) else { return };
+        if let Some(Thread { state: State::Stepping { after, .. }, .. }) = self.threads.get(&tid) {
+            let after = *after;
+            if regs.ip() == after {
+                let sig = own_sigtrap(tid);
+                let Some(t) = self.threads.get_mut(&tid) else { return };
+                if let State::Stepping { mut ev, .. } = std::mem::replace(&mut t.state, State::Running) {
+                    set_syscall_result(&mut ev, regs.0.rax);
+                    self.summary.stopped += seen.elapsed();
+                    self.resume(tid, sig);
+                    self.emit(*ev);
+                }
+            } else if regs.ip() < after && regs.ip() >= after.saturating_sub(64) {
+                // Slow path: stepping the wrapper's prefix one instruction at a time.
+                self.resume(tid, 0);
+            } else {
+                self.on_signal(tid, libc::SIGTRAP);
+            }
+            return;
+        }
+        if let Some(ev) = self.fast_event(tid, &regs) {
+            self.summary.stopped += seen.elapsed();
+            self.resume(tid, 0);
+            self.emit(ev);
+            return;
+        }
+        let addr = regs.ip().wrapping_sub(1);
+        if !self.planted(addr) {
+            if self.retired.contains_key(&addr) && self.read_byte(addr) != Some(INT3) {
+                // It executed a return breakpoint's int3 just before the byte was put back: run the original.
+                regs.set_ip(addr);
+                if ptrace::set_regs(tid, &regs).is_ok() {
+                    self.resume(tid, 0);
+                }
+                return;
+            }
+            // Not ours: the target's own SIGTRAP.
+            self.resume(tid, libc::SIGTRAP);
+            return;
+        }
+        regs.set_ip(addr);
+        self.summary.hits += 1;
+        if self.complete_return(tid, &regs) {
+            self.step_over(tid, regs, seen);
+            return;
+        }
+        self.on_hit(tid, regs, seen);
+    }
+
+    /// Tells the guardian (if any) what is planted: before a byte is planted, after it is taken back.
+    fn tell(&mut self, m: Msg) {
+        if let Some(g) = self.guard.as_mut() {
+            g.send(&m);
+        }
+    }
+
+    fn read_byte(&self, addr: u64) -> Option<u8> {
+        let mut b = [0u8; 1];
+        self.mem.read_exact(addr, &mut b).ok().map(|_| b[0])
+    }
+
+    /// A return breakpoint reached by the thread a call is waiting for, at the stack depth of that call.
+    fn complete_return(&mut self, tid: Tid, regs: &Regs) -> bool {
+        let addr = regs.ip();
+        let Some(site) = self.sites.get_mut(&addr) else {
+            return false;
+        };
+        let Some(i) = site.waiting.iter().position(|(t, sp, _)| *t == tid && *sp == regs.sp()) else {
+            return false;
+        };
+        let (_, _, mut ev) = site.waiting.swap_remove(i);
+        ev.ret = Some(regs.0.rax);
+        let retire = site.waiting.is_empty() && site.probes.is_empty();
+        self.emit(*ev);
+        if retire {
+            // Nobody waits here any more: put the byte back. A thread that already executed the int3 is
+            // recognised by `retired` and rewound.
+            let site = self.sites.remove(&addr).expect("site exists");
+            let _ = self.mem.write_all(addr, &[site.orig]);
+            self.tell(Msg::Retire(addr));
+            self.retired.insert(addr, site.orig);
+        }
+        true
+    }
+
+    /// Emulates the displaced instruction (or steps it alone) and lets the thread go.
+    fn step_over(&mut self, tid: Tid, mut regs: Regs, seen: Instant) {
+        let addr = regs.ip();
+        let Some(site) = self.sites.get(&addr) else {
+            // The site was just retired: the original byte is back.
+            if ptrace::set_regs(tid, &regs).is_ok() {
+                self.resume(tid, 0);
+            }
+            return;
+        };
+        if site.cont_past && regs.0.rdi >> 32 == 0 {
+            // rip is still just past the int3: the rest of the instruction does what the whole one would.
+            self.summary.emulated += 1;
+            self.summary.stopped += seen.elapsed();
+            self.resume(tid, 0);
+            return;
+        }
+        let first = site.first;
+        let m = CapturedMem { sp: regs.sp(), stack: &[], mem: &self.mem };
+        let mut emulated = regs;
+        if breakpoints::emulate(&first, &mut emulated, &m).is_some() {
+            self.summary.emulated += 1;
+            if ptrace::set_regs(tid, &emulated).is_ok() {
+                self.summary.stopped += seen.elapsed();
+                self.resume(tid, 0);
+            }
+            return;
+        }
+        regs.set_ip(addr);
+        self.step_alone(tid, regs);
+        self.summary.stopped += seen.elapsed();
+    }
+
+    fn on_hit(&mut self, tid: Tid, regs: Regs, seen: Instant) {
+        let addr = regs.ip();
+        let Some(site) = self.sites.get_mut(&addr) else { return };
+        let is_wrapper = site.wrapper.is_some();
+        let arg = |i: usize| -> u64 {
+            let g = &regs.0;
+            match (is_wrapper, i) {
+                (true, 0) => g.rsi,
+                (true, 1) => g.rdx,
+                (true, 2) => g.rcx,
+                (true, 3) => g.r8,
+                (true, 4) => g.r9,
+                (true, _) => self.mem.read_u64(regs.sp().wrapping_add(8)).unwrap_or(0),
+                (false, 0) => g.rdi,
+                (false, 1) => g.rsi,
+                (false, 2) => g.rdx,
+                (false, 3) => g.rcx,
+                (false, 4) => g.r8,
+                (false, _) => g.r9,
+            }
+        };
+        let mut matched = Vec::new();
+        for (i, p) in site.probes.iter_mut().enumerate() {
+            if !p.exhausted() && p.cond.matches(&regs, &arg) && p.sample() {
+                p.emitted += 1;
+                matched.push(i);
+            }
+        }
+        if matched.is_empty() {
+            self.step_over(tid, regs, seen);
+            return;
+        }
+        if crate::app::crash::injected("tracer-panic") {
+            panic!("injected fault: tracer-panic");
+        }
+        self.summary.matching += 1;
+        let want_stack = matched.iter().any(|&i| site.probes[i].want_stack);
+        let want_ret = matched.iter().any(|&i| site.probes[i].want_ret);
+        let stack = if want_stack && self.cfg.stack_bytes > 0 {
+            mem::read_upto(tid, regs.sp(), self.cfg.stack_bytes)
+        } else {
+            Vec::new()
+        };
+        let m = CapturedMem { sp: regs.sp(), stack: &stack, mem: &self.mem };
+        let g = &regs.0;
+        let args = if is_wrapper {
+            [g.rsi, g.rdx, g.rcx, g.r8, g.r9, m.read_u64(regs.sp().wrapping_add(8)).unwrap_or(0)]
+        } else {
+            [g.rdi, g.rsi, g.rdx, g.rcx, g.r8, g.r9]
+        };
+        let ret_addr = m.read_u64(regs.sp());
+        let asked = self.cfg.stack_bytes;
+        let capture = if stack.is_empty() {
+            None
+        } else {
+            let python = self.cfg.python.as_mut().map(|p| p.read_frames(tid, &regs, &stack)).unwrap_or_default();
+            Some(StackCapture { regs, stack, asked, python })
+        };
+        let first = matched[0];
+        let p = &site.probes[first];
+        let ev = Event {
+            time: self.start.elapsed().as_secs_f64(),
+            tid,
+            probe: p.name.clone(),
+            func: p.label.clone(),
+            nr: if is_wrapper { g.rdi } else { 0 },
+            args,
+            regs: matched.iter().flat_map(|&i| site.probes[i].regs.iter().map(|&r| (r, regs.get(r)))).collect(),
+            ret: None,
+            ret_missing: None,
+            capture,
+            also: matched[1..].iter().filter_map(|&i| site.probes[i].name.clone()).collect(),
+        };
+        if is_wrapper {
+            self.enter_wrapper(tid, regs, ev, seen, matched);
+        } else if want_ret {
+            match ret_addr {
+                Some(ra) => self.wait_return(tid, ra, regs.sp().wrapping_add(8), ev),
+                None => {
+                    let mut ev = ev;
+                    ev.ret_missing = Some("the return address could not be read".into());
+                    self.emit(ev);
+                }
+            }
+            self.step_over(tid, regs, seen);
+        } else {
+            self.emit(ev);
+            self.step_over(tid, regs, seen);
+        }
+    }
+
+    /// Emulates a wrapper up to its `syscall` instruction and single-steps that instruction.
+    fn enter_wrapper(&mut self, tid: Tid, mut regs: Regs, mut ev: Event, seen: Instant, matched: Vec<usize>) {
+        let addr = regs.ip();
+        let Some(site) = self.sites.get(&addr) else { return };
+        let Some(w) = site.wrapper.clone() else { return };
+        let first = site.first;
+        let entry = regs;
+        let stack: &[u8] = ev.capture.as_ref().map(|c| c.stack.as_slice()).unwrap_or(&[]);
+        let m = CapturedMem { sp: regs.sp(), stack, mem: &self.mem };
+        let mut ok = breakpoints::emulate(&first, &mut regs, &m).is_some();
+        match &w.rest {
+            Some(rest) => {
+                for d in rest {
+                    ok = ok && breakpoints::emulate(d, &mut regs, &m).is_some();
+                }
+            }
+            None => self.summary.slow_path += 1,
+        }
+        if !ok || ptrace::set_regs(tid, &regs).is_err() {
+            ev.ret_missing = Some("could not step the wrapper".into());
+            self.emit(ev);
+            self.step_over(tid, entry, seen);
+            return;
+        }
+        self.summary.stopped += seen.elapsed();
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.state = State::Stepping { ev: Box::new(ev), after: w.syscall_at + 2, entry: Box::new(entry), matched };
+        }
+        self.resume(tid, 0);
+    }
+
+    /// Plants (or reuses) a breakpoint at a call's return address; only this thread at `sp_after` completes it.
+    fn wait_return(&mut self, tid: Tid, ret_addr: u64, sp_after: u64, ev: Event) {
+        if let Some(site) = self.sites.get_mut(&ret_addr) {
+            site.waiting.push((tid, sp_after, Box::new(ev)));
+            return;
+        }
+        let mut code = [0u8; 16];
+        let decoded = self.mem.read_exact(ret_addr, &mut code).ok().and_then(|_| {
+            let cs = self.cs.as_ref()?;
+            breakpoints::decode(cs, &code, ret_addr, 1).first().copied()
+        });
+        let mut ev = ev;
+        let Some(first) = decoded.filter(|_| code[0] != INT3) else {
+            ev.ret_missing = Some(format!("cannot place a return breakpoint at {ret_addr:#x}"));
+            self.emit(ev);
+            return;
+        };
+        self.pad_list(crate::x86::trappad::entry(ret_addr, false));
+        self.tell(Msg::Plant { addr: ret_addr, orig: vec![code[0]], planted: vec![INT3] });
+        if self.mem.write_all(ret_addr, &[INT3]).is_err() {
+            ev.ret_missing = Some(format!("cannot write a return breakpoint at {ret_addr:#x}"));
+            self.emit(ev);
+            return;
+        }
+        self.retired.remove(&ret_addr);
+        self.sites.insert(
+            ret_addr,
+            Site {
+                addr: ret_addr,
+                orig: code[0],
+                first,
+                cont_past: false,
+                wrapper: None,
+                probes: Vec::new(),
+                waiting: vec![(tid, sp_after, Box::new(ev))],
+            },
+        );
+    }
+
+    /// A signal-delivery-stop: delivered exactly once, by passing it back when resuming. A signal that arrives
+    /// while a matching call is being stepped, before the kernel ran the `syscall` instruction, undoes the step:
+    /// the thread goes back to the wrapper's entry, takes the signal, and re-enters the wrapper afterwards (after
+    /// its handler, or after SIGCONT), where it is caught again, so the call is reported once, with its result.
+    fn on_signal(&mut self, tid: Tid, sig: i32) {
+        self.settle_step(tid, sig);
+        self.resume(tid, sig);
+    }
+
+    /// A stepping thread stopped by signal `sig` somewhere other than its step's trap: ends the step (the
+    /// thread is then resumed with CONT, never with a step that would make the handler's entry trap).
+    fn settle_step(&mut self, tid: Tid, sig: i32) {
+        if let Some(t) = self.threads.get_mut(&tid)
+            && let State::Stepping { after, ref entry, .. } = t.state
+            && let entry = *entry.clone()
+            && let State::Stepping { mut ev, matched, .. } = std::mem::replace(&mut t.state, State::Running)
+        {
+            match ptrace::get_regs(tid) {
+                Ok(r) if r.ip() == after => {
+                    set_syscall_result(&mut ev, r.0.rax);
+                    self.emit(*ev);
+                }
+                Ok(r) if r.ip() < after && ptrace::set_regs(tid, &entry).is_ok() => {
+                    let _ = r;
+                    // The call is caught again when the thread re-enters the wrapper: it must count then, once.
+                    self.summary.matching = self.summary.matching.saturating_sub(1);
+                    if let Some(site) = self.sites.get_mut(&entry.ip()) {
+                        for &i in &matched {
+                            if let Some(p) = site.probes.get_mut(i) {
+                                p.emitted = p.emitted.saturating_sub(1);
+                                p.matched = p.matched.saturating_sub(1);
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    ev.ret_missing = Some(format!("signal {sig} arrived before the call returned"));
+                    self.emit(*ev);
+                }
+            }
+        }
+    }
+
+    /// A new thread or child process `new`, reported by its parent's (`parent`) clone/fork/vfork event.
+    fn on_child(&mut self, parent: Tid, new: Tid) {
+        if new <= 0 || self.threads.contains_key(&new) {
+            return;
+        }
+        let status = procfs::read_status(new).map(|s| status::parse_status(&s)).unwrap_or_default();
+        if status.tgid == self.cfg.pid {
+            self.add_thread(new, false);
+            if let Some(stop) = self.early.remove(&new) {
+                self.handle(new, stop, Instant::now());
+            }
+            return;
+        }
+        // A child process. Its first stop comes before it runs any code.
+        let first = match self.early.remove(&new) {
+            Some(s) => Some(s),
+            None => ptrace::wait_stop(new).ok(),
+        };
+        if matches!(first, None | Some(Stop::Exited(_)) | Some(Stop::Killed(_))) {
+            return;
+        }
+        if ptrace::same_vm(new, self.cfg.pid) {
+            // vfork/CLONE_VM: it shares our memory and our int3s; restoring the bytes would blind the parent.
+            // Keep it traced and handle its hits until it execs or exits.
+            self.add_thread(new, true);
+            if let Some(t) = self.threads.get_mut(&new) {
+                t.vfork_parent = Some(parent);
+            }
+            self.resume(new, 0);
+            return;
+        }
+        // fork: the child has its own copy of every int3; put the original bytes back before it runs.
+        if self.armed
+            && let Ok(child_mem) = ProcMem::open(new)
+        {
+            self.clean_child(&child_mem);
+        }
+        self.summary.forks_cleaned += 1;
+        let _ = ptrace::detach(new, 0);
+    }
+
+    /// Puts the original bytes back in a fork child's copy of the memory: every planted site, and every return
+    /// site retired since the fork copied its int3 (its call returned before the fork event was handled).
+    fn clean_child(&self, child: &ProcMem) {
+        for site in self.sites.values() {
+            let _ = child.write_all(site.addr, &[site.orig]);
+        }
+        for (&addr, &orig) in &self.retired {
+            let mut b = [0u8; 1];
+            if child.read_exact(addr, &mut b).is_ok() && b[0] == INT3 {
+                let _ = child.write_all(addr, &[orig]);
+            }
+        }
+        self.fast_restore_in(child);
+    }
+
+    fn on_exec(&mut self, tid: Tid) {
+        if self.threads.get(&tid).is_some_and(|t| t.shared_child) {
+            // A vfork child exec'd: it has a fresh address space without our int3s.
+            self.threads.remove(&tid);
+            let _ = ptrace::detach(tid, 0);
+            return;
+        }
+        // The target replaced its program: our breakpoints are gone with the old address space. The exec'ing
+        // thread now has the leader's id; other threads report their exit.
+        self.armed = false;
+        self.sites.clear();
+        self.retired.clear();
+        self.fast = None;
+        self.pad = None;
+        self.tell(Msg::Exec);
+        self.threads.retain(|&t, th| t == tid || th.shared_child);
+        if tid != self.cfg.pid
+            && let Some(th) = self.threads.remove(&tid)
+        {
+            self.threads.insert(self.cfg.pid, th);
+        }
+        self.leader_status = Some(End::Exec);
+        if let Some(th) = self.threads.get_mut(&self.cfg.pid) {
+            th.state = State::Held { sig: 0, group: false, prev: Box::new(State::Running) };
+        }
+    }
+}
+
+impl Drop for Tracer<'_> {
+    fn drop(&mut self) {
+        self.detach_all();
+    }
+}

@@ -1,0 +1,176 @@
+//! Placing and removing the trap pad (`crate::x86::trappad`) in the target: a page pair mapped and a SIGTRAP handler
+//! installed by system calls injected on a held thread, at arming; the previous action put back, and the pages
+//! unmapped when no thread is inside them, at detach. Best effort: without it, only idle targets survive our
+//! SIGKILL (the guardian still restores the bytes), and syscatch says so.
+
+use super::{State, Tracer};
+use crate::model::status;
+use crate::os::Tid;
+use crate::os::procfs;
+use crate::x86::trappad;
+
+/// The installed pad.
+pub(super) struct Pad {
+    page: u64,
+    /// A `syscall` instruction of libc, where injected calls run.
+    syscall_at: u64,
+    listed: usize,
+    /// The action SIGTRAP had before (what detach puts back).
+    old: [u8; 32],
+}
+
+const SIGTRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
+
+impl Tracer<'_> {
+    /// A held thread that can run an injected system call now; for a command we started (`-- CMD`), its only
+    /// thread, still stopped at the program's entry point until the caller lets it go (`arming` only).
+    fn injectable(&self, arming: bool) -> Option<Tid> {
+        let held = self.threads.iter().find(
+            |(_, t)| matches!(&t.state, State::Held { sig: 0, group: false, prev } if matches!(**prev, State::Running)),
+        );
+        if let Some((&tid, _)) = held {
+            return Some(tid);
+        }
+        let pid = self.cfg.pid;
+        let only = self.threads.len() == 1 && matches!(self.threads.get(&pid).map(|t| &t.state), Some(State::Running));
+        let stopped = || procfs::read_status(pid).is_ok_and(|s| status::parse_status(&s).state == 't');
+        (arming && only && stopped()).then_some(pid)
+    }
+
+    fn syscall_insn(&self) -> Option<u64> {
+        self.sites.values().find_map(|s| s.wrapper.as_ref().map(|w| w.syscall_at))
+    }
+
+    /// Installs the pad before anything is planted, while every thread is held (a SIGKILL between planting and
+    /// the pad would release threads that can reach an int3 before the guardian has restored it); the caller
+    /// lists its sites next. `syscall_at`: a libc `syscall` instruction, if the sites have none. On refusal,
+    /// one line.
+    pub(super) fn install_pad(&mut self, syscall_at: Option<u64>) {
+        if let Some(why) = self.no_guard.take() {
+            eprintln!(
+                "syscatch: warning: {why}; if syscatch is killed (SIGKILL, OOM) its breakpoints stay and the target \
+                 dies at its next hit"
+            );
+        }
+        // Off unless asked for: with threads being created while we attach, the injected set-up was seen to kill
+        // the target (torture::thread_churn_during_attach, about one run in two), which is worse than what the pad
+        // saves (a thread caught in a breakpoint when syscatch is SIGKILLed).
+        if self.pad.is_some() || self.guard.is_none() || std::env::var_os("SYSCATCH_TRAP_PAD").is_none() {
+            return;
+        }
+        if let Err(why) = self.try_install_pad(syscall_at) {
+            eprintln!(
+                "syscatch: note: no trap pad in the target ({why}): if syscatch is killed, a thread caught in a \
+                 breakpoint at that moment dies"
+            );
+        }
+    }
+
+    fn try_install_pad(&mut self, syscall_at: Option<u64>) -> Result<(), String> {
+        let status = procfs::read_status(self.cfg.pid).map(|s| status::parse_status(&s)).map_err(|e| e.to_string())?;
+        if (status.sig_cgt | status.sig_ign) & SIGTRAP_BIT != 0 {
+            return Err("the target handles SIGTRAP itself".into());
+        }
+        let syscall_at =
+            syscall_at.or_else(|| self.syscall_insn()).ok_or("no libc syscall instruction to run the set-up on")?;
+        let tid = self.injectable(true).ok_or("no thread is held where it can run the set-up")?;
+        let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+        let page = self.inject_syscall(
+            tid,
+            syscall_at,
+            libc::SYS_mmap as u64,
+            [0, trappad::PAGES_LEN, rw, flags, u64::MAX, 0],
+        )?;
+        if (page as i64) < 0 || page & 0xfff != 0 {
+            return Err(format!("mmap in the target failed ({})", page as i64));
+        }
+        let undo = |t: &mut Self, why: String| {
+            let _ = t.inject_syscall(tid, syscall_at, libc::SYS_munmap as u64, [page, trappad::PAGES_LEN, 0, 0, 0, 0]);
+            Err(why)
+        };
+        if let Err(e) = self.mem.write_all(page, trappad::CODE) {
+            return undo(self, format!("cannot write the pad: {e}"));
+        }
+        let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+        let r = self.inject_syscall(tid, syscall_at, libc::SYS_mprotect as u64, [page, 4096, rx, 0, 0, 0])?;
+        if r != 0 {
+            return undo(self, format!("mprotect in the target failed ({})", r as i64));
+        }
+        // The new action, and room for the old one, in the data page (zeroed by mmap: the SIG_DFL action too).
+        let act = page + trappad::DATA + 48;
+        let old = page + trappad::DATA + 80;
+        if let Err(e) = self.mem.write_all(act, &trappad::action_bytes(page)) {
+            return undo(self, format!("cannot write the pad: {e}"));
+        }
+        self.pad = Some(Pad { page, syscall_at, listed: 0, old: [0; 32] });
+        let r = self.inject_syscall(
+            tid,
+            syscall_at,
+            libc::SYS_rt_sigaction as u64,
+            [libc::SIGTRAP as u64, act, old, 8, 0, 0],
+        )?;
+        let mut prev = [0u8; 32];
+        if r != 0 || self.mem.read_exact(old, &mut prev).is_err() {
+            self.pad = None;
+            return undo(self, format!("rt_sigaction in the target failed ({})", r as i64));
+        }
+        if let Some(p) = self.pad.as_mut() {
+            p.old = prev;
+        }
+        Ok(())
+    }
+
+    /// Lists a site in the pad (before its int3 is planted; nothing without a pad). Sites are never unlisted: a retired site can still
+    /// have a trap of ours on its way.
+    pub(super) fn pad_list(&mut self, entry: u64) {
+        let Some(p) = self.pad.as_mut() else { return };
+        if p.listed >= trappad::CAPACITY {
+            return;
+        }
+        let slot = p.page + trappad::TABLE + 8 * p.listed as u64;
+        if self.mem.write_all(slot, &entry.to_le_bytes()).is_ok() {
+            p.listed += 1;
+            let _ = self.mem.write_all(p.page + trappad::COUNT, &(p.listed as u64).to_le_bytes());
+        }
+    }
+
+    /// At detach, every thread held: the previous SIGTRAP action back, and the pages unmapped unless a thread is
+    /// inside them (only possible in a foreign SIGTRAP's handler run: then they stay, said in the summary).
+    pub(super) fn remove_pad(&mut self) {
+        let Some(p) = self.pad.take() else { return };
+        if self.threads.is_empty() {
+            // The target has exited (or exec'd): nothing left to restore.
+            return;
+        }
+        let Some(tid) = self.injectable(false) else {
+            self.summary
+                .warnings
+                .push("the trap pad's SIGTRAP handler stays installed (no thread to remove it)".into());
+            return;
+        };
+        let old = p.page + trappad::DATA + 80;
+        let back = self.mem.write_all(old, &p.old).is_ok()
+            && self
+                .inject_syscall(
+                    tid,
+                    p.syscall_at,
+                    libc::SYS_rt_sigaction as u64,
+                    [libc::SIGTRAP as u64, old, 0, 8, 0, 0],
+                )
+                .is_ok_and(|r| r == 0);
+        if !back {
+            self.summary.warnings.push("could not put back the target's SIGTRAP action".into());
+            return;
+        }
+        let inside = self.threads.keys().any(|&t| {
+            crate::os::ptrace::get_regs(t).is_ok_and(|r| r.ip() >= p.page && r.ip() < p.page + trappad::PAGES_LEN)
+        });
+        if inside {
+            self.summary.warnings.push(format!("the trap pad stays mapped at {:#x} (a thread is inside it)", p.page));
+            return;
+        }
+        let _ =
+            self.inject_syscall(tid, p.syscall_at, libc::SYS_munmap as u64, [p.page, trappad::PAGES_LEN, 0, 0, 0, 0]);
+    }
+}

@@ -1,0 +1,107 @@
+//! What the tracer reports: one [`Event`] per captured call, plus the end-of-trace [`Summary`]. Plain data;
+//! renderers and tests consume it through a [`Sink`].
+
+use crate::model::Tid;
+use crate::model::regs::Regs;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Registers and a copy of the stack taken while the thread was stopped at the call, for unwinding later.
+#[derive(Clone)]
+pub struct StackCapture {
+    pub regs: Regs,
+    /// Bytes from `regs.sp()` upwards; shorter than asked when the stack mapping ends first.
+    pub stack: Vec<u8>,
+    /// How many bytes were asked for.
+    pub asked: usize,
+    /// The thread's Python frames, innermost first, read at the same stop (empty for a thread not running
+    /// CPython).
+    pub python: Vec<crate::python::PyFrame>,
+}
+
+/// One captured call.
+#[derive(Clone)]
+pub struct Event {
+    /// Seconds since the trace started.
+    pub time: f64,
+    pub tid: Tid,
+    /// The probe that caught it (probe scripts); `None` for `--syscall`.
+    pub probe: Option<Arc<str>>,
+    /// For a function probe, where it stopped (`libc.so.6:munmap`); `None` for a call through `syscall()`.
+    pub func: Option<Arc<str>>,
+    /// The syscall number (calls through `syscall()` only).
+    pub nr: u64,
+    /// The call's arguments: for `syscall()`, the syscall's own (rsi, rdx, rcx, r8, r9 and the stack argument);
+    /// for a function, the C ABI registers rdi, rsi, rdx, rcx, r8, r9.
+    pub args: [u64; 6],
+    /// Registers a probe asked for, at the call.
+    pub regs: Vec<(crate::model::regs::Reg, u64)>,
+    /// rax after the call returned: an address, a value, or -errno.
+    pub ret: Option<u64>,
+    /// Why `ret` is missing.
+    pub ret_missing: Option<String>,
+    pub capture: Option<StackCapture>,
+    /// Other probes at the same address whose conditions also matched this call: each gets a copy of the event,
+    /// sent with it once the call is complete.
+    pub also: Vec<Arc<str>>,
+}
+
+/// How a trace ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    Duration,
+    Signal(i32),
+    /// The target exited with this status, or was killed by this signal.
+    Exited(i32),
+    Killed(i32),
+    /// The target called execve: the traced program is gone.
+    Exec,
+    /// syscatch itself failed (a panic, an output error): the trace was stopped early.
+    Fault,
+}
+
+/// Counters for the summary line, kept by the tracer.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub duration: Duration,
+    pub hits: u64,
+    pub matching: u64,
+    pub events_by_tid: BTreeMap<Tid, u64>,
+    /// Time between seeing a stop and resuming the thread, summed over all hits (the tracer's share of the
+    /// time threads spent stopped).
+    pub stopped: Duration,
+    /// Step-overs done by emulating the displaced instruction (or resuming past it, when that is equivalent).
+    pub emulated: u64,
+    /// Hits that needed a slow step-over (single steps instead of emulation).
+    pub slow_path: u64,
+    pub threads_seen: u64,
+    pub forks_cleaned: u64,
+    pub signals_forwarded: u64,
+    pub end: Option<End>,
+    /// Time to seize every thread, to plant the breakpoints (or install `--fast`), and to stop, restore and
+    /// detach everything at the end.
+    pub attach: Duration,
+    pub arm: Duration,
+    pub detach: Duration,
+    /// Analysis costs, measured off the tracer's thread: unwinding (per frame), symbolizing a frame whose address
+    /// was new, and one seen before.
+    pub unwind_ns_per_frame: Option<f64>,
+    pub symbolize_first_ns_per_frame: Option<f64>,
+    pub symbolize_cached_ns_per_frame: Option<f64>,
+    /// Time to read a captured thread's Python frames, per event, while it was stopped (CPython targets).
+    pub python_us_per_event: Option<f64>,
+    /// Problems that must be shown loudly (a breakpoint byte that was not ours at detach, ...).
+    pub warnings: Vec<String>,
+}
+
+/// Receives events as they are captured.
+pub trait Sink {
+    fn event(&mut self, ev: Event);
+}
+
+impl Sink for Vec<Event> {
+    fn event(&mut self, ev: Event) {
+        self.push(ev)
+    }
+}

@@ -1,0 +1,161 @@
+//! Loaded modules: the ELF files a process has mapped, where they are (load bias), their build-ids and
+//! symbols. Pure over bytes: the callers read the files and the target's memory.
+
+use crate::model::maps::Mapping;
+use object::{Object, ObjectSegment, ObjectSymbol};
+use std::sync::Arc;
+
+/// The mappings of one file in a process's address space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleMap {
+    /// The path as the target sees it (from its `/proc/PID/maps`).
+    pub path: String,
+    /// Lowest and highest address of all mappings of the file.
+    pub start: u64,
+    pub end: u64,
+    /// The mapping with the lowest file offset: the one the load bias is computed from.
+    pub first: Mapping,
+}
+
+/// Groups file-backed mappings by path, in address order. Consecutive mappings of one path form one module.
+pub fn group_modules(maps: &[Mapping]) -> Vec<ModuleMap> {
+    let mut out: Vec<ModuleMap> = Vec::new();
+    for m in maps.iter().filter(|m| m.is_file()) {
+        match out.last_mut() {
+            Some(last) if last.path == m.path && m.start >= last.end.saturating_sub(0) => {
+                last.end = last.end.max(m.end);
+                if m.offset < last.first.offset {
+                    last.first = m.clone();
+                }
+            }
+            _ => out.push(ModuleMap { path: m.path.clone(), start: m.start, end: m.end, first: m.clone() }),
+        }
+    }
+    out
+}
+
+/// File name of a path (`/usr/lib/x86_64-linux-gnu/libc.so.6` -> `libc.so.6`).
+pub fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// A module whose file has been read and parsed once.
+pub struct Module {
+    pub map: ModuleMap,
+    /// Run-time address = bias + address stated in the file.
+    pub bias: u64,
+    pub build_id: Option<Vec<u8>>,
+    pub data: Arc<[u8]>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleError {
+    #[error("{0}: not a readable ELF file ({1})")]
+    BadElf(String, String),
+    #[error("{0}: no loadable segment maps file offset {1:#x}")]
+    NoSegment(String, u64),
+}
+
+impl Module {
+    /// Parses `data` (the file's bytes) for the module mapped as `map`.
+    pub fn parse(map: ModuleMap, data: Arc<[u8]>) -> Result<Module, ModuleError> {
+        let bad = |e: object::Error| ModuleError::BadElf(map.path.clone(), e.to_string());
+        let file = object::File::parse(&*data).map_err(bad)?;
+        let build_id = file.build_id().ok().flatten().map(|b| b.to_vec());
+        let page = 0xfff;
+        let off = map.first.offset;
+        let seg = file
+            .segments()
+            .find(|s| {
+                let (o, sz) = s.file_range();
+                // p_offset and p_filesz come from the file: a corrupt header must not overflow.
+                o & !page <= off && off < o.saturating_add(sz).max((o & !page) + 1)
+            })
+            .ok_or_else(|| ModuleError::NoSegment(map.path.clone(), off))?;
+        let (seg_off, _) = seg.file_range();
+        // The mapping starts at file offset `off`, which the segment places at vaddr - (seg_off - off).
+        let vaddr_at_start = seg.address().wrapping_sub(seg_off.wrapping_sub(off));
+        let bias = map.first.start.wrapping_sub(vaddr_at_start);
+        Ok(Module { map, bias, build_id, data })
+    }
+
+    pub fn object(&self) -> Option<object::File<'_>> {
+        object::File::parse(&*self.data).ok()
+    }
+
+    /// Run-time address and size of a symbol defined here, from the dynamic symbol table first.
+    pub fn find_symbol(&self, name: &str) -> Option<(u64, u64)> {
+        let file = self.object()?;
+        let found = file
+            .dynamic_symbols()
+            .chain(file.symbols())
+            .find(|s| s.is_definition() && s.name() == Ok(name) && s.address() != 0)?;
+        Some((self.bias.wrapping_add(found.address()), found.size()))
+    }
+
+    /// `len` bytes of the file at run-time address `addr` (the code as shipped, not as in memory now).
+    pub fn file_bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        let file = object::File::parse(&*self.data).ok()?;
+        let stated = addr.checked_sub(self.bias)?;
+        let bytes = file.segments().find_map(|s| s.data_range(stated, len).ok().flatten())?;
+        // Re-borrow from self.data: the slice points into it, except an empty one, which may point anywhere.
+        let start = (bytes.as_ptr() as usize).checked_sub(self.data.as_ptr() as usize)?;
+        self.data.get(start..start.checked_add(bytes.len())?)
+    }
+
+    /// The bytes of the file's PT_NOTE segments and their run-time addresses, to compare with what is mapped:
+    /// equal notes mean the build-id in memory is the file's.
+    pub fn notes(&self) -> Vec<(u64, &[u8])> {
+        let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness>::parse(&*self.data) else {
+            return Vec::new();
+        };
+        use object::read::elf::ProgramHeader;
+        let endian = elf.endian();
+        elf.elf_program_headers()
+            .iter()
+            .filter(|ph| ph.p_type(endian) == object::elf::PT_NOTE)
+            .filter_map(|ph| {
+                let data = ph.data(endian, &*self.data).ok()?;
+                Some((self.bias.wrapping_add(ph.p_vaddr(endian)), data))
+            })
+            .collect()
+    }
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::maps::parse_maps;
+
+    #[test]
+    fn groups_by_path() {
+        let maps = parse_maps(
+            "1000-2000 r--p 00000000 08:01 5 /lib/a.so\n2000-3000 r-xp 00001000 08:01 5 /lib/a.so\n\
+             3000-4000 rw-p 00000000 00:00 0 \n4000-5000 r--p 00000000 08:01 6 /lib/b.so\n",
+        );
+        let g = group_modules(&maps);
+        assert_eq!(g.len(), 2);
+        assert_eq!((g[0].start, g[0].end), (0x1000, 0x3000));
+        assert_eq!(g[1].path, "/lib/b.so");
+        assert_eq!(file_name(&g[1].path), "b.so");
+    }
+
+    #[test]
+    fn bias_of_own_executable() {
+        // The test binary itself: parse it as if mapped at 0x5555_0000_0000 and find `main`'s bias back.
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let me = std::fs::read_link("/proc/self/exe").unwrap();
+        let g = group_modules(&maps);
+        let m = g.iter().find(|m| m.path == me.to_str().unwrap()).unwrap().clone();
+        let module = Module::parse(m, exe.into()).unwrap();
+        let here = bias_of_own_executable as *const () as u64;
+        assert!(module.map.start <= here && here < module.map.end);
+        assert!(module.bias <= here);
+        assert!(module.build_id.is_some());
+    }
+}

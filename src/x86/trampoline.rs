@@ -1,0 +1,176 @@
+//! The in-process filter of `--fast`: a trampoline page that compares the syscall number with the wanted ones, so
+//! a non-matching call never stops. Pure: plans the patch from the wrapper's decoded instructions and assembles
+//! the page's bytes; the tracer maps the page, writes it and patches with every thread stopped.
+//!
+//! Layout, for wanted numbers n1..nk (rax holds the number at the patched instruction):
+//! ```text
+//! page:     cmp $n1,%rax ; je match1 ; ... ; cmp $nk,%rax ; je matchk
+//!           <displaced instruction> ; jmp patch+len          (no match: back into the wrapper)
+//! match_i:  <displaced instruction> ; syscall ; int3 ; jmp syscall+2   (one stop, rax already the result)
+//! ```
+
+use crate::model::regs::Reg;
+use crate::x86::breakpoints::{Decoded, Insn};
+use std::collections::HashMap;
+
+/// Where the wrapper is patched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchPlan {
+    /// The instruction replaced whole by a 5-byte jump.
+    pub at: u64,
+    /// Its original bytes (at least 5), relocated verbatim: it has no rip-relative operand.
+    pub orig: Vec<u8>,
+    /// The wrapper's `syscall` instruction.
+    pub syscall_at: u64,
+}
+
+/// Chooses the instruction to replace: one of at least 5 bytes, after rax got the number (`mov %rdi,%rax` first)
+/// and before `syscall`, position-independent, with nothing writing rax in between. `code` starts at the
+/// wrapper's entry `entry`; `prefix` is its decoded straight-line prefix (all emulatable) and `branch_targets`
+/// every branch target inside the function: a target inside the replaced bytes refuses the plan.
+pub fn plan(
+    entry: u64,
+    code: &[u8],
+    prefix: &[Decoded],
+    syscall_at: u64,
+    branch_targets: &[u64],
+) -> Result<PatchPlan, String> {
+    let first = prefix.first().ok_or("the wrapper has no instructions before `syscall`")?;
+    if first.insn != Some(Insn::MovRegReg { dst: Reg::Rax, src: Reg::Rdi }) {
+        return Err("the wrapper does not start with `mov %rdi,%rax`".into());
+    }
+    let writes_rax = |d: &Decoded| match d.insn {
+        Some(Insn::MovRegReg { dst, .. }) | Some(Insn::Load { dst, .. }) | Some(Insn::LeaAbs { dst, .. }) => {
+            dst == Reg::Rax
+        }
+        Some(Insn::Nop) => false,
+        _ => true,
+    };
+    for d in &prefix[1..] {
+        if writes_rax(d) {
+            return Err("an instruction before `syscall` changes rax".into());
+        }
+        let position_independent = matches!(d.insn, Some(Insn::Load { .. }) | Some(Insn::MovRegReg { .. }));
+        if d.len >= 5 && position_independent {
+            let start = (d.addr - entry) as usize;
+            let orig = code.get(start..start + d.len as usize).ok_or("instruction outside the code read")?;
+            if branch_targets.iter().any(|&t| t > d.addr && t < d.addr + d.len as u64) {
+                return Err("a branch targets the middle of the patched instruction".into());
+            }
+            return Ok(PatchPlan { at: d.addr, orig: orig.to_vec(), syscall_at });
+        }
+    }
+    Err("no instruction of 5 bytes or more can be replaced before `syscall`".into())
+}
+
+/// `rel32` from the end of an instruction at `from` of `len` bytes to `to`, if reachable.
+fn rel32(from: u64, len: u64, to: u64) -> Option<[u8; 4]> {
+    let d = (to as i128) - (from as i128 + len as i128);
+    i32::try_from(d).ok().map(|v| v.to_le_bytes())
+}
+
+/// The 5-byte `jmp` written over the patched instruction (padded with `nop`s to its length).
+pub fn patch_bytes(plan: &PatchPlan, page: u64) -> Option<Vec<u8>> {
+    let mut b = vec![0xe9];
+    b.extend_from_slice(&rel32(plan.at, 5, page)?);
+    b.resize(plan.orig.len(), 0x90);
+    Some(b)
+}
+
+/// The trampoline page's code and, for each `int3` in it, the syscall number it reports.
+pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64]) -> Option<(Vec<u8>, HashMap<u64, u64>)> {
+    let reloc = &plan.orig;
+    let compare_len = 12 * numbers.len();
+    let miss_len = reloc.len() + 5;
+    let match_len = reloc.len() + 2 + 1 + 5;
+    let mut code = Vec::new();
+    let mut int3s = HashMap::new();
+    let match_at = |i: usize| page + (compare_len + miss_len + i * match_len) as u64;
+    for (i, &nr) in numbers.iter().enumerate() {
+        let imm = i32::try_from(nr).ok()?;
+        code.extend_from_slice(&[0x48, 0x3d]);
+        code.extend_from_slice(&imm.to_le_bytes());
+        let here = page + code.len() as u64;
+        code.extend_from_slice(&[0x0f, 0x84]);
+        code.extend_from_slice(&rel32(here, 6, match_at(i))?);
+    }
+    code.extend_from_slice(reloc);
+    let here = page + code.len() as u64;
+    code.push(0xe9);
+    code.extend_from_slice(&rel32(here, 5, plan.at + reloc.len() as u64)?);
+    for &nr in numbers {
+        code.extend_from_slice(reloc);
+        code.extend_from_slice(&[0x0f, 0x05]);
+        int3s.insert(page + code.len() as u64, nr);
+        code.push(0xcc);
+        let here = page + code.len() as u64;
+        code.push(0xe9);
+        code.extend_from_slice(&rel32(here, 5, plan.syscall_at + 2)?);
+    }
+    (code.len() <= 4096).then_some((code, int3s))
+}
+
+/// Whether the instruction at `addr` of the wrapper is a branch, and its target (for the refusal check).
+pub fn branch_target(insn_bytes: &[u8], addr: u64) -> Option<u64> {
+    // Short and near jumps and calls: enough for the straight-line wrappers this is used on.
+    match insn_bytes {
+        [0x70..=0x7f | 0xeb, d, ..] => Some(addr.wrapping_add(2).wrapping_add(*d as i8 as u64)),
+        [0x0f, 0x80..=0x8f, a, b, c, d, ..] => {
+            Some(addr.wrapping_add(6).wrapping_add(i32::from_le_bytes([*a, *b, *c, *d]) as u64))
+        }
+        [0xe8 | 0xe9, a, b, c, d, ..] => {
+            Some(addr.wrapping_add(5).wrapping_add(i32::from_le_bytes([*a, *b, *c, *d]) as u64))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x86::breakpoints::{decode, disassembler, plan_wrapper};
+
+    const GLIBC_SYSCALL: &[u8] = &[
+        0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca, 0x4d, 0x89, 0xc2, 0x4d, 0x89, 0xc8,
+        0x4c, 0x8b, 0x4c, 0x24, 0x08, 0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff, 0xff, 0x73, 0x01, 0xc3,
+    ];
+
+    #[test]
+    fn plans_glibc_and_assembles_a_page_that_disassembles_back() {
+        let cs = disassembler().unwrap();
+        let entry = 0x7f00_0010_1810;
+        let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
+        let targets: Vec<u64> = decode(&cs, GLIBC_SYSCALL, entry, 16)
+            .iter()
+            .filter_map(|d| branch_target(&GLIBC_SYSCALL[(d.addr - entry) as usize..], d.addr))
+            .collect();
+        assert_eq!(targets, [entry + 0x22]);
+        let p = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &targets).unwrap();
+        assert_eq!(p.at, entry + 0x12);
+        assert_eq!(p.orig, [0x4c, 0x8b, 0x4c, 0x24, 0x08]);
+        let page = entry - 0x10_0000;
+        let jmp = patch_bytes(&p, page).unwrap();
+        assert_eq!(jmp.len(), 5);
+        assert_eq!(jmp[0], 0xe9);
+        let (code, int3s) = assemble(&p, page, &[9, 11]).unwrap();
+        let text: Vec<String> = cs
+            .disasm_all(&code, page)
+            .unwrap()
+            .iter()
+            .map(|i| format!("{} {}", i.mnemonic().unwrap(), i.op_str().unwrap()).trim().to_string())
+            .collect();
+        assert_eq!(text[0], "cmp rax, 9");
+        assert!(text[1].starts_with("je "));
+        assert_eq!(text[4], "mov r9, qword ptr [rsp + 8]");
+        assert_eq!(text[5], format!("jmp {:#x}", entry + 0x17));
+        assert_eq!(text[7], "syscall");
+        assert_eq!(text[8], "int3");
+        assert_eq!(text[9], format!("jmp {:#x}", entry + 0x19));
+        assert_eq!(int3s.len(), 2);
+        assert_eq!(int3s.values().copied().max(), Some(11));
+        // A branch into the patched bytes refuses.
+        assert!(plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x13]).is_err());
+        // Too far for rel32.
+        assert!(patch_bytes(&p, entry + (3u64 << 31)).is_none());
+    }
+}
