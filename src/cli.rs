@@ -15,6 +15,8 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("syscatch --pid 1234 --leaks --for 1m", "which stacks mapped the memory that grew, and still hold it"),
     ("syscatch --pid 1234 --leaks --flamegraph leaks.svg", "the same as a flame graph of still-mapped bytes"),
     ("syscatch --syscall mmap,munmap --json -o ev.jsonl -- ./prog", "start a program under the tracer"),
+    ("syscatch --pid 1234 --leaks --for 1m --record trace.rec", "the same, and keep everything captured"),
+    ("syscatch report trace.rec --leaks", "the report again, later or elsewhere, from the recording"),
     ("syscatch mem --pid 1234", "memory by class from /proc, with advice (the target never stops)"),
     ("syscatch stack --pid 1234", "every thread's stack once, like pstack"),
     ("syscatch hooks --pid 1234", "who intercepted mmap, munmap, malloc..."),
@@ -65,6 +67,8 @@ pub enum Command {
     Run(RunArgs),
     /// Check a probe script (and with --pid, resolve its locations) without attaching.
     Check(CheckArgs),
+    /// Analyse a recording (--record FILE) offline, as the live trace would have: events, --leaks report, files.
+    Report(ReportArgs),
     /// Start a bundled program that leaks mappings through syscall(), and trace it.
     Demo(DemoArgs),
     /// Print a shell completion script (e.g. `syscatch completions bash > /etc/bash_completion.d/syscatch`).
@@ -133,6 +137,9 @@ pub struct TraceArgs {
     /// In-process filter: non-matching calls never stop (a trampoline page near libc; falls back to int3).
     #[arg(long)]
     pub fast: bool,
+    /// Also write everything captured to FILE (gzipped), to analyse later with `syscatch report FILE`.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
     /// Program to start under the tracer (instead of --pid).
     #[arg(last = true)]
     pub cmd: Vec<String>,
@@ -198,6 +205,39 @@ pub struct RunArgs {
     /// Bytes of stack copied per captured call.
     #[arg(long, default_value_t = 65536)]
     pub stack_bytes: usize,
+    /// Also write everything captured to FILE, for `syscatch report FILE`.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A recording made with --record FILE.
+    pub file: PathBuf,
+    /// JSON Lines output (schema in README.md).
+    #[arg(long)]
+    pub json: bool,
+    /// Write events to FILE instead of stdout.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Most frames per stack.
+    #[arg(long, default_value_t = 128)]
+    pub stack_depth: usize,
+    /// The leak report with its findings (the recording samples smaps whether or not the trace had --leaks).
+    #[arg(long)]
+    pub leaks: bool,
+    /// Write collapsed stacks weighted by still-mapped bytes to FILE (implies --leaks).
+    #[arg(long)]
+    pub folded: Option<PathBuf>,
+    /// Write a flame graph SVG of still-mapped bytes by stack to FILE (implies --leaks).
+    #[arg(long)]
+    pub flamegraph: Option<PathBuf>,
+    /// Write a gzipped pprof profile to FILE (implies --leaks).
+    #[arg(long)]
+    pub pprof: Option<PathBuf>,
+    /// With --leaks: more findings rules (JSON, format in README.md).
+    #[arg(long)]
+    pub rules: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -10,7 +10,11 @@
 //! - `os`: the only code with syscalls, `/proc` I/O and `unsafe`;
 //! - `model`: plain data and pure parsers of text and bytes.
 //!
-//! Only `os` and `live` touch the target; everything from unwinding on works on captured data.
+//! Only `os`, `live`, `python::live` and `hooks::read` touch the target; everything from unwinding on works on
+//! captured data, live or recorded (`--record`, `syscatch report`). The picture and the path of one event:
+//! docs/architecture.md.
+
+#![deny(unsafe_code)]
 
 pub mod analysis;
 pub mod app;
@@ -18,6 +22,7 @@ pub mod cli;
 pub mod hooks;
 pub mod live;
 pub mod model;
+#[allow(unsafe_code)]
 pub mod os;
 pub mod probe;
 pub mod python;

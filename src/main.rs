@@ -13,6 +13,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Some(Command::Hooks(a)) => app::hooks::run(&a),
         Some(Command::Run(a)) => app::probe::run(&a),
         Some(Command::Check(a)) => app::probe::check(&a),
+        Some(Command::Report(a)) => app::report::run(&a),
         Some(Command::Demo(a)) => app::demo::run(&a),
         Some(Command::Completions(a)) => app::shell::completions(&a),
         Some(Command::Manpage(a)) => app::shell::manpage(&a),

@@ -48,7 +48,7 @@ pub fn unwind(data: &[u8]) {
     regs.0[7] = Some(u64_at(data, 8));
     regs.0[6] = Some(u64_at(data, 16));
     let stack: Vec<u8> = data.get(32..64).unwrap_or(&[]).iter().cycle().take(4096).copied().collect();
-    let window = syscatch::analysis::unwind::StackWindow { base: u64_at(data, 8), bytes: &stack, asked: 4096 };
+    let window = syscatch::analysis::unwind::StackWindow::new(u64_at(data, 8), &stack, 4096);
     let mut lookup = OneModule(Arc::new(cfi));
     let u = syscatch::analysis::unwind::unwind(regs, &window, &mut lookup, 64);
     let syms = syscatch::analysis::symbolize::SymTable::parse(&[&elf]);

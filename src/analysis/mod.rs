@@ -3,8 +3,10 @@
 //! of the target comes in as values or through traits. Uses `model` only.
 
 pub mod correlate;
+pub mod findings;
 pub mod leaks;
 pub mod memclass;
+pub mod modules;
 pub mod rules;
 pub mod symbolize;
 pub mod unwind;

@@ -103,13 +103,30 @@ pub struct StackFact {
 }
 
 /// How a memory function was intercepted: `got` or `inline`, and where calls now go.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct HookFact {
     pub function: String,
     pub how: String,
     /// Who holds the slot or entry (`module`), and the verdict line.
     pub module: String,
+    /// The function calls now go to (`ucm_munmap`), when it has a symbol.
+    #[serde(default)]
+    pub target: String,
     pub text: String,
+}
+
+/// What the rules look at in the process itself (read live after detach, or from a recording): memory by class
+/// (Rss+Swap KiB by class name) now and before the trace, arenas, allocator, hooks, environment, kernel.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct ProcessFacts {
+    pub class_kb: Option<BTreeMap<String, i64>>,
+    pub class_before: Option<BTreeMap<String, i64>>,
+    pub arenas: usize,
+    pub allocator: String,
+    pub hooks: Vec<HookFact>,
+    pub env: BTreeMap<String, String>,
+    pub env_source: String,
+    pub kernel: BTreeMap<String, String>,
 }
 
 /// Everything a rule may look at. Class figures are Rss+Swap in KiB, by class name.
@@ -338,6 +355,49 @@ pub fn evaluate(rules: &[Rule], facts: &Facts) -> Vec<Finding> {
         });
     }
     out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.rule.cmp(&b.rule)));
+    out
+}
+
+/// Without a trace (`syscatch hooks`): the rules a hook may take part in. A rule is named when a hook's target
+/// (module and function) matches one of its stack patterns and its process conditions (allocator, environment,
+/// kernel; not growth, which needs a trace) hold; the finding has no bytes, and its evidence says which hook and
+/// which pattern. Whether memory grows that way is for `--leaks` to show.
+pub fn hook_advice(rules: &[Rule], facts: &Facts) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for rule in rules {
+        let w = When { class_growth: None, class_size: None, seen_frames: Vec::new(), ..rule.when.clone() };
+        let Some(mut evidence) = process_conditions(&w, facts) else { continue };
+        let patterns = rule.when.frames.iter().chain(&rule.when.seen_frames);
+        let hooked: Vec<(&HookFact, &String)> = facts
+            .hooks
+            .iter()
+            .filter_map(|h| {
+                let f = FrameFact { module: h.module.clone(), function: h.target.clone() };
+                patterns.clone().find(|p| !h.target.is_empty() && frame_matches(p, &f)).map(|p| (h, p))
+            })
+            .collect();
+        if hooked.is_empty() {
+            continue;
+        }
+        for (h, p) in &hooked {
+            evidence.push(format!("hook: {} (matches the rule's stack pattern `{p}`)", h.text));
+        }
+        let frames: Vec<FrameFact> =
+            hooked.iter().map(|(h, _)| FrameFact { module: h.module.clone(), function: h.target.clone() }).collect();
+        let mut expl = explanations(rule, &frames, facts);
+        expl.retain(|e| !e.starts_with("hook: "));
+        evidence.extend(expl);
+        out.push(Finding {
+            rule: rule.id.clone(),
+            title: rule.title.clone(),
+            bytes: 0,
+            stacks: Vec::new(),
+            frames,
+            why: rule.why.clone(),
+            evidence,
+            fix: rule.fix.clone(),
+        });
+    }
     out
 }
 

@@ -64,18 +64,27 @@ pub struct StackWindow<'a> {
     pub bytes: &'a [u8],
     /// How many bytes were asked for: a copy as long as asked may end before the stack does.
     pub asked: usize,
+    /// How far into `bytes` the walk has read: a recording keeps only that much.
+    pub seen: std::cell::Cell<usize>,
 }
 
-impl StackWindow<'_> {
+impl<'a> StackWindow<'a> {
+    pub fn new(base: u64, bytes: &'a [u8], asked: usize) -> StackWindow<'a> {
+        StackWindow { base, bytes, asked, seen: Default::default() }
+    }
+
     /// The 8 bytes at `addr`, or why they are not known.
     pub fn read_u64(&self, addr: u64) -> Result<u64, String> {
         let end = self.base.saturating_add(self.bytes.len() as u64);
         let off = addr
             .checked_sub(self.base)
             .ok_or_else(|| format!("stack read at {addr:#x} is below the captured stack pointer {:#x}", self.base))?;
-        let slice = usize::try_from(off).ok().and_then(|o| self.bytes.get(o..o.checked_add(8)?));
+        let slice = usize::try_from(off).ok().and_then(|o| Some((o + 8, self.bytes.get(o..o.checked_add(8)?)?)));
         match slice {
-            Some(b) => Ok(u64::from_le_bytes(b.try_into().map_err(|_| "short read".to_string())?)),
+            Some((upto, b)) => {
+                self.seen.set(self.seen.get().max(upto));
+                Ok(u64::from_le_bytes(b.try_into().map_err(|_| "short read".to_string())?))
+            }
             None if self.bytes.len() >= self.asked && addr < end.saturating_add(1 << 24) => Err(format!(
                 "the stack copy ({} bytes from {:#x}) ends before the stack does (read at {addr:#x}); \
                  raise --stack-bytes",
@@ -787,7 +796,7 @@ mod tests {
     }
 
     fn run(m: &MappedCfi, r: UnwindRegs, stack: &[u8], asked: usize, depth: usize) -> Unwound {
-        let w = StackWindow { base: r.get(RSP).unwrap(), bytes: stack, asked };
+        let w = StackWindow::new(r.get(RSP).unwrap(), stack, asked);
         unwind(r, &w, &mut One(m.clone()), depth)
     }
 

@@ -1,31 +1,39 @@
 //! The analysis thread: unwinds each captured event off the tracer's thread as soon as it arrives (its stack
 //! window is dropped there), interns the return-address list, and symbolizes and renders each distinct stack
-//! once; it feeds the leak tracker and samples /proc/PID/smaps on a timer (no ptrace: the target is not stopped
-//! for it). Its memory grows with distinct stacks, not with events.
+//! once; it feeds the leak tracker with the events and the smaps samples (taken on a timer by a sampler the
+//! caller gives, or read back from a recording), and writes the recording (`--record`). Its memory grows with
+//! distinct stacks, not with events. It never reads the target itself: modules come from a [`ModuleSource`].
 
 use crate::analysis::leaks::LeakTracker;
+use crate::analysis::modules::{ModuleSource, SharedModules, SharedSymbolizer};
 use crate::analysis::unwind::{End, Unwound};
-use crate::live::modules::{SharedModules, SharedSymbolizer};
+use crate::app::record::{RecEvent, Record, Recorder};
 use crate::model::event::Event;
+use crate::model::smaps::SmapsRegion;
 use crate::model::stack::Stack;
-use crate::os::Tid;
 use crate::report::Renderer;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Takes an smaps sample of the live target.
+pub type Sampler = Box<dyn FnMut() -> Vec<SmapsRegion> + Send>;
+
 pub struct Config {
-    pub pid: Tid,
+    pub source: Box<dyn ModuleSource>,
     pub stack_depth: usize,
     /// A probe's own `stack(N)` limit, by probe name.
     pub depths: HashMap<Arc<str>, usize>,
-    /// Leak tracking, sampling smaps this often.
-    pub leaks: Option<Duration>,
+    /// Track leaks (from the events and the smaps samples).
+    pub leaks: bool,
+    /// Samples smaps this often (a live trace); without it samples come in the queue (a recording).
+    pub sampler: Option<(Duration, Sampler)>,
     /// The first smaps sample, taken before the breakpoints were armed.
-    pub baseline: Vec<crate::model::smaps::SmapsRegion>,
+    pub baseline: Option<Vec<SmapsRegion>>,
     /// Render each event (report mode without `-o FILE` renders none: only the report is wanted).
     pub render_events: bool,
+    pub recorder: Option<Arc<Recorder>>,
 }
 
 /// Time spent unwinding and symbolizing, for the summary.
@@ -56,9 +64,12 @@ impl Costs {
 
 /// One captured call on its way from the tracer. When the analysis is behind, the tracer sends the record
 /// without its stack window rather than wait (`stack_dropped`): the call is still reported, its stack is not.
-pub struct Queued {
-    pub ev: Event,
-    pub stack_dropped: bool,
+/// Read back from a recording, smaps samples come in the same queue, at their place among the events.
+// Nearly every item is a call: boxing it would cost an allocation per event to save space on rare samples.
+#[allow(clippy::large_enum_variant)]
+pub enum Queued {
+    Call { ev: Event, stack_dropped: bool },
+    Smaps(Vec<SmapsRegion>),
 }
 
 /// How many events may wait between the tracer and the output (records only: stack windows are bounded by the
@@ -68,7 +79,7 @@ pub const QUEUED_RECORDS: usize = 4096;
 
 /// What a stack is known by before it is symbolized: its unwound frames, its Python frames, and a probe's own
 /// depth limit.
-type StackKey = (Unwound, Vec<crate::python::PyFrame>, Option<usize>);
+type StackKey = (Unwound, Vec<crate::model::stack::PyFrame>, Option<usize>);
 
 /// Distinct stacks, each symbolized once, by id.
 #[derive(Default)]
@@ -95,28 +106,52 @@ struct Unwinding {
     ev: Event,
     unwound: Option<Unwound>,
     /// The thread's Python frames, read at the stop.
-    python: Vec<crate::python::PyFrame>,
+    python: Vec<crate::model::stack::PyFrame>,
     /// Time spent unwinding it.
     took: Duration,
+    /// The call as recorded (`--record`), with the part of its window the walk read.
+    recorded: Option<Box<RecEvent>>,
+}
+
+#[allow(clippy::large_enum_variant)]
+enum Staged {
+    Call(Unwinding),
+    Smaps(Vec<SmapsRegion>),
 }
 
 /// The unwinding stage: each capture's window is walked to return addresses as soon as it arrives and then
 /// dropped, so the tracer's queue of windows drains even while the next stage loads a module's DWARF.
-fn unwinder(rx: Receiver<Queued>, tx: Sender<Unwinding>, modules: SharedModules, max_depth: usize) {
+fn unwinder(rx: Receiver<Queued>, tx: Sender<Staged>, modules: SharedModules, max_depth: usize, recording: bool) {
     crate::os::sched::batch();
-    for Queued { mut ev, stack_dropped } in rx {
+    for q in rx {
+        let (mut ev, stack_dropped) = match q {
+            Queued::Call { ev, stack_dropped } => (ev, stack_dropped),
+            Queued::Smaps(s) => {
+                if tx.send(Staged::Smaps(s)).is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
         let t0 = Instant::now();
         let mut python = Vec::new();
+        let mut recorded = None;
         let unwound = match ev.capture.take() {
             Some(c) => {
-                let u = modules.unwind(&c, max_depth);
+                let (u, seen) = modules.unwind(&c, max_depth);
+                if recording {
+                    recorded = Some(Box::new(RecEvent::new(&ev, Some(&c), seen, stack_dropped)));
+                }
                 python = c.python;
                 Some(u)
             }
             None if stack_dropped => Some(Unwound { frames: Vec::new(), end: End::Truncated(STACK_DROPPED.into()) }),
             None => None,
         };
-        if tx.send(Unwinding { ev, unwound, python, took: t0.elapsed() }).is_err() {
+        if recording && recorded.is_none() {
+            recorded = Some(Box::new(RecEvent::new(&ev, None, 0, stack_dropped)));
+        }
+        if tx.send(Staged::Call(Unwinding { ev, unwound, python, took: t0.elapsed(), recorded })).is_err() {
             return;
         }
     }
@@ -124,21 +159,35 @@ fn unwinder(rx: Receiver<Queued>, tx: Sender<Unwinding>, modules: SharedModules,
 
 pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Config) -> Done {
     // Reads the module list first, while the target surely still runs.
-    let modules = SharedModules::new(cfg.pid);
+    let modules = SharedModules::new(cfg.source);
     let mut resolver = SharedSymbolizer::new(modules.clone());
     // Bounded like the tracer's queue: if the output is stuck, the tracer's queue fills and it stops waiting.
     let (utx, urx) = crossbeam_channel::bounded(QUEUED_RECORDS);
     let depth = cfg.stack_depth;
+    let recording = cfg.recorder.is_some();
     let unwinding = std::thread::Builder::new()
         .name("syscatch-unwind".into())
-        .spawn(move || unwinder(rx, utx, modules, depth))
+        .spawn(move || unwinder(rx, utx, modules, depth, recording))
         .expect("cannot start the unwinding thread");
     crate::os::sched::batch();
-    let mut tracker = cfg.leaks.map(|_| LeakTracker::new());
-    let every = cfg.leaks.unwrap_or(Duration::from_secs(3600));
-    if let Some(t) = tracker.as_mut() {
-        t.sample(cfg.baseline);
+    let mut tracker = cfg.leaks.then(LeakTracker::new);
+    let rec = cfg.recorder;
+    // Each sample goes to the recording at its place among the events, and to the leak tracker.
+    let take_sample = |tracker: &mut Option<LeakTracker>, regions: Vec<SmapsRegion>| {
+        if let Some(r) = &rec {
+            r.write(&Record::Smaps { regions: regions.clone() });
+        }
+        if let Some(t) = tracker.as_mut() {
+            t.sample(regions);
+        }
+    };
+    if let Some(b) = cfg.baseline {
+        take_sample(&mut tracker, b);
     }
+    let (every, mut sampler) = match cfg.sampler {
+        Some((every, s)) => (every, Some(s)),
+        None => (Duration::from_secs(3600), None),
+    };
     let mut next_sample = Instant::now() + every;
     let mut costs = Costs::default();
     let mut seen: HashSet<u64> = HashSet::new();
@@ -146,10 +195,11 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut interned = Interned::default();
     let mut prefetching = true;
     loop {
-        // Idle time goes to parsing the symbol tables of the modules mapped at the start, one at a time.
+        // Idle time goes to parsing the symbol tables of the modules mapped at the start, one at a time; not
+        // once the trace has ended (nothing more will need them, and the end must not wait on them).
         let q = match urx.try_recv() {
             Ok(q) => Some(q),
-            Err(_) if prefetching => {
+            Err(crossbeam_channel::TryRecvError::Empty) if prefetching => {
                 prefetching = resolver.prefetch_one();
                 continue;
             }
@@ -159,13 +209,25 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
                 Err(RecvTimeoutError::Disconnected) => break,
             },
         };
-        if let Some(t) = tracker.as_mut()
+        if let Some(s) = sampler.as_mut()
             && Instant::now() >= next_sample
         {
-            t.sample(crate::os::procfs::read_smaps_regions(cfg.pid));
+            take_sample(&mut tracker, s());
             next_sample = Instant::now() + every;
         }
-        let Some(Unwinding { ev, unwound, python, took }) = q else { continue };
+        let Some(Unwinding { ev, unwound, python, took, recorded }) = (match q {
+            Some(Staged::Call(u)) => Some(u),
+            Some(Staged::Smaps(regions)) => {
+                take_sample(&mut tracker, regions);
+                None
+            }
+            None => None,
+        }) else {
+            continue;
+        };
+        if let (Some(r), Some(e)) = (&rec, recorded) {
+            r.write(&Record::Event(e));
+        }
         if crate::app::crash::injected("analysis-panic") {
             panic!("injected fault: analysis-panic");
         }

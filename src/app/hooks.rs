@@ -1,10 +1,12 @@
 //! `syscatch hooks`: who intercepted the memory functions of a process, from memory reads alone (the target
 //! never stops). See `hooks` for what is checked and how.
 
+use crate::analysis::rules::{self, Facts, Finding};
 use crate::app::trace::usage;
 use crate::cli::HooksArgs;
 use crate::hooks::{self, MEMORY_FUNCTIONS, Status, read, render};
 use anyhow::{Result, anyhow};
+use std::io::Write;
 
 pub fn run(args: &HooksArgs) -> Result<i32> {
     let mut functions: Vec<String> = MEMORY_FUNCTIONS.iter().map(|s| s.to_string()).collect();
@@ -29,11 +31,12 @@ pub fn run(args: &HooksArgs) -> Result<i32> {
     }
     let cs = crate::x86::breakpoints::disassembler().ok_or_else(|| anyhow!("capstone failed to initialise"))?;
     let report = hooks::analyze(&process, &functions, &entry_modules, &mem, &cs);
+    let advice = hook_advice(args.pid, &report, &functions)?;
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        render::json(&mut out, &report, &functions)
+        render::json(&mut out, &report, &functions).and_then(|_| advice_json(&mut out, &advice))
     } else {
-        render::text(&mut out, &report, &functions)
+        render::text(&mut out, &report, &functions).and_then(|_| advice_text(&mut out, &advice))
     };
     match written {
         // A reader that stops early (`| head`) is not an error.
@@ -58,4 +61,55 @@ pub fn run(args: &HooksArgs) -> Result<i32> {
         entries
     );
     Ok(0)
+}
+
+/// The findings rules a hook takes part in (the same rules as `--leaks`), with the process's allocator,
+/// environment and kernel settings; growth is for `--leaks` to show.
+fn hook_advice(pid: i32, report: &hooks::Report, functions: &[String]) -> Result<Vec<Finding>> {
+    let hooks = render::hook_facts(report, functions);
+    if hooks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rules = crate::app::findings::load_rules(None)?;
+    let (env, env_source) = crate::live::facts::read_environment(pid);
+    let (arenas, allocator) =
+        crate::app::mem::read_class_facts(pid).map(|(_, a, n)| (a, n)).unwrap_or((0, String::new()));
+    let facts = Facts {
+        hooks,
+        env,
+        env_source,
+        kernel: crate::live::facts::read_kernel(),
+        arenas,
+        allocator,
+        ..Facts::default()
+    };
+    Ok(rules::hook_advice(&rules, &facts))
+}
+
+fn advice_text(w: &mut dyn Write, advice: &[Finding]) -> std::io::Result<()> {
+    if advice.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        w,
+        "\nKnown patterns these hooks take part in (rules; `syscatch --pid N --leaks` shows whether memory grows):"
+    )?;
+    for f in advice {
+        writeln!(w, "  {}  [{}]", f.title, f.rule)?;
+        for e in &f.evidence {
+            writeln!(w, "     - {e}")?;
+        }
+        if let Some(fix) = f.fix.first() {
+            writeln!(w, "     fix: {}", fix.action)?;
+        }
+    }
+    Ok(())
+}
+
+fn advice_json(w: &mut impl Write, advice: &[Finding]) -> std::io::Result<()> {
+    for f in advice {
+        let v = serde_json::json!({"rule": f.rule, "title": f.title, "evidence": f.evidence, "fix": f.fix});
+        crate::report::json::line(w, "advice", v)?;
+    }
+    w.flush()
 }

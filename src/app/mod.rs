@@ -9,6 +9,8 @@ pub mod findings;
 pub mod hooks;
 pub mod mem;
 pub mod probe;
+pub mod record;
+pub mod report;
 pub mod shell;
 pub mod stack;
 pub mod trace;

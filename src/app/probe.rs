@@ -34,6 +34,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
         pprof: None,
         report: false,
         rules: Vec::new(),
+        record: args.record.clone(),
+        smaps_every: script.settings.smaps_every.unwrap_or(std::time::Duration::from_secs(1)),
     };
     trace::run_trace(&out, plan, trace::Start::Attach(pid))?;
     Ok(0)

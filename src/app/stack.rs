@@ -1,10 +1,10 @@
 //! `syscatch stack`: one-shot dump of every thread's stack, like eu-stack or pstack. Each thread is stopped
 //! only for its own register and stack copy; unwinding and symbolizing happen after all threads run again.
 
+use crate::analysis::modules::StackResolver;
 use crate::analysis::unwind::End;
 use crate::app::trace::check_target;
 use crate::cli::StackArgs;
-use crate::live::modules::StackResolver;
 use crate::live::snapshot::{self, Seen, SnapshotError, ThreadSnapshot};
 use crate::os::{Tid, procfs};
 use crate::python::live::PythonReader;
@@ -29,7 +29,7 @@ pub fn run(args: &StackArgs) -> Result<i32> {
         let why: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
         bail!("could not capture any thread of process {pid}: {}", why.join("; "));
     }
-    let mut resolver = StackResolver::new(pid, args.stack_depth);
+    let mut resolver = StackResolver::new(crate::live::modules::LiveModules::boxed(pid), args.stack_depth);
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
     for s in &snaps {

@@ -1,6 +1,7 @@
 //! The trace pipeline, written out once: check the target, resolve the probe site, attach, arm, run the
 //! event loop, detach; captured events flow to an analysis thread that renders them while the tracer traces.
 
+use crate::app::record::{Record, Recorder, Recording};
 use crate::cli::TraceArgs;
 use crate::live::tracer::{Config, Numbers, Probe, SiteSpec, Tracer};
 use crate::model::event::{End, Event, Sink, Summary};
@@ -157,7 +158,7 @@ impl Sink for ChannelSink {
             ev.capture = None;
             self.windows_dropped += 1;
         }
-        let q = analysis::Queued { ev, stack_dropped };
+        let q = analysis::Queued::Call { ev, stack_dropped };
         if self.stalled || signals::stop_requested() != 0 {
             match self.tx.try_send(q) {
                 Ok(()) => self.stalled = false,
@@ -190,6 +191,10 @@ pub struct Output {
     pub report: bool,
     /// The findings rules (report mode).
     pub rules: Vec<crate::analysis::rules::Rule>,
+    /// `--record FILE`: everything captured, for `syscatch report FILE`.
+    pub record: Option<PathBuf>,
+    /// How often smaps is sampled when leaks are tracked or a recording is made.
+    pub smaps_every: Duration,
 }
 
 /// Where to stop and what for.
@@ -224,6 +229,8 @@ impl Output {
             pprof: args.pprof.clone(),
             report: leaks,
             rules,
+            record: args.record.clone(),
+            smaps_every: args.smaps_every,
         })
     }
 }
@@ -353,33 +360,36 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         Start::Attach(p) => (p, false),
         Start::Adopt(p) => (p, true),
     };
-    // In report mode the event stream is wanted only in a file: without one, events are not rendered at all.
-    let render_events = !out.report || out.path.is_some();
-    let w: Box<dyn Write + Send> =
-        if render_events { event_writer(out.path.as_deref(), spawned)? } else { Box::new(std::io::sink()) };
-    // Report files are created before attaching, so a bad path is refused with the target untouched instead of
+    // Output files are created before attaching, so a bad path is refused with the target untouched instead of
     // losing the report after the trace.
-    let create = |p: &PathBuf| {
-        std::fs::File::create(p).map(std::io::BufWriter::new).with_context(|| format!("cannot create {}", p.display()))
-    };
-    let mut folded_file = out.folded.as_ref().map(create).transpose()?;
-    let mut flame_file = out.flamegraph.as_ref().map(create).transpose()?;
-    let mut pprof_file = out.pprof.as_ref().map(create).transpose()?;
-    let renderer: Box<dyn Renderer + Send> =
-        if out.json { Box::new(Json::new(w)) } else { Box::new(Text::new(w, std::io::stderr())) };
+    let (renderer, files) = open_outputs(out, spawned)?;
+    let recorder = out.record.as_ref().map(|p| Recorder::create(p, pid, out.stack_bytes)).transpose()?;
     // Bounded in records, and in stack windows by the sink: see [`ChannelSink`].
     let (tx, rx) = crossbeam_channel::bounded(ChannelSink::RECORDS);
+    // A recording holds what every report option needs, so it samples smaps and reads the facts as --leaks does.
+    let sampling = out.leaks.is_some() || recorder.is_some();
     // The baseline of growth is taken before anything is armed: the first call may come right after.
-    let baseline = if out.leaks.is_some() { procfs::read_smaps_regions(pid) } else { Vec::new() };
-    let class_before = if out.report { crate::app::findings::read_class_kb(pid) } else { None };
+    let baseline = sampling.then(|| procfs::read_smaps_regions(pid));
+    let class_before = if out.report || recorder.is_some() { crate::live::facts::read_class_kb(pid) } else { None };
     let watched = plan.watched.clone();
+    let mut source = crate::live::modules::LiveModules::boxed(pid);
+    if let Some(rec) = &recorder {
+        let depths = plan.depths.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        rec.write(&Record::Plan { depths, watched: watched.clone() });
+        source = Box::new(Recording { inner: source, rec: rec.clone() });
+    }
     let acfg = analysis::Config {
-        pid,
+        source,
         stack_depth: out.stack_depth,
         depths: plan.depths,
-        leaks: out.leaks,
+        leaks: sampling,
+        sampler: sampling.then(|| {
+            let s: analysis::Sampler = Box::new(move || procfs::read_smaps_regions(pid));
+            (out.leaks.unwrap_or(out.smaps_every), s)
+        }),
         baseline,
-        render_events,
+        render_events: render_events(out),
+        recorder: recorder.clone(),
     };
     // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
     let worker = std::thread::Builder::new()
@@ -465,6 +475,100 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         Ok(Ok(done)) => done,
         _ => return Err(internal_error("the analysis thread")),
     };
+    summary.unwind_ns_per_frame = done.costs.unwind_ns_per_frame();
+    summary.symbolize_first_ns_per_frame = done.costs.symbolize_first_ns_per_frame();
+    summary.symbolize_cached_ns_per_frame = done.costs.symbolize_cached_ns_per_frame();
+    // What the end of the report needs from the target, read after detach (no stop) and recorded.
+    let mut ending = Ending { final_sample: None, residency: Box::new(|_, _, _| None), facts: None, watched };
+    if done.leaks.is_some() {
+        let last = procfs::read_smaps_regions(pid);
+        if let Some(r) = &recorder {
+            r.write(&Record::Smaps { regions: last.clone() });
+        }
+        ending.final_sample = Some(last);
+        if let Ok(pm) = crate::os::pagemap::Pagemap::open(pid) {
+            let rec = recorder.clone();
+            ending.residency = Box::new(move |start, end, max| {
+                let entries = pm.read_entries(start, end, max).ok()?;
+                let (pages, resident) = (entries.len() as u64, crate::analysis::leaks::parse_resident(&entries));
+                if let Some(r) = &rec {
+                    r.write(&Record::Residency { start, end, max, pages, resident });
+                }
+                Some((pages, resident))
+            });
+        }
+    }
+    if out.report || recorder.is_some() {
+        let facts = crate::live::facts::read_process_facts(pid, class_before);
+        if let Some(r) = &recorder {
+            r.write(&Record::Facts(Box::new(facts.clone())));
+        }
+        ending.facts = Some(facts);
+    }
+    let finished = finish(out, done, &mut summary, ending, files, spawned);
+    if let Some(r) = &recorder {
+        // The recorded summary is the trace's (a report adds its own warnings).
+        if let Some(ev_file) = &out.record {
+            r.write(&Record::Summary(Box::new(summary.clone())));
+            r.finish().with_context(|| format!("cannot write {}", ev_file.display()))?;
+        }
+    }
+    finished?;
+    Ok(end)
+}
+
+/// In report mode the event stream is wanted only in a file: without one, events are not rendered at all.
+fn render_events(out: &Output) -> bool {
+    !out.report || out.path.is_some()
+}
+
+/// The files a report writes besides its main output.
+pub struct ReportFiles {
+    folded: Option<std::io::BufWriter<std::fs::File>>,
+    flame: Option<std::io::BufWriter<std::fs::File>>,
+    pprof: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+/// Creates every output of `out` (refusing a bad path before anything else happens): the event renderer and
+/// the report files.
+pub fn open_outputs(out: &Output, spawned: bool) -> Result<(Box<dyn Renderer + Send>, ReportFiles)> {
+    let w: Box<dyn Write + Send> =
+        if render_events(out) { event_writer(out.path.as_deref(), spawned)? } else { Box::new(std::io::sink()) };
+    let create = |p: &PathBuf| {
+        std::fs::File::create(p).map(std::io::BufWriter::new).with_context(|| format!("cannot create {}", p.display()))
+    };
+    let files = ReportFiles {
+        folded: out.folded.as_ref().map(create).transpose()?,
+        flame: out.flamegraph.as_ref().map(create).transpose()?,
+        pprof: out.pprof.as_ref().map(create).transpose()?,
+    };
+    let renderer: Box<dyn Renderer + Send> =
+        if out.json { Box::new(Json::new(w)) } else { Box::new(Text::new(w, std::io::stderr())) };
+    Ok((renderer, files))
+}
+
+/// Pagemap entries read and resident bytes of a range `(start, end, max_pages)`.
+pub type Residency = dyn FnMut(u64, u64, u64) -> Option<(u64, u64)>;
+
+/// What the end of a report needs from the target (read after detach) or from a recording.
+pub struct Ending {
+    /// The last smaps sample (a recording has it among its events already).
+    pub final_sample: Option<Vec<crate::model::smaps::SmapsRegion>>,
+    /// Pagemap entries read and resident bytes of a range (see `LeakTracker::weigh_residency`).
+    pub residency: Box<Residency>,
+    pub facts: Option<crate::analysis::rules::ProcessFacts>,
+    pub watched: crate::model::watch::Watched,
+}
+
+/// After the analysis: the leak report with its findings, the report files, and the summary.
+pub fn finish(
+    out: &Output,
+    done: analysis::Done,
+    summary: &mut Summary,
+    mut ending: Ending,
+    mut files: ReportFiles,
+    spawned: bool,
+) -> Result<()> {
     if let Some(e) = done.output_error {
         bail!("cannot write the events ({e}); the trace was stopped, and the target detached with its original bytes");
     }
@@ -478,46 +582,44 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
             Box::new(Text::new(report_writer(spawned), std::io::stderr()))
         };
     }
-    summary.unwind_ns_per_frame = done.costs.unwind_ns_per_frame();
-    summary.symbolize_first_ns_per_frame = done.costs.symbolize_first_ns_per_frame();
-    summary.symbolize_cached_ns_per_frame = done.costs.symbolize_cached_ns_per_frame();
     if let Some(mut tracker) = done.leaks {
-        // The last sample, after detach: the target runs on untouched.
-        tracker.sample(procfs::read_smaps_regions(pid));
-        // Residency from the live process's pagemap (after detach: no stop).
-        if let Ok(pm) = crate::os::pagemap::Pagemap::open(pid) {
-            tracker.weigh_residency(&mut |s, e, max| pm.read_entries(s, e, max).ok());
+        if let Some(last) = ending.final_sample.take() {
+            tracker.sample(last);
         }
+        tracker.weigh_residency(&mut *ending.residency);
         let nested = tracker.nested;
         let mut report = tracker.report();
-        if out.report {
+        if let (true, Some(facts)) = (out.report, &ending.facts) {
             let secs = summary.duration.as_secs_f64();
-            let mut d = crate::app::findings::read_diagnosis(pid, &report, &out.rules, class_before.as_ref(), secs);
-            d.watched = watched;
+            let mut d = crate::app::findings::diagnose(facts, &report, &out.rules, secs);
+            d.watched = ending.watched;
             d.nested = nested;
             report.diagnosis = Some(d);
         }
-        renderer.leaks(&report)?;
-        if let (Some(f), Some(path)) = (folded_file.as_mut(), &out.folded) {
+        if out.leaks.is_some() {
+            renderer.leaks(&report)?;
+        }
+        if let (Some(f), Some(path)) = (files.folded.as_mut(), &out.folded) {
             let text: String = report.folded().iter().map(|l| format!("{l}\n")).collect();
             f.write_all(text.as_bytes())
                 .and_then(|_| f.flush())
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
-        if let (Some(f), Some(path)) = (flame_file.as_mut(), &out.flamegraph) {
+        if let (Some(f), Some(path)) = (files.flame.as_mut(), &out.flamegraph) {
             report.flamegraph(f).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
         }
-        if let (Some(f), Some(path)) = (pprof_file.as_mut(), &out.pprof) {
+        if let (Some(f), Some(path)) = (files.pprof.as_mut(), &out.pprof) {
             let ns = u64::try_from(summary.duration.as_nanos()).unwrap_or(u64::MAX);
             report.pprof(f, ns).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
         }
     }
-    renderer.summary(&summary)?;
+    renderer.summary(summary)?;
     if out.json {
         // People still want the one-line summary on stderr.
-        Text::new(std::io::sink(), std::io::stderr()).summary(&summary)?;
+        Text::new(std::io::sink(), std::io::stderr()).summary(summary)?;
     }
-    Ok(end)
+    renderer.flush()?;
+    Ok(())
 }
 
 /// The one line for a panic contained during a trace (the target is detached by then).

@@ -3,6 +3,7 @@
 
 use super::inline::Patch;
 use super::{EntryStatus, GotRow, InlineRow, Interposer, Place, Report, Status};
+use crate::analysis::rules::HookFact;
 use crate::model::modules::file_name;
 use crate::report::json::{hex, line};
 use serde_json::{Value, json};
@@ -201,4 +202,26 @@ pub fn json(w: &mut impl Write, report: &Report, functions: &[String]) -> std::i
         line(w, "verdict", json!({"function": v.function, "status": v.status.name(), "text": v.text}))?;
     }
     w.flush()
+}
+
+/// The intercepted functions as the findings rules see them: how, who holds the slot or entry, where calls go.
+pub fn hook_facts(report: &Report, functions: &[String]) -> Vec<HookFact> {
+    let mut out = Vec::new();
+    for v in verdicts(report, functions) {
+        if !matches!(v.status, Status::PatchedAtRunTime | Status::InterposedAtLoad) {
+            continue;
+        }
+        let inline =
+            report.inline.iter().find(|r| r.function == v.function && matches!(r.status, EntryStatus::Patched(_)));
+        let got = report.got.iter().find(|r| r.function == v.function && r.status == v.status);
+        let (how, place) = match (inline, got) {
+            (Some(r), _) => ("inline", r.target.as_ref()),
+            (None, Some(r)) => ("got", r.at.as_ref()),
+            (None, None) => continue,
+        };
+        let module = place.and_then(|p| p.module.as_deref()).map(crate::model::modules::file_name).unwrap_or("?");
+        let target = place.and_then(|p| p.symbol.clone()).unwrap_or_default();
+        out.push(HookFact { function: v.function, how: how.into(), module: module.to_string(), target, text: v.text });
+    }
+    out
 }

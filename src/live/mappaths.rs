@@ -8,13 +8,10 @@
 use crate::live::tracer::{Condition, Probe, SiteSpec};
 use crate::model::modules::{self, Module};
 use crate::model::regs::Regs;
-use crate::model::syscalls;
 use crate::os::mem::ProcMem;
 use std::sync::Arc;
 
-/// libc's memory-mapping functions watched in `--leaks`, with the syscall each one makes.
-pub const FUNCTIONS: [(&str, &str); 4] =
-    [("mmap", "mmap"), ("mmap64", "mmap"), ("munmap", "munmap"), ("mremap", "mremap")];
+pub use crate::model::watch::{FUNCTIONS, Watched, parse_label_syscall};
 
 /// Every call of the function counts.
 struct Always;
@@ -23,23 +20,6 @@ impl Condition for Always {
     fn matches(&self, _: &Regs, _: &dyn Fn(usize) -> u64) -> bool {
         true
     }
-}
-
-/// The paths a trace watched, and those it could not, with why; for the report.
-#[derive(Debug, Clone, Default)]
-pub struct Watched {
-    pub paths: Vec<String>,
-    pub skipped: Vec<String>,
-}
-
-/// The syscall a watched libc function makes, from an event's location label (`libc.so.6:munmap`).
-pub fn parse_label_syscall(label: &str) -> Option<u64> {
-    let (module, func) = label.rsplit_once(':')?;
-    if !crate::live::resolve::is_libc(module) {
-        return None;
-    }
-    let (_, nr) = FUNCTIONS.iter().find(|(f, _)| *f == func)?;
-    syscalls::parse(nr)
 }
 
 /// Function-probe sites on libc's mapping functions whose entries in memory are still the file's.

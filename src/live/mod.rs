@@ -2,6 +2,7 @@
 //! a live process's modules for its stacks, and one-shot stack snapshots. Talks to the kernel only through
 //! `os`; uses `model`, `x86` and `analysis`.
 
+pub mod facts;
 pub mod guardian;
 pub mod mappaths;
 pub mod modules;

@@ -14,11 +14,7 @@ pub fn read_maps(pid: Tid) -> Result<Vec<Mapping>> {
     Ok(maps::parse_maps(&text))
 }
 
-/// Whether a module's file name is glibc's (`libc.so.6`, `libc-2.31.so`).
-pub fn is_libc(path: &str) -> bool {
-    let name = modules::file_name(path);
-    name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so"))
-}
+pub use crate::model::modules::is_libc;
 
 /// Reads and parses a mapped module as the target sees it, and checks that the notes (build-id) mapped in
 /// memory are the file's, so a library replaced on disk is never trusted. Each place the file may be read

@@ -17,7 +17,7 @@ pub struct StackCapture {
     pub asked: usize,
     /// The thread's Python frames, innermost first, read at the same stop (empty for a thread not running
     /// CPython).
-    pub python: Vec<crate::python::PyFrame>,
+    pub python: Vec<crate::model::stack::PyFrame>,
 }
 
 /// One captured call.
@@ -48,7 +48,7 @@ pub struct Event {
 }
 
 /// How a trace ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum End {
     Duration,
     Signal(i32),
@@ -62,11 +62,12 @@ pub enum End {
 }
 
 /// Counters for the summary line, kept by the tracer.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Summary {
     pub duration: Duration,
     pub hits: u64,
     pub matching: u64,
+    #[serde(with = "tid_pairs")]
     pub events_by_tid: BTreeMap<Tid, u64>,
     /// Time between seeing a stop and resuming the thread, summed over all hits (the tracer's share of the
     /// time threads spent stopped).
@@ -103,5 +104,21 @@ pub trait Sink {
 impl Sink for Vec<Event> {
     fn event(&mut self, ev: Event) {
         self.push(ev)
+    }
+}
+
+/// `events_by_tid` as a list of pairs in a recording (JSON map keys are strings, and a tagged record cannot read
+/// them back as numbers).
+mod tid_pairs {
+    use super::Tid;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<S: Serializer>(m: &BTreeMap<Tid, u64>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(m.iter())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<Tid, u64>, D::Error> {
+        Ok(Vec::<(Tid, u64)>::deserialize(d)?.into_iter().collect())
     }
 }

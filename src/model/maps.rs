@@ -1,7 +1,7 @@
 //! Parses `/proc/PID/maps` text into [`Mapping`]s. Pure: callers do the I/O.
 
 /// One line of `/proc/PID/maps`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Mapping {
     pub start: u64,
     pub end: u64,

@@ -12,6 +12,7 @@ pub mod smaps;
 pub mod stack;
 pub mod status;
 pub mod syscalls;
+pub mod watch;
 
 /// A thread id (or process id: the id of a thread group's leader).
 pub type Tid = i32;

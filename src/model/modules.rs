@@ -126,6 +126,12 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whether a module's file name is glibc's (`libc.so.6`, `libc-2.31.so`).
+pub fn is_libc(path: &str) -> bool {
+    let name = file_name(path);
+    name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ pub use libc::user_regs_struct as RawRegs;
 pub struct Regs(pub RawRegs);
 
 /// A register the emulator and the probe conditions can name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Reg {
     Rax,
     Rbx,
@@ -29,6 +29,26 @@ pub enum Reg {
 }
 
 impl Reg {
+    pub const ALL: [Reg; 17] = [
+        Reg::Rax,
+        Reg::Rbx,
+        Reg::Rcx,
+        Reg::Rdx,
+        Reg::Rsi,
+        Reg::Rdi,
+        Reg::Rbp,
+        Reg::Rsp,
+        Reg::R8,
+        Reg::R9,
+        Reg::R10,
+        Reg::R11,
+        Reg::R12,
+        Reg::R13,
+        Reg::R14,
+        Reg::R15,
+        Reg::Rip,
+    ];
+
     pub fn from_name(name: &str) -> Option<Reg> {
         Some(match name {
             "rax" => Reg::Rax,
@@ -55,8 +75,13 @@ impl Reg {
 
 impl Regs {
     pub fn zeroed() -> Regs {
-        // SAFETY: user_regs_struct is plain integers; all-zero is a valid value.
-        Regs(unsafe { std::mem::zeroed() })
+        #[rustfmt::skip]
+        let r = RawRegs {
+            r15: 0, r14: 0, r13: 0, r12: 0, rbp: 0, rbx: 0, r11: 0, r10: 0, r9: 0, r8: 0, rax: 0, rcx: 0, rdx: 0,
+            rsi: 0, rdi: 0, orig_rax: 0, rip: 0, cs: 0, eflags: 0, rsp: 0, ss: 0, fs_base: 0, gs_base: 0, ds: 0,
+            es: 0, fs: 0, gs: 0,
+        };
+        Regs(r)
     }
 
     pub fn get(&self, r: Reg) -> u64 {

@@ -6,7 +6,7 @@ use crate::model::maps::{Mapping, parse_maps_line};
 use std::collections::BTreeMap;
 
 /// One region of `/proc/PID/smaps`. Sizes are in kB, as the kernel prints them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SmapsRegion {
     pub map: Mapping,
     pub size: u64,

@@ -1,6 +1,8 @@
 //! The stack of one captured call, as reported: frames from innermost outwards, and why the walk stopped.
 //! Filled by the unwinder (addresses) and the symbolizer (names, lines).
 
+use std::sync::Arc;
+
 /// What a frame is: a native one (machine code), or a Python function's frame read from the interpreter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum FrameKind {
@@ -32,4 +34,15 @@ pub struct Stack {
     pub frames: Vec<Frame>,
     /// Why the unwind ended, when not at the outermost frame (`_start`, a thread's `clone3`).
     pub truncated: Option<String>,
+}
+
+/// One Python frame of a captured thread.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct PyFrame {
+    /// `co_qualname` (3.11+) or `co_name`.
+    pub function: Arc<str>,
+    pub file: Arc<str>,
+    pub line: Option<u32>,
+    /// Which native eval-loop call runs it, counted from the innermost (0).
+    pub call: u32,
 }

@@ -11,7 +11,6 @@ pub mod live;
 pub mod walk;
 
 use crate::model::stack::{Frame, FrameKind, Stack};
-use std::sync::Arc;
 
 /// Memory of the target as the walk sees it.
 pub trait Memory {
@@ -25,16 +24,7 @@ pub trait Memory {
     fn prefetch(&mut self, _addr: u64, _len: u64) {}
 }
 
-/// One Python frame of a captured thread.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PyFrame {
-    /// `co_qualname` (3.11+) or `co_name`.
-    pub function: Arc<str>,
-    pub file: Arc<str>,
-    pub line: Option<u32>,
-    /// Which native eval-loop call runs it, counted from the innermost (0).
-    pub call: u32,
-}
+pub use crate::model::stack::PyFrame;
 
 /// The native function that runs Python frames (one call per frame up to 3.10, one per run of frames between
 /// entry frames from 3.11).

@@ -1,10 +1,15 @@
 //! One report model, several renderers over `Write`: text for people, JSON Lines for programs.
 
 pub mod decode;
+pub mod findings;
 pub mod json;
+pub mod leaks;
 pub mod memplot;
 pub mod pprof;
 pub mod text;
+
+#[cfg(test)]
+mod golden;
 
 use crate::model::event::{Event, Summary};
 use crate::model::stack::Stack;

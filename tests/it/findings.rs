@@ -360,3 +360,38 @@ fn cpython_obmalloc_arenas_by_their_stack_not_by_size() {
     let big = obmalloc_findings("big");
     assert!(!big.iter().any(|r| r == "cpython-obmalloc"), "{big:?}");
 }
+
+/// `syscatch hooks` alone names the rules a hook takes part in (the same rules as `--leaks`), whichever way it
+/// is installed, with the live environment as evidence; a process without hooks gets none.
+#[test]
+fn hooks_command_names_the_rule_its_hooks_take_part_in() {
+    require_ptrace();
+    for mode in ["inline", "got"] {
+        let mut t = start_ucx_like(mode);
+        let pid = t.pid.to_string();
+        let (code, out, err) = run_syscatch(&["hooks", "--pid", &pid, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let values = json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>());
+        let advice = of_type(&values, "advice");
+        assert_eq!(advice.len(), 1, "{mode}: {advice:#?}");
+        assert_eq!(advice[0]["rule"], "ucx-rcache-invalidation");
+        let evidence: Vec<&str> = advice[0]["evidence"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert!(
+            evidence.iter().any(|e| e.contains("ucm_munmap") && e.contains("`ucs_rcache*|ucm_*`")),
+            "{evidence:#?}"
+        );
+        assert!(evidence.iter().any(|e| e.starts_with("UCX_RCACHE_MAX_UNRELEASED unset")), "{evidence:#?}");
+        let (code, text, _) = run_syscatch(&["hooks", "--pid", &pid]);
+        assert_eq!(code, 0);
+        assert!(text.contains("Known patterns these hooks take part in"), "{text}");
+        assert!(text.contains("[ucx-rcache-invalidation]"), "{text}");
+        t.send("bye");
+        assert_eq!(t.wait().code(), Some(0));
+    }
+    let mut t = start_ucx_like("none");
+    let (code, out, err) = run_syscatch(&["hooks", "--pid", &t.pid.to_string(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("\"advice\""), "{out}");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+}

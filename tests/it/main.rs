@@ -15,6 +15,7 @@ mod mem;
 mod probe;
 mod probe_run;
 mod python;
+mod record;
 mod review;
 mod stack;
 mod torture;

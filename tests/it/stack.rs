@@ -299,7 +299,7 @@ fn python_ctypes_stack_reaches_the_eval_loop() {
 #[ignore]
 fn bench_stack() {
     use std::time::Instant;
-    use syscatch::live::modules::StackResolver;
+    use syscatch::analysis::modules::StackResolver;
     require_ptrace();
     let mut t = Target::start(&testprog("parked"), &[]);
     let _ = [t.out.next(), t.out.next()];
@@ -313,7 +313,7 @@ fn bench_stack() {
     let capture = t0.elapsed() / n;
     let c = snap.unwrap().capture;
     let t0 = Instant::now();
-    let mut r = StackResolver::new(t.pid, 128);
+    let mut r = StackResolver::new(syscatch::live::modules::LiveModules::boxed(t.pid), 128);
     let load = t0.elapsed();
     let t0 = Instant::now();
     let u = r.unwind(&c);
@@ -363,7 +363,7 @@ fn record_spin_fixture() {
     let mut t = Target::start(&prog, &["spin"]);
     assert_eq!(t.out.next(), "spinning");
     let snap = syscatch::live::snapshot::read_thread(t.pid, 4096).unwrap();
-    let mut modules = syscatch::live::modules::Modules::new(t.pid);
+    let mut modules = syscatch::analysis::modules::Modules::new(syscatch::live::modules::LiveModules::boxed(t.pid));
     let m = modules.module_at(snap.capture.regs.ip()).expect("spinning in the executable").clone();
     let regs = UnwindRegs::from_regs(&snap.capture.regs);
     let dir = fixture_dir();
@@ -404,8 +404,7 @@ fn recorded_snapshot_unwinds_offline() {
     }
     let cfi = Arc::new(ModuleCfi::parse(data.clone(), None).unwrap());
     let mut exe = Exe(start, end, MappedCfi { bias, cfi });
-    let window =
-        StackWindow { base: regs.0[7].unwrap(), bytes: &stack, asked: meta["asked"].as_u64().unwrap() as usize };
+    let window = StackWindow::new(regs.0[7].unwrap(), &stack, meta["asked"].as_u64().unwrap() as usize);
     let u = unwind(regs, &window, &mut exe, 128);
     let syms = syscatch::analysis::symbolize::SymModule::parse(&data, None);
     let names: Vec<String> = u

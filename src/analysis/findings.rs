@@ -1,0 +1,57 @@
+//! The diagnosis at the top of the `--leaks` report, as data: the traced stacks as facts, joined with the facts
+//! of the process (read after detach or recorded), run through the rules. Pure; rendered by `report::findings`.
+
+use crate::analysis::leaks::LeakReport;
+use crate::analysis::rules::{self, Facts, Finding, FrameFact, ProcessFacts, Rule, StackFact};
+use crate::model::stack::Frame;
+use crate::model::watch::Watched;
+
+/// The findings with what the report needs around them.
+#[derive(Debug, Clone, Default)]
+pub struct Diagnosis {
+    pub findings: Vec<Finding>,
+    pub rules_checked: usize,
+    pub watched: Watched,
+    /// Calls seen both at a libc function and at the `syscall()` inside it, counted once.
+    pub nested: u64,
+    pub duration_s: f64,
+    pub facts: Facts,
+}
+
+/// A frame as the rules see it.
+pub fn frame_fact(f: &Frame) -> FrameFact {
+    FrameFact { module: f.module.clone().unwrap_or_default(), function: f.function.clone().unwrap_or_default() }
+}
+
+/// The traced stacks as facts.
+pub fn stack_facts(report: &LeakReport) -> Vec<StackFact> {
+    report
+        .leaks
+        .iter()
+        .map(|(id, s)| StackFact {
+            id: id.0,
+            frames: report.stack(*id).map(|st| st.frames.iter().map(frame_fact).collect()).unwrap_or_default(),
+            still_mapped: s.still_mapped,
+            calls: s.calls(),
+        })
+        .collect()
+}
+
+/// Runs the rules over what the trace found and the facts of the process (read after detach, or recorded).
+pub fn diagnose(process: &ProcessFacts, report: &LeakReport, rules: &[Rule], duration_s: f64) -> Diagnosis {
+    let mut facts = Facts { stacks: stack_facts(report), ..Facts::default() };
+    if let Some(kb) = &process.class_kb {
+        if let Some(before) = &process.class_before {
+            facts.class_growth_kb =
+                kb.iter().map(|(c, &now)| (c.clone(), now - before.get(c).copied().unwrap_or(0))).collect();
+        }
+        facts.class_size_kb = kb.clone();
+        facts.arenas = process.arenas;
+        facts.allocator = process.allocator.clone();
+    }
+    facts.hooks = process.hooks.clone();
+    (facts.env, facts.env_source) = (process.env.clone(), process.env_source.clone());
+    facts.kernel = process.kernel.clone();
+    let findings = rules::evaluate(rules, &facts);
+    Diagnosis { findings, rules_checked: rules.len(), duration_s, facts, ..Diagnosis::default() }
+}

@@ -1,0 +1,468 @@
+//! Recordings: `--record FILE` writes what a trace captured, and `syscatch report FILE` runs the same analysis on
+//! it later, with the target gone, as `perf record` / `perf report` do.
+//!
+//! A recording is gzipped JSON Lines, one [`Record`] per line, the header first and `end` last (a file without
+//! it is refused as truncated). It holds everything the analysis uses: each event with its registers, Python
+//! frames and the part of its stack window the unwinder read; the memory maps as the analysis read them (one
+//! generation per read, as libraries come and go) with each module's build-id, and the vDSO's image; the smaps
+//! samples in order among the events; page residency; the facts the findings rules look at; the plan's depth
+//! limits and watched paths; the trace's summary. Modules and debug files are read again on the machine that
+//! reports, and used only if their build-ids match the recorded ones; those missing are named.
+
+use crate::analysis::modules::ModuleSource;
+use crate::analysis::rules::ProcessFacts;
+use crate::model::Tid;
+use crate::model::event::{Event, StackCapture, Summary};
+use crate::model::modules::{Module, ModuleMap};
+use crate::model::regs::{Reg, Regs};
+use crate::model::smaps::SmapsRegion;
+use crate::model::stack::PyFrame;
+use crate::model::watch::Watched;
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// The first field of the header: what the file is.
+pub const FORMAT: &str = "syscatch-recording";
+/// Bumped when a record changes meaning; a reader refuses other versions.
+pub const VERSION: u32 = 1;
+
+/// One line of a recording.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum Record {
+    Header {
+        format: String,
+        version: u32,
+        pid: Tid,
+        /// The syscatch that wrote it (`--version`).
+        syscatch: String,
+        stack_bytes: usize,
+    },
+    /// The memory map, each time the analysis read it.
+    Maps {
+        text: String,
+    },
+    /// A module the analysis loaded: its build-id (hex), to check the file read back later.
+    Module {
+        path: String,
+        start: u64,
+        build_id: Option<String>,
+    },
+    /// The vDSO's image (it has no file), hex.
+    Vdso {
+        start: u64,
+        image: String,
+    },
+    Event(Box<RecEvent>),
+    /// An smaps sample, at its place among the events.
+    Smaps {
+        regions: Vec<SmapsRegion>,
+    },
+    /// Page residency of one range: how many pagemap entries were read and the resident bytes they show.
+    Residency {
+        start: u64,
+        end: u64,
+        max: u64,
+        pages: u64,
+        resident: u64,
+    },
+    Plan {
+        depths: BTreeMap<String, usize>,
+        watched: Watched,
+    },
+    Facts(Box<ProcessFacts>),
+    Summary(Box<Summary>),
+    End {
+        events: u64,
+    },
+}
+
+/// One captured call.
+#[derive(Serialize, Deserialize)]
+pub struct RecEvent {
+    pub time: f64,
+    pub tid: Tid,
+    pub probe: Option<String>,
+    pub func: Option<String>,
+    pub nr: u64,
+    pub args: [u64; 6],
+    pub regs: Vec<(Reg, u64)>,
+    pub ret: Option<u64>,
+    pub ret_missing: Option<String>,
+    pub also: Vec<String>,
+    pub stack: Option<RecStack>,
+    /// The tracer dropped the stack window (the analysis was behind).
+    pub stack_dropped: bool,
+}
+
+/// A stack capture, cut to the bytes the unwinder read.
+#[derive(Serialize, Deserialize)]
+pub struct RecStack {
+    /// The registers, in [`Reg::ALL`] order.
+    pub regs: Vec<u64>,
+    pub fs_base: u64,
+    pub asked: usize,
+    /// The window's length when captured; only `bytes` of it are kept (the rest was never read).
+    pub len: usize,
+    pub bytes: String,
+    pub python: Vec<PyFrame>,
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+impl RecEvent {
+    /// `seen`: how many bytes of the stack window the unwinder read (the rest is not kept).
+    pub fn new(ev: &Event, capture: Option<&StackCapture>, seen: usize, stack_dropped: bool) -> RecEvent {
+        RecEvent {
+            time: ev.time,
+            tid: ev.tid,
+            probe: ev.probe.as_deref().map(str::to_string),
+            func: ev.func.as_deref().map(str::to_string),
+            nr: ev.nr,
+            args: ev.args,
+            regs: ev.regs.clone(),
+            ret: ev.ret,
+            ret_missing: ev.ret_missing.clone(),
+            also: ev.also.iter().map(|a| a.to_string()).collect(),
+            stack: capture.map(|c| RecStack {
+                regs: Reg::ALL.iter().map(|&r| c.regs.get(r)).collect(),
+                fs_base: c.regs.0.fs_base,
+                asked: c.asked,
+                len: c.stack.len(),
+                bytes: hex(&c.stack[..seen.min(c.stack.len())]),
+                python: c.python.clone(),
+            }),
+            stack_dropped,
+        }
+    }
+
+    /// The event as captured (the stack window padded back to its length: the padding is never read).
+    pub fn event(&self) -> Result<Event, String> {
+        let capture = match &self.stack {
+            None => None,
+            Some(s) => {
+                let mut regs = Regs::zeroed();
+                if s.regs.len() != Reg::ALL.len() {
+                    return Err(format!("an event has {} registers, not {}", s.regs.len(), Reg::ALL.len()));
+                }
+                for (&r, &v) in Reg::ALL.iter().zip(&s.regs) {
+                    regs.set(r, v);
+                }
+                regs.0.fs_base = s.fs_base;
+                let mut stack = unhex(&s.bytes).ok_or("an event's stack bytes are not hex")?;
+                if stack.len() > s.len || s.len > 1 << 30 {
+                    return Err("an event's stack window is longer than its recorded length".into());
+                }
+                stack.resize(s.len, 0);
+                Some(StackCapture { regs, stack, asked: s.asked, python: s.python.clone() })
+            }
+        };
+        Ok(Event {
+            time: self.time,
+            tid: self.tid,
+            probe: self.probe.as_deref().map(Arc::from),
+            func: self.func.as_deref().map(Arc::from),
+            nr: self.nr,
+            args: self.args,
+            regs: self.regs.clone(),
+            ret: self.ret,
+            ret_missing: self.ret_missing.clone(),
+            capture,
+            also: self.also.iter().map(|a| Arc::from(a.as_str())).collect(),
+        })
+    }
+}
+
+type Gz = flate2::write::GzEncoder<std::io::BufWriter<std::fs::File>>;
+
+/// Writes a recording; shared by the threads that produce its records. The first write error is kept (and
+/// reported at the end): a full disk loses the recording, never the trace.
+pub struct Recorder {
+    /// The open file (`None` once finished) and the first error.
+    out: Mutex<(Option<Gz>, Option<String>)>,
+    events: std::sync::atomic::AtomicU64,
+}
+
+impl Recorder {
+    /// Creates the file and writes the header.
+    pub fn create(path: &Path, pid: Tid, stack_bytes: usize) -> Result<Arc<Recorder>> {
+        let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let gz = flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::fast());
+        let r = Recorder { out: Mutex::new((Some(gz), None)), events: Default::default() };
+        r.write(&Record::Header {
+            format: FORMAT.into(),
+            version: VERSION,
+            pid,
+            syscatch: crate::cli::VERSION.into(),
+            stack_bytes,
+        });
+        Ok(Arc::new(r))
+    }
+
+    pub fn write(&self, rec: &Record) {
+        if matches!(rec, Record::Event(_)) {
+            self.events.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mut g = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let (Some(w), None) = &mut *g else { return };
+        let done = serde_json::to_writer(&mut *w, rec).map_err(std::io::Error::from).and_then(|_| w.write_all(b"\n"));
+        if let Err(e) = done {
+            g.1 = Some(e.to_string());
+        }
+    }
+
+    /// Writes the end record and closes the file; the first error of the whole recording, if any.
+    pub fn finish(&self) -> Result<()> {
+        let events = self.events.load(std::sync::atomic::Ordering::Relaxed);
+        self.write(&Record::End { events });
+        let mut g = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = g.1.take() {
+            bail!("the recording is incomplete: {e}");
+        }
+        let w = g.0.take().ok_or_else(|| anyhow!("the recording was already closed"))?;
+        let mut inner = w.finish().context("cannot finish the recording")?;
+        inner.flush().context("cannot finish the recording")?;
+        Ok(())
+    }
+}
+
+/// A live [`ModuleSource`] whose answers are also written to a recording.
+pub struct Recording {
+    pub inner: Box<dyn ModuleSource>,
+    pub rec: Arc<Recorder>,
+}
+
+impl ModuleSource for Recording {
+    fn maps(&mut self) -> Option<String> {
+        let text = self.inner.maps()?;
+        self.rec.write(&Record::Maps { text: text.clone() });
+        Some(text)
+    }
+
+    fn module(&mut self, g: &ModuleMap) -> Result<Module, String> {
+        let m = self.inner.module(g)?;
+        if g.path == "[vdso]" {
+            self.rec.write(&Record::Vdso { start: g.start, image: hex(&m.data) });
+        } else {
+            self.rec.write(&Record::Module {
+                path: g.path.clone(),
+                start: g.start,
+                build_id: m.build_id.as_deref().map(hex),
+            });
+        }
+        Ok(m)
+    }
+
+    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)> {
+        self.inner.debug_file(path, data)
+    }
+}
+
+/// Everything of a recording but its events and samples, which [`Reader::stream`] reads in order.
+pub struct Reader {
+    pub path: std::path::PathBuf,
+    pub pid: Tid,
+    pub syscatch: String,
+    pub maps: Vec<String>,
+    pub modules: HashMap<(String, u64), Option<String>>,
+    pub vdso: HashMap<u64, String>,
+    pub residency: HashMap<(u64, u64, u64), (u64, u64)>,
+    pub plan: Option<(BTreeMap<String, usize>, Watched)>,
+    pub facts: Option<ProcessFacts>,
+    pub summary: Option<Summary>,
+    pub events: u64,
+}
+
+fn open_lines(path: &Path) -> Result<impl Iterator<Item = std::io::Result<String>> + use<>> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    Ok(BufReader::new(flate2::read::GzDecoder::new(BufReader::new(file))).lines())
+}
+
+/// Records whose lines start so are read only by [`Reader::stream`].
+const STREAMED: [&str; 2] = [r#"{"t":"event""#, r#"{"t":"smaps""#];
+
+impl Reader {
+    /// Reads the header and every record but events and samples; refuses a file that is not a recording, of
+    /// another version, or truncated, with one line.
+    pub fn open(path: &Path) -> Result<Reader> {
+        let name = path.display();
+        let bad = |what: String| anyhow!("{name} is not a syscatch recording ({what}); make one with --record FILE");
+        let mut lines = open_lines(path)?;
+        let first = match lines.next() {
+            Some(Ok(l)) => l,
+            Some(Err(e)) => return Err(bad(e.to_string())),
+            None => return Err(bad("it is empty".into())),
+        };
+        let (pid, syscatch) = match serde_json::from_str::<Record>(&first) {
+            Ok(Record::Header { format, version, pid, syscatch, .. }) if format == FORMAT => {
+                if version != VERSION {
+                    bail!(
+                        "{name} is a version {version} recording; this syscatch ({}) reads version {VERSION}: \
+                         report it with the syscatch that wrote it ({syscatch})",
+                        crate::cli::VERSION
+                    );
+                }
+                (pid, syscatch)
+            }
+            _ => return Err(bad("no header".into())),
+        };
+        let mut r = Reader {
+            path: path.to_path_buf(),
+            pid,
+            syscatch,
+            maps: Vec::new(),
+            modules: HashMap::new(),
+            vdso: HashMap::new(),
+            residency: HashMap::new(),
+            plan: None,
+            facts: None,
+            summary: None,
+            events: 0,
+        };
+        let mut ended = false;
+        for (n, line) in lines.enumerate() {
+            let line = line.map_err(|e| truncated(path, &e.to_string()))?;
+            if ended {
+                bail!("{name}: records after the end record (line {}): not one recording", n + 2);
+            }
+            if STREAMED.iter().any(|p| line.starts_with(p)) {
+                continue;
+            }
+            let rec: Record = serde_json::from_str(&line)
+                .map_err(|e| anyhow!("{name}: line {} is not a record this syscatch knows ({e})", n + 2))?;
+            match rec {
+                Record::Maps { text } => r.maps.push(text),
+                Record::Module { path, start, build_id } => {
+                    r.modules.insert((path, start), build_id);
+                }
+                Record::Vdso { start, image } => {
+                    r.vdso.insert(start, image);
+                }
+                Record::Residency { start, end, max, pages, resident } => {
+                    r.residency.insert((start, end, max), (pages, resident));
+                }
+                Record::Plan { depths, watched } => r.plan = Some((depths, watched)),
+                Record::Facts(f) => r.facts = Some(*f),
+                Record::Summary(s) => r.summary = Some(*s),
+                Record::End { events } => {
+                    r.events = events;
+                    ended = true;
+                }
+                Record::Header { .. } => bail!("{name}: a second header at line {}: not one recording", n + 2),
+                Record::Event(_) | Record::Smaps { .. } => {}
+            }
+        }
+        if !ended {
+            return Err(truncated(path, "no end record"));
+        }
+        Ok(r)
+    }
+
+    /// The events and smaps samples, in the order the analysis met them.
+    pub fn stream(&self) -> Result<impl Iterator<Item = Result<Streamed>> + use<>> {
+        let path = self.path.clone();
+        let lines = open_lines(&path)?;
+        Ok(lines.enumerate().filter_map(move |(n, line)| {
+            let line = match line {
+                Ok(l) => l,
+                Err(e) => return Some(Err(truncated(&path, &e.to_string()))),
+            };
+            if !STREAMED.iter().any(|p| line.starts_with(p)) {
+                return None;
+            }
+            let bad = |e: String| anyhow!("{}: line {}: {e}", path.display(), n + 1);
+            Some(match serde_json::from_str::<Record>(&line) {
+                Ok(Record::Event(e)) => e.event().map(|ev| Streamed::Event(ev, e.stack_dropped)).map_err(bad),
+                Ok(Record::Smaps { regions }) => Ok(Streamed::Smaps(regions)),
+                Ok(_) => Err(bad("not an event".into())),
+                Err(e) => Err(bad(e.to_string())),
+            })
+        }))
+    }
+}
+
+fn truncated(path: &Path, why: &str) -> anyhow::Error {
+    anyhow!("{} is truncated ({why}): was syscatch stopped while recording? Record again", path.display())
+}
+
+/// An event or a sample read back from a recording.
+#[allow(clippy::large_enum_variant)]
+pub enum Streamed {
+    Event(Event, bool),
+    Smaps(Vec<SmapsRegion>),
+}
+
+/// The recorded process's modules, read on this machine: each module file by its path, used only when its
+/// build-id is the recorded one; the vDSO from the recording; the maps generation by generation, in the order
+/// the live analysis read them. What cannot be found is named in `missing`.
+pub struct Replay {
+    maps: Vec<String>,
+    next: usize,
+    modules: HashMap<(String, u64), Option<String>>,
+    vdso: HashMap<u64, String>,
+    pub missing: Arc<Mutex<Vec<String>>>,
+}
+
+impl Replay {
+    pub fn new(r: &Reader) -> Replay {
+        Replay {
+            maps: r.maps.clone(),
+            next: 0,
+            modules: r.modules.clone(),
+            vdso: r.vdso.clone(),
+            missing: Arc::default(),
+        }
+    }
+
+    fn miss(&self, why: String) -> String {
+        self.missing.lock().unwrap_or_else(|e| e.into_inner()).push(why.clone());
+        why
+    }
+}
+
+impl ModuleSource for Replay {
+    fn maps(&mut self) -> Option<String> {
+        let text = self.maps.get(self.next).or_else(|| self.maps.last())?.clone();
+        self.next += 1;
+        Some(text)
+    }
+
+    fn module(&mut self, g: &ModuleMap) -> Result<Module, String> {
+        if g.path == "[vdso]" {
+            let image = self.vdso.get(&g.start).and_then(|h| unhex(h)).ok_or("the vDSO image was not recorded")?;
+            return Module::parse(g.clone(), image.into()).map_err(|e| e.to_string());
+        }
+        let Some(want) = self.modules.get(&(g.path.clone(), g.start)).cloned() else {
+            return Err(format!("{}: not loaded while recording", g.path));
+        };
+        let data = std::fs::read(&g.path).map_err(|e| self.miss(format!("{}: {e}", g.path)))?;
+        let m = Module::parse(g.clone(), data.into()).map_err(|e| self.miss(format!("{}: {e}", g.path)))?;
+        let have = m.build_id.as_deref().map(hex);
+        if have != want {
+            return Err(self.miss(format!(
+                "{}: the file here is not the one recorded (build-id {} here, {} recorded)",
+                g.path,
+                have.as_deref().unwrap_or("none"),
+                want.as_deref().unwrap_or("none")
+            )));
+        }
+        Ok(m)
+    }
+
+    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)> {
+        crate::analysis::symbolize::find_debug_file("", path, data, |p| std::fs::read(p).ok())
+    }
+}

@@ -1,0 +1,287 @@
+//! The findings as the reader meets them first: each as what / where / why / fix, then which paths to a mapping
+//! were watched and where the rest of the growth may come from; text and JSON Lines.
+
+use crate::analysis::correlate::StackId;
+use crate::analysis::findings::{Diagnosis, frame_fact};
+use crate::analysis::leaks::LeakReport;
+use crate::analysis::rules::{Finding, FrameFact};
+use crate::model::stack::Frame;
+use crate::report::json::{frame_json, line};
+use crate::report::text::frame_text;
+use serde_json::json;
+use std::io::{self, Write};
+
+fn kib(bytes: u64) -> String {
+    if bytes >= 10 << 20 {
+        format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+    } else {
+        format!("{} KiB", bytes / 1024)
+    }
+}
+
+/// The frames that tell a finding's story, innermost first: the allocation site (the first frame outside
+/// libc), the frames the rule matched, frames in a hooking module, the innermost Python frame, and the first
+/// caller outside those modules.
+pub fn condensed<'a>(frames: &'a [Frame], matched: &[FrameFact], hook_modules: &[&str]) -> Vec<&'a Frame> {
+    let real: Vec<&Frame> = frames.iter().filter(|f| !f.inlined).collect();
+    let is_libc = |f: &Frame| f.module.as_deref().is_some_and(crate::live::resolve::is_libc);
+    let mut keep: Vec<usize> = Vec::new();
+    if let Some(i) = real.iter().position(|f| !is_libc(f)) {
+        keep.push(i);
+    }
+    let mut story_modules: Vec<&str> = Vec::new();
+    for (i, f) in real.iter().enumerate() {
+        let fact = frame_fact(f);
+        let is_match = matched.iter().any(|m| m.function == fact.function && m.module == fact.module);
+        let in_hook = f.module.as_deref().is_some_and(|m| hook_modules.contains(&m));
+        if is_match || in_hook {
+            keep.push(i);
+            if let Some(m) = f.module.as_deref() {
+                story_modules.push(m);
+            }
+        }
+    }
+    // The innermost Python frame, where the stack has them (frames of kind python carry a .py file and no
+    // module): the line of the program that asked for the memory.
+    let python = real.iter().position(|f| f.module.is_none() && f.file.as_deref().is_some_and(|x| x.ends_with(".py")));
+    if let Some(i) = python {
+        // The Python line is the caller worth naming; the interpreter frames around it are not.
+        keep.push(i);
+    } else if let Some(&last) = keep.iter().max()
+        && let Some(j) = (last + 1..real.len())
+            .find(|&j| !is_libc(real[j]) && !real[j].module.as_deref().is_some_and(|m| story_modules.contains(&m)))
+    {
+        keep.push(j);
+    }
+    keep.sort_unstable();
+    keep.dedup();
+    keep.into_iter().map(|i| real[i]).collect()
+}
+
+/// Growth of the anonymous regions that grew (KiB), and the part of it on traced stacks (bytes).
+fn growth_and_traced(report: &LeakReport) -> (u64, u64) {
+    let growth: u64 = report.growing.iter().map(|g| g.growth_kb).sum();
+    // Growth is Rss+Swap: compared with resident bytes where pagemap was read, else with mapped bytes.
+    let traced: u64 = if report.weighed {
+        report.region_resident.iter().sum()
+    } else {
+        report.growing.iter().flat_map(|g| g.stacks.iter()).map(|s| s.still_mapped).sum()
+    };
+    (growth, traced)
+}
+
+fn per_min(bytes: u64, secs: f64) -> f64 {
+    if secs > 0.0 { bytes as f64 / (1u64 << 20) as f64 * 60.0 / secs } else { 0.0 }
+}
+
+fn hook_modules(d: &Diagnosis) -> Vec<&str> {
+    d.facts.hooks.iter().map(|h| h.module.as_str()).collect()
+}
+
+/// Growth on no traced stack worth a word: over a tenth of the growth and at least this much.
+const UNTRACED_NOTE: u64 = 256 << 10;
+
+fn untraced_worth_saying(growth: u64, traced: u64) -> bool {
+    growth > traced && growth - traced > growth / 10 && growth - traced >= UNTRACED_NOTE
+}
+
+/// What to try when growth is on no traced stack.
+fn next_steps(d: &Diagnosis) -> Vec<String> {
+    let mut out = vec![
+        "growth in regions mapped before the trace is pages touched now in memory mapped earlier: trace from the \
+         start (syscatch --leaks -- CMD) or longer, so the calls that mapped them are seen"
+            .to_string(),
+    ];
+    if !d.watched.skipped.is_empty() {
+        out.push(
+            "some libc entries were not watched (above): a probe script on the hook's own functions \
+                  (syscatch run FILE) catches calls that bypass them"
+                .into(),
+        );
+    }
+    if d.facts.hooks.is_empty() {
+        out.push(
+            "no memory hooks found; a library with its own syscall instruction (not libc's) is invisible \
+                  to --leaks: syscatch mem --watch 2s shows which class grows"
+                .into(),
+        );
+    }
+    out
+}
+
+/// A finding's resident bytes (its stacks' still-mapped bytes where residency was not read).
+fn weight(f: &Finding, report: &LeakReport) -> u64 {
+    if report.weighed && !f.stacks.is_empty() {
+        f.stacks.iter().map(|&id| report.resident_of(StackId(id))).sum()
+    } else {
+        f.bytes
+    }
+}
+
+/// The findings, first in the text report.
+pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::Result<()> {
+    let (growth_kb, traced) = growth_and_traced(report);
+    let growth = growth_kb * 1024;
+    writeln!(
+        w,
+        "\nFindings ({} rules checked; anonymous growth {} in {:.2}s, {:.1} MiB/min; {} of it on traced stacks):",
+        d.rules_checked,
+        kib(growth),
+        d.duration_s,
+        per_min(growth, d.duration_s),
+        kib(traced.min(growth.max(traced))),
+    )?;
+    if d.findings.is_empty() {
+        writeln!(w, "  Nothing known matches. Growth by stack is ranked below (leak candidates).")?;
+    }
+    let hooks = hook_modules(d);
+    for (rank, f) in d.findings.iter().enumerate() {
+        writeln!(w, "\n  #{} {}  [{}]", rank + 1, f.title, f.rule)?;
+        let weight = weight(f, report);
+        let share = if growth > 0 && !f.stacks.is_empty() {
+            format!(", {:.0}% of the growth", 100.0 * weight as f64 / growth as f64)
+        } else {
+            String::new()
+        };
+        let what = match (f.stacks.is_empty(), report.weighed) {
+            (true, _) => String::new(),
+            (false, true) => format!(" still mapped by its stacks, {} of it resident", kib(weight)),
+            (false, false) => " still mapped by its stacks".into(),
+        };
+        writeln!(w, "     what:  {}{what} ({:.2} MiB/min{share})", kib(f.bytes), per_min(f.bytes, d.duration_s))?;
+        if let Some(&id) = f.stacks.first()
+            && let Some(stack) = report.stack(StackId(id))
+        {
+            let ids: Vec<String> = f.stacks.iter().map(|s| format!("stack {s}")).collect();
+            writeln!(w, "     where: ({}; full stacks below and in --json)", ids.join(", "))?;
+            for fr in condensed(&stack.frames, &f.frames, &hooks) {
+                writeln!(w, "            {}", frame_text(fr))?;
+            }
+        }
+        writeln!(w, "     why:   {}", f.why)?;
+        for e in &f.evidence {
+            writeln!(w, "            - {e}")?;
+        }
+        for (i, fix) in f.fix.iter().enumerate() {
+            writeln!(w, "     fix {}: {}", i + 1, fix.action)?;
+            if let Some(c) = &fix.caveat {
+                writeln!(w, "            caveat: {c}")?;
+            }
+            if let Some(doc) = &fix.doc {
+                writeln!(w, "            doc: {doc}")?;
+            }
+        }
+    }
+    if !d.watched.paths.is_empty() {
+        writeln!(w, "\n  Watched: {}", d.watched.paths.join("; "))?;
+    }
+    if !d.watched.skipped.is_empty() {
+        writeln!(w, "  Not watched: {}", d.watched.skipped.join("; "))?;
+    }
+    if d.nested > 0 {
+        writeln!(
+            w,
+            "  {} calls were seen both at a libc function and at the syscall() inside it: counted once",
+            d.nested
+        )?;
+    }
+    if untraced_worth_saying(growth, traced) {
+        writeln!(w, "  {} of the growth is on no traced stack. Next:", kib(growth - traced))?;
+        for s in next_steps(d) {
+            writeln!(w, "    - {s}")?;
+        }
+    }
+    Ok(())
+}
+
+/// `finding` lines (most bytes first) and one `coverage` line.
+pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::Result<()> {
+    let (growth_kb, traced) = growth_and_traced(report);
+    let growth = growth_kb * 1024;
+    let hooks = hook_modules(d);
+    for (rank, f) in d.findings.iter().enumerate() {
+        let condensed: Vec<_> = f
+            .stacks
+            .first()
+            .and_then(|&id| report.stack(StackId(id)))
+            .map(|s| condensed(&s.frames, &f.frames, &hooks).into_iter().map(frame_json).collect())
+            .unwrap_or_default();
+        line(
+            &mut &mut *w,
+            "finding",
+            json!({
+                "rank": rank + 1,
+                "rule": f.rule,
+                "title": f.title,
+                "bytes": f.bytes,
+                "resident": report.weighed.then(|| weight(f, report)),
+                "mib_per_min": per_min(f.bytes, d.duration_s),
+                "share_of_growth": (growth > 0 && !f.stacks.is_empty()).then(|| weight(f, report) as f64 / growth as f64),
+                "stack_ids": f.stacks,
+                "where": condensed,
+                "why": f.why,
+                "evidence": f.evidence,
+                "fix": f.fix,
+            }),
+        )?;
+    }
+    line(
+        &mut &mut *w,
+        "coverage",
+        json!({
+            "rules_checked": d.rules_checked,
+            "duration": d.duration_s,
+            "growth_bytes": growth,
+            "traced_bytes": traced,
+            "traced_is_resident": report.weighed,
+            "watched": d.watched.paths,
+            "not_watched": d.watched.skipped,
+            "nested_calls": d.nested,
+            "allocator": d.facts.allocator,
+            "environment_source": d.facts.env_source,
+            "hooks": d.facts.hooks.iter().map(|h| json!({"function": h.function, "how": h.how, "module": h.module, "text": h.text})).collect::<Vec<_>>(),
+            "next": if untraced_worth_saying(growth, traced) { next_steps(d) } else { Vec::new() },
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fr(addr: u64, module: Option<&str>, function: &str, file: Option<&str>) -> Frame {
+        Frame {
+            addr,
+            module: module.map(str::to_string),
+            function: Some(function.into()),
+            file: file.map(str::to_string),
+            ..Frame::default()
+        }
+    }
+
+    #[test]
+    fn condensed_keeps_the_story_frames() {
+        let frames = vec![
+            fr(1, Some("libc.so.6"), "syscall", None),
+            fr(2, Some("libucm.so.0"), "ucm_orig_mmap", None),
+            fr(3, Some("libucs.so.0"), "ucs_mpool_grow", None),
+            fr(4, Some("libucs.so.0"), "ucs_mpool_get", None),
+            fr(5, Some("libucs.so.0"), "ucs_rcache_invalidate", None),
+            fr(6, Some("libucm.so.0"), "ucm_munmap", None),
+            fr(7, Some("libpython3.11.so"), "_PyEval_EvalFrameDefault", None),
+            fr(8, None, "train.step", Some("train.py")),
+            fr(9, Some("python3"), "main", None),
+        ];
+        let matched = [
+            FrameFact { module: "libucs.so.0".into(), function: "ucs_mpool_grow".into() },
+            FrameFact { module: "libucs.so.0".into(), function: "ucs_rcache_invalidate".into() },
+        ];
+        let got: Vec<u64> = condensed(&frames, &matched, &["libucm.so.0"]).iter().map(|f| f.addr).collect();
+        // Allocation site, matched frames, hook frames, and the Python line as the caller.
+        assert_eq!(got, [2, 3, 5, 6, 8]);
+        let native: Vec<Frame> = frames.iter().filter(|f| f.module.is_some()).cloned().collect();
+        let got: Vec<u64> = condensed(&native, &matched, &["libucm.so.0"]).iter().map(|f| f.addr).collect();
+        // Without Python frames, the first native caller outside the story's modules.
+        assert_eq!(got, [2, 3, 5, 6, 7]);
+    }
+}
