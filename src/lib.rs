@@ -16,15 +16,42 @@
 
 #![deny(unsafe_code)]
 
-pub mod analysis;
-pub mod app;
-pub mod cli;
-pub mod hooks;
-pub mod live;
-pub mod model;
+pub(crate) mod analysis;
+pub(crate) mod app;
+pub(crate) mod cli;
+pub(crate) mod hooks;
+pub(crate) mod live;
+pub(crate) mod model;
 #[allow(unsafe_code)]
-pub mod os;
-pub mod probe;
-pub mod python;
-pub mod report;
-pub mod x86;
+pub(crate) mod os;
+pub(crate) mod probe;
+pub(crate) mod python;
+pub(crate) mod report;
+pub(crate) mod x86;
+
+/// The `syscatch` command; `main.rs` only calls this.
+pub use app::main;
+
+/// What the integration tests and the fuzz crate reach inside: the pure parsers and the unwinder they drive
+/// directly. Not an API.
+#[doc(hidden)]
+pub mod testing {
+    pub mod analysis {
+        pub use crate::analysis::{correlate, modules, symbolize, unwind};
+    }
+    pub mod live {
+        pub use crate::live::{modules, resolve, snapshot};
+    }
+    pub mod model {
+        pub use crate::model::{maps, modules, regs, smaps, status};
+    }
+    pub mod probe {
+        pub use crate::probe::{parse_str, print};
+    }
+    pub mod python {
+        pub use crate::python::{Memory, layout, lines, live, walk};
+    }
+    pub mod x86 {
+        pub use crate::x86::breakpoints;
+    }
+}

@@ -7,10 +7,10 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
-use syscatch::model::maps::{self, Mapping};
-use syscatch::model::modules::{Module, ModuleMap};
-use syscatch::model::regs::{Reg, Regs};
-use syscatch::x86::breakpoints::{self, Memory};
+use syscatch::testing::model::maps::{self, Mapping};
+use syscatch::testing::model::modules::{Module, ModuleMap};
+use syscatch::testing::model::regs::{Reg, Regs};
+use syscatch::testing::x86::breakpoints::{self, Memory};
 
 /// A fuzz target's body.
 pub type Body = fn(&[u8]);
@@ -28,11 +28,11 @@ pub const TARGETS: &[(&str, Body)] = &[
 ];
 
 /// Looks every address up in the one fuzzed module, mapped at bias 0.
-struct OneModule(Arc<syscatch::analysis::unwind::ModuleCfi>);
+struct OneModule(Arc<syscatch::testing::analysis::unwind::ModuleCfi>);
 
-impl syscatch::analysis::unwind::ModuleLookup for OneModule {
-    fn find(&mut self, _addr: u64) -> Option<syscatch::analysis::unwind::MappedCfi> {
-        Some(syscatch::analysis::unwind::MappedCfi { bias: 0, cfi: self.0.clone() })
+impl syscatch::testing::analysis::unwind::ModuleLookup for OneModule {
+    fn find(&mut self, _addr: u64) -> Option<syscatch::testing::analysis::unwind::MappedCfi> {
+        Some(syscatch::testing::analysis::unwind::MappedCfi { bias: 0, cfi: self.0.clone() })
     }
 }
 
@@ -40,19 +40,19 @@ impl syscatch::analysis::unwind::ModuleLookup for OneModule {
 /// DWARF) come from the input after a 64-byte header (rip, rsp, rbp, a stack seed, and 32 bytes of stack).
 pub fn unwind(data: &[u8]) {
     let elf: Arc<[u8]> = Arc::from(data.get(64..).unwrap_or(&[]));
-    let Ok(cfi) = syscatch::analysis::unwind::ModuleCfi::parse(elf.clone(), Some(elf.clone())) else {
+    let Ok(cfi) = syscatch::testing::analysis::unwind::ModuleCfi::parse(elf.clone(), Some(elf.clone())) else {
         return;
     };
-    let mut regs = syscatch::analysis::unwind::UnwindRegs::default();
+    let mut regs = syscatch::testing::analysis::unwind::UnwindRegs::default();
     regs.0[16] = Some(u64_at(data, 0));
     regs.0[7] = Some(u64_at(data, 8));
     regs.0[6] = Some(u64_at(data, 16));
     let stack: Vec<u8> = data.get(32..64).unwrap_or(&[]).iter().cycle().take(4096).copied().collect();
-    let window = syscatch::analysis::unwind::StackWindow::new(u64_at(data, 8), &stack, 4096);
+    let window = syscatch::testing::analysis::unwind::StackWindow::new(u64_at(data, 8), &stack, 4096);
     let mut lookup = OneModule(Arc::new(cfi));
-    let u = syscatch::analysis::unwind::unwind(regs, &window, &mut lookup, 64);
-    let syms = syscatch::analysis::symbolize::SymTable::parse(&[&elf]);
-    let dwarf = syscatch::analysis::symbolize::Dwarf::load(&elf);
+    let u = syscatch::testing::analysis::unwind::unwind(regs, &window, &mut lookup, 64);
+    let syms = syscatch::testing::analysis::symbolize::SymTable::parse(&[&elf]);
+    let dwarf = syscatch::testing::analysis::symbolize::Dwarf::load(&elf);
     for f in &u.frames {
         let _ = syms.find(f.lookup);
         if let Some(d) = &dwarf {
@@ -64,23 +64,23 @@ pub fn unwind(data: &[u8]) {
 /// A probe script: parse, and for what parses, print and parse again (the printer must round-trip).
 pub fn probe(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    if let Ok(script) = syscatch::probe::parse_str(&text) {
-        let again = syscatch::probe::parse_str(&syscatch::probe::print(&script));
+    if let Ok(script) = syscatch::testing::probe::parse_str(&text) {
+        let again = syscatch::testing::probe::parse_str(&syscatch::testing::probe::print(&script));
         assert_eq!(again.ok(), Some(script), "print(parse(x)) parses back to the same script");
     }
 }
 
 /// `/proc/PID/smaps` text, the classification built on it, and the leak model reconciled with it.
 pub fn smaps(data: &[u8]) {
-    let regions = syscatch::model::smaps::parse_smaps(&String::from_utf8_lossy(data));
-    let mut model = syscatch::analysis::correlate::AddressSpace::new();
+    let regions = syscatch::testing::model::smaps::parse_smaps(&String::from_utf8_lossy(data));
+    let mut model = syscatch::testing::analysis::correlate::AddressSpace::new();
     for (i, r) in regions.iter().enumerate() {
         let _ = r.rss_swap();
         model.apply_call(
             9,
             &[0, r.map.len(), 3, 0x22, u64::MAX, 0],
             Some(r.map.start),
-            syscatch::analysis::correlate::StackId(i as u32),
+            syscatch::testing::analysis::correlate::StackId(i as u32),
         );
     }
     model.reconcile(&regions);
@@ -95,15 +95,15 @@ pub fn maps(data: &[u8]) {
     for m in &maps {
         let _ = (m.len(), m.is_empty(), m.contains(m.start), m.is_exec(), m.is_file());
     }
-    for g in syscatch::model::modules::group_modules(&maps) {
-        let _ = syscatch::model::modules::file_name(&g.path);
-        let _ = syscatch::live::resolve::is_libc(&g.path);
+    for g in syscatch::testing::model::modules::group_modules(&maps) {
+        let _ = syscatch::testing::model::modules::file_name(&g.path);
+        let _ = syscatch::testing::live::resolve::is_libc(&g.path);
     }
 }
 
 /// `/proc/PID/status` text.
 pub fn status(data: &[u8]) {
-    let _ = syscatch::model::status::parse_status(&String::from_utf8_lossy(data));
+    let _ = syscatch::testing::model::status::parse_status(&String::from_utf8_lossy(data));
 }
 
 fn u64_at(data: &[u8], i: usize) -> u64 {
@@ -146,7 +146,7 @@ pub fn module_mapped(elf: &[u8], start: u64, offset: u64) {
     for (addr, note) in m.notes() {
         let _ = (addr, note.len());
     }
-    let _ = syscatch::live::resolve::wrapper_code(&m, "syscall");
+    let _ = syscatch::testing::live::resolve::wrapper_code(&m, "syscall");
 }
 
 struct FakeMem(RefCell<HashMap<u64, u64>>);
@@ -186,7 +186,7 @@ pub fn breakpoints(data: &[u8]) {
 /// The input as a target's memory: address = offset into the input.
 struct Image<'a>(&'a [u8]);
 
-impl syscatch::python::Memory for Image<'_> {
+impl syscatch::testing::python::Memory for Image<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
         let src = usize::try_from(addr).ok().and_then(|a| self.0.get(a..a.checked_add(buf.len())?));
         match src {
@@ -204,8 +204,8 @@ impl syscatch::python::Memory for Image<'_> {
 /// (its tid is 1). Each input is walked twice (the second time through the caches). The line tables and the
 /// debug offsets parsers also get the whole input.
 pub fn python(data: &[u8]) {
-    use syscatch::python::layout::{self, LineFormat};
-    use syscatch::python::{lines, walk};
+    use syscatch::testing::python::layout::{self, LineFormat};
+    use syscatch::testing::python::{lines, walk};
     let _ = layout::parse_debug_offsets(data);
     for format in [LineFormat::Lnotab, LineFormat::Linetable310, LineFormat::Locations] {
         for offset in [-2, 0, 2, 10, 100, 1 << 20] {

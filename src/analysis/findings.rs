@@ -32,7 +32,6 @@ pub fn stack_facts(report: &LeakReport) -> Vec<StackFact> {
             id: id.0,
             frames: report.stack(*id).map(|st| st.frames.iter().map(frame_fact).collect()).unwrap_or_default(),
             still_mapped: s.still_mapped,
-            calls: s.calls(),
         })
         .collect()
 }

@@ -99,7 +99,6 @@ pub struct StackFact {
     pub id: u32,
     pub frames: Vec<FrameFact>,
     pub still_mapped: u64,
-    pub calls: u64,
 }
 
 /// How a memory function was intercepted: `got` or `inline`, and where calls now go.
@@ -432,7 +431,6 @@ mod tests {
                 f("app", "main"),
             ],
             still_mapped: still,
-            calls: 4,
         }
     }
 
@@ -452,7 +450,7 @@ mod tests {
         assert!(rules.len() >= 6);
         let mut facts = Facts { allocator: "glibc".into(), env_source: "live".into(), ..Facts::default() };
         facts.stacks.push(ucx_stack(256 << 10));
-        facts.stacks.push(StackFact { id: 4, frames: vec![f("app", "leak_site")], still_mapped: 1 << 20, calls: 1 });
+        facts.stacks.push(StackFact { id: 4, frames: vec![f("app", "leak_site")], still_mapped: 1 << 20 });
         let found = evaluate(&rules, &facts);
         assert_eq!(found.len(), 1, "{found:#?}");
         assert_eq!(found[0].rule, "ucx-rcache-invalidation");
@@ -480,10 +478,7 @@ mod tests {
         let rules = merge_rules(base, extra);
         assert_eq!(rules.len(), n + 1);
         let facts = Facts {
-            stacks: vec![
-                ucx_stack(4096),
-                StackFact { id: 9, frames: vec![f("a", "leak_site")], still_mapped: 8192, calls: 1 },
-            ],
+            stacks: vec![ucx_stack(4096), StackFact { id: 9, frames: vec![f("a", "leak_site")], still_mapped: 8192 }],
             ..Facts::default()
         };
         let found = evaluate(&rules, &facts);

@@ -97,8 +97,6 @@ pub struct Done {
     pub output_error: Option<std::io::Error>,
     pub leaks: Option<LeakTracker>,
     pub costs: Costs,
-    /// Distinct stacks seen.
-    pub stacks: usize,
 }
 
 /// A call whose stack window has been unwound to return addresses (`None`: no stack was captured).
@@ -280,5 +278,5 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         }
     }
     let _ = unwinding.join();
-    Done { renderer, output_error, leaks: tracker, costs, stacks: interned.stacks.len() }
+    Done { renderer, output_error, leaks: tracker, costs }
 }

@@ -6,7 +6,7 @@ use crate::live::facts::{read_environment, read_kernel};
 use crate::os::Tid;
 use std::collections::BTreeMap;
 
-pub use crate::analysis::findings::{Diagnosis, diagnose};
+pub use crate::analysis::findings::diagnose;
 
 /// The rules in force: the shipped ones, with `extra` (from `--rules FILE`) merged in.
 pub fn load_rules(extra: Option<&std::path::Path>) -> anyhow::Result<Vec<Rule>> {

@@ -14,6 +14,13 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         return Err(trace::usage("--rules goes with --leaks (the findings of the leak report)"));
     }
     let rec = Reader::open(&args.file)?;
+    eprintln!(
+        "syscatch: {}: a trace of process {} ({} events), recorded by syscatch {}",
+        args.file.display(),
+        rec.pid,
+        rec.events,
+        rec.syscatch
+    );
     let out = Output {
         json: args.json,
         path: args.output.clone(),

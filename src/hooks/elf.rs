@@ -314,8 +314,11 @@ pub struct LinkMapEntry {
 
 /// Parses the first 32 bytes of a `struct link_map`: `(l_addr, l_name pointer, l_ld, l_next)`.
 pub fn parse_link_map_head(b: &[u8]) -> Option<(u64, u64, u64, u64)> {
-    let w = |o: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?)) };
-    Some((w(0)?, w(8)?, w(16)?, w(24)?))
+    let w = |o: u64| -> Option<u64> {
+        let o = o as usize;
+        Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
+    };
+    Some((w(abi::L_ADDR)?, w(abi::L_NAME)?, w(abi::L_LD)?, w(abi::L_NEXT)?))
 }
 
 #[cfg(test)]

@@ -83,7 +83,6 @@ impl Image {
 
 /// A snapshot of a process: its ELF images, the dynamic linker's list, its other mappings.
 pub struct Process {
-    pub pid: i32,
     pub images: Vec<Image>,
     /// Index of the main program in `images`.
     pub main: usize,

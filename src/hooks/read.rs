@@ -154,7 +154,7 @@ pub fn read_process(pid: Tid) -> Result<(Process, ProcMemory)> {
             st.name
         );
     }
-    Ok((Process { pid, images, main, link_order, maps }, memory))
+    Ok((Process { images, main, link_order, maps }, memory))
 }
 
 /// The images a `--module` argument names: the exact path, the file name, or a file-name prefix.

@@ -97,7 +97,6 @@ fn process() -> Process {
     let images = vec![prog, jem, libc, hook, plug, dep];
     let maps = images.iter().map(|i| i.module.map.first.clone()).collect();
     Process {
-        pid: 1,
         images,
         main: 0,
         // Program, preload, its dependencies at startup, then a dlopened plugin and its dependency.

@@ -11,7 +11,7 @@ use crate::model::regs::Regs;
 use crate::os::mem::ProcMem;
 use std::sync::Arc;
 
-pub use crate::model::watch::{FUNCTIONS, Watched, parse_label_syscall};
+pub use crate::model::watch::{FUNCTIONS, Watched};
 
 /// Every call of the function counts.
 struct Always;
@@ -54,19 +54,4 @@ pub fn function_specs(libc: &Module, mem: &ProcMem, watched: &mut Watched) -> Ve
         specs.push(SiteSpec { addr, code: code.to_vec(), wrapper: false, probes: vec![probe] });
     }
     specs
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_name_their_syscall() {
-        assert_eq!(parse_label_syscall("libc.so.6:mmap64"), Some(9));
-        assert_eq!(parse_label_syscall("libc.so.6:munmap"), Some(11));
-        assert_eq!(parse_label_syscall("libc.so.6:mremap"), Some(25));
-        assert_eq!(parse_label_syscall("libhook.so:munmap"), None);
-        assert_eq!(parse_label_syscall("libc.so.6:malloc"), None);
-        assert_eq!(parse_label_syscall("munmap"), None);
-    }
 }

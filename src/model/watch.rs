@@ -23,3 +23,18 @@ pub fn parse_label_syscall(label: &str) -> Option<u64> {
     let (_, nr) = FUNCTIONS.iter().find(|(f, _)| *f == func)?;
     syscalls::parse(nr)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_name_their_syscall() {
+        assert_eq!(parse_label_syscall("libc.so.6:mmap64"), Some(9));
+        assert_eq!(parse_label_syscall("libc.so.6:munmap"), Some(11));
+        assert_eq!(parse_label_syscall("libc.so.6:mremap"), Some(25));
+        assert_eq!(parse_label_syscall("libhook.so:munmap"), None);
+        assert_eq!(parse_label_syscall("libc.so.6:malloc"), None);
+        assert_eq!(parse_label_syscall("munmap"), None);
+    }
+}

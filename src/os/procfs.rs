@@ -61,18 +61,6 @@ pub fn mapped_file_candidates(pid: Tid, start: u64, end: u64, path: &str) -> Vec
     vec![PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}")), PathBuf::from(path), root_path(pid, path)]
 }
 
-/// Reads the first readable candidate of [`mapped_file_candidates`].
-pub fn read_mapped_file(pid: Tid, start: u64, end: u64, path: &str) -> io::Result<Vec<u8>> {
-    let mut last = io::Error::from(io::ErrorKind::NotFound);
-    for p in mapped_file_candidates(pid, start, end, path) {
-        match std::fs::read(&p) {
-            Ok(b) => return Ok(b),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
 /// `path` as seen from the target's root directory.
 pub fn root_path(pid: Tid, path: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/root{path}"))

@@ -11,6 +11,7 @@ pub const OPTIONS: libc::c_int =
 
 /// Why a traced thread stopped, or that it is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // GroupStop is the kernel's name for it
 pub enum Stop {
     /// The thread exited with this status (reported for the leader only once the whole group is gone).
     Exited(i32),

@@ -11,7 +11,7 @@ pub mod print;
 pub mod run;
 
 pub use ast::*;
-pub use check::{CheckError, ResolveError, ResolvedProbe, check_script, resolve_locations};
+pub use check::{ResolveError, check_script, resolve_locations};
 pub use parse::{ParseError, parse, parse_str};
 pub use print::print;
 

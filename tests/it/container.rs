@@ -102,8 +102,8 @@ fn container_target_traced_from_the_host_by_host_pid() {
 
 /// The file offset and length of `syscall()` in the libc file `data`, and of its build-id bytes.
 fn libc_layout(data: &[u8]) -> (usize, usize, std::ops::Range<usize>) {
-    use syscatch::model::modules::{Module, ModuleMap};
-    let first = syscatch::model::maps::parse_maps_line("0-1000 r--p 00000000 00:00 0 /libc.so.6").unwrap();
+    use syscatch::testing::model::modules::{Module, ModuleMap};
+    let first = syscatch::testing::model::maps::parse_maps_line("0-1000 r--p 00000000 00:00 0 /libc.so.6").unwrap();
     let map = ModuleMap { path: first.path.clone(), start: 0, end: 0x1000, first };
     let data: Arc<[u8]> = data.into();
     let m = Module::parse(map, data.clone()).expect("libc parses");

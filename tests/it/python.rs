@@ -248,8 +248,8 @@ fn bench_python_walk() {
         t.send("go");
         t.out.next();
         crate::stack::wait_blocked_in_read(t.pid, t.pid, 0);
-        let snap = syscatch::live::snapshot::read_thread(t.pid, 65536).unwrap();
-        let mut reader = syscatch::python::live::PythonReader::locate(t.pid).unwrap().unwrap();
+        let snap = syscatch::testing::live::snapshot::read_thread(t.pid, 65536).unwrap();
+        let mut reader = syscatch::testing::python::live::PythonReader::locate(t.pid).unwrap().unwrap();
         let c = &snap.capture;
         let t0 = std::time::Instant::now();
         let first = reader.read_frames(t.pid, &c.regs, &c.stack);

@@ -299,7 +299,7 @@ fn python_ctypes_stack_reaches_the_eval_loop() {
 #[ignore]
 fn bench_stack() {
     use std::time::Instant;
-    use syscatch::analysis::modules::StackResolver;
+    use syscatch::testing::analysis::modules::StackResolver;
     require_ptrace();
     let mut t = Target::start(&testprog("parked"), &[]);
     let _ = [t.out.next(), t.out.next()];
@@ -308,12 +308,12 @@ fn bench_stack() {
     let t0 = Instant::now();
     let mut snap = None;
     for _ in 0..n {
-        snap = Some(syscatch::live::snapshot::read_thread(t.pid, 65536).unwrap());
+        snap = Some(syscatch::testing::live::snapshot::read_thread(t.pid, 65536).unwrap());
     }
     let capture = t0.elapsed() / n;
     let c = snap.unwrap().capture;
     let t0 = Instant::now();
-    let mut r = StackResolver::new(syscatch::live::modules::LiveModules::boxed(t.pid), 128);
+    let mut r = StackResolver::new(syscatch::testing::live::modules::LiveModules::boxed(t.pid), 128);
     let load = t0.elapsed();
     let t0 = Instant::now();
     let u = r.unwind(&c);
@@ -357,13 +357,14 @@ fn fixture_dir() -> std::path::PathBuf {
 #[test]
 #[ignore]
 fn record_spin_fixture() {
-    use syscatch::analysis::unwind::UnwindRegs;
+    use syscatch::testing::analysis::unwind::UnwindRegs;
     require_ptrace();
     let prog = testprog("deep_stack");
     let mut t = Target::start(&prog, &["spin"]);
     assert_eq!(t.out.next(), "spinning");
-    let snap = syscatch::live::snapshot::read_thread(t.pid, 4096).unwrap();
-    let mut modules = syscatch::analysis::modules::Modules::new(syscatch::live::modules::LiveModules::boxed(t.pid));
+    let snap = syscatch::testing::live::snapshot::read_thread(t.pid, 4096).unwrap();
+    let mut modules =
+        syscatch::testing::analysis::modules::Modules::new(syscatch::testing::live::modules::LiveModules::boxed(t.pid));
     let m = modules.module_at(snap.capture.regs.ip()).expect("spinning in the executable").clone();
     let regs = UnwindRegs::from_regs(&snap.capture.regs);
     let dir = fixture_dir();
@@ -371,7 +372,7 @@ fn record_spin_fixture() {
     std::fs::copy(&prog, dir.join("deep_stack")).unwrap();
     std::fs::write(dir.join("spin.stack"), &snap.capture.stack).unwrap();
     let meta = serde_json::json!({
-        "how": "cargo test --test it record_spin_fixture -- --ignored (deep_stack spin, syscatch::live::snapshot)",
+        "how": "cargo test --test it record_spin_fixture -- --ignored (deep_stack spin, syscatch::testing::live::snapshot)",
         "regs_dwarf_order": regs.0.iter().map(|r| format!("{:#x}", r.unwrap())).collect::<Vec<_>>(),
         "module_start": format!("{:#x}", m.start),
         "module_end": format!("{:#x}", m.end),
@@ -386,7 +387,9 @@ fn record_spin_fixture() {
 #[test]
 fn recorded_snapshot_unwinds_offline() {
     use std::sync::Arc;
-    use syscatch::analysis::unwind::{End, MappedCfi, ModuleCfi, ModuleLookup, StackWindow, UnwindRegs, unwind};
+    use syscatch::testing::analysis::unwind::{
+        End, MappedCfi, ModuleCfi, ModuleLookup, StackWindow, UnwindRegs, unwind,
+    };
     let dir = fixture_dir();
     let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("spin.json")).unwrap()).unwrap();
     let data: Arc<[u8]> = std::fs::read(dir.join("deep_stack")).unwrap().into();
@@ -406,7 +409,7 @@ fn recorded_snapshot_unwinds_offline() {
     let mut exe = Exe(start, end, MappedCfi { bias, cfi });
     let window = StackWindow::new(regs.0[7].unwrap(), &stack, meta["asked"].as_u64().unwrap() as usize);
     let u = unwind(regs, &window, &mut exe, 128);
-    let syms = syscatch::analysis::symbolize::SymModule::parse(&data, None);
+    let syms = syscatch::testing::analysis::symbolize::SymModule::parse(&data, None);
     let names: Vec<String> = u
         .frames
         .iter()

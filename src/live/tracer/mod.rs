@@ -400,13 +400,6 @@ impl<'a> Tracer<'a> {
         Ok(())
     }
 
-    /// Addresses of the sites planted now.
-    pub fn site_addrs(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self.sites.keys().copied().collect();
-        v.sort_unstable();
-        v
-    }
-
     /// Runs until the deadline, a stop signal, or the end of the target; then detaches everything.
     /// The CPython reader, when the target runs one (its warnings and costs, for the summary).
     pub fn python(&self) -> Option<&crate::python::live::PythonReader> {
