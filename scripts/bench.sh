@@ -3,13 +3,14 @@
 # same run on the same small C targets; a 30-frame stack's capture, unwind and symbolization next to gdb's `bt`;
 # attach/arm/detach times; syscatch's peak RSS over many 64-frame events. See docs/bench.md.
 #
-# Usage: scripts/bench.sh [--quick] [--json] [--runs N] [--no-build] [--python]
+# Usage: scripts/bench.sh [--quick] [--json] [--runs N] [--no-build] [--python] [--only ID,...]
 #   --quick     about 1 min instead of about 2.5 min (fewer runs, smaller loops, 50k events for the RSS row)
 #   --python    only the Python rows: a matching hit from 30 nested Python calls on each pyenv CPython, and the
 #               time syscatch spends reading the Python frames per event (goal: 3.11+ <= 5 us, 3.9/3.10 <= 40 us)
 #   --json      print the table as one JSON document (stable row ids) instead of text
 #   --runs N    measured runs per row (default 5, 3 with --quick); each row reports the median
 #   --no-build  do not run `cargo build --release` first
+#   --only IDS  run only these rows (comma-separated ids, as --json names them; ratios whose inputs ran)
 # Environment: BENCH_RSS_CAP_MIB (default 2048): the RSS row stops sending events once syscatch's RSS reaches it.
 #
 # Every target prints its pid and waits on stdin; every tracer is waited for until it says it is armed (a line
@@ -23,6 +24,7 @@ PYTHON_ONLY=0
 JSON=0
 RUNS=""
 BUILD=1
+ONLY=""
 while (($#)); do
     case $1 in
     --quick) QUICK=1 ;;
@@ -32,9 +34,13 @@ while (($#)); do
         shift
         ;;
     --no-build) BUILD=0 ;;
+    --only)
+        ONLY=${2:-}
+        shift
+        ;;
     --python) PYTHON_ONLY=1 ;;
     -h | --help)
-        sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -120,13 +126,18 @@ maxof() { printf '%s\n' "$@" | sort -g | tail -1; }
 calc() { awk "BEGIN {printf \"%.3f\", $1}"; }
 fmt() { [[ -z $1 ]] && echo "-" || awk "BEGIN {v=$1; printf (v >= 100 || v <= -100) ? \"%.0f\" : (v >= 10 || v <= -10) ? \"%.1f\" : \"%.2f\", v}"; }
 
-# Rows, in table order. status: ok | failed | not_installed | pending
+# Rows, in table order. status: ok | failed | not_installed | pending | skipped (not in --only; not printed)
 ROW_IDS=()
 declare -A R_NAME R_UNIT R_MED R_MIN R_MAX R_N R_RUNS R_STATUS R_NOTE
 row() { # id name unit status note [median min max n runs]
     ROW_IDS+=("$1")
     R_NAME[$1]=$2 R_UNIT[$1]=$3 R_STATUS[$1]=$4 R_NOTE[$1]=$5
     R_MED[$1]=${6:-} R_MIN[$1]=${7:-} R_MAX[$1]=${8:-} R_N[$1]=${9:-} R_RUNS[$1]=${10:-}
+}
+# Whether a row is to be measured (--only); a row that is not is recorded as skipped.
+want() { [[ -z $ONLY || ",$ONLY," == *",$1,"* ]]; }
+skip() { # id name unit
+    row "$1" "$2" "$3" skipped "not in --only"
 }
 row_values() { # id name unit n note values...
     local id=$1 name=$2 unit=$3 n=$4 note=$5
@@ -247,6 +258,10 @@ summary_field() { # file field -> number from syscatch's JSON summary line, or n
 # ---------------------------------------------------------------- per-hit rows
 bench_floor() { # id name pin n
     local id=$1 name=$2 pin=$3 n=$4 hits
+    want "$id" || {
+        skip "$id" "$name" us/hit
+        return
+    }
     say "$name"
     target_start "$pin" "$TMP/loop" int3 || die "cannot start the int3 target"
     if ! tracer_start "$pin" err '^floor: attached' "$TMP/floor" "$T_PID"; then
@@ -268,6 +283,10 @@ bench_floor() { # id name pin n
 
 bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
     local id=$1 name=$2 pin=$3 mode=$4 n=$5 sb=$6 note=$7 extra=${8:-} ev hits matching want_matching want_hits
+    want "$id" || {
+        skip "$id" "$name" us/hit
+        return
+    }
     say "$name"
     ev=$TMP/events$((SEQ += 1)).jsonl
     target_cmd "$mode"
@@ -314,6 +333,10 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
 
 bench_gdb() { # id name mode n with-bt note
     local id=$1 name=$2 mode=$3 n=$4 bt=$5 note=$6 script frames
+    want "$id" || {
+        skip "$id" "$name" us/hit
+        return
+    }
     say "$name"
     if ! command -v gdb >/dev/null; then
         row "$id" "$name" us/hit not_installed "gdb not installed"
@@ -369,6 +392,11 @@ bench_gdb() { # id name mode n with-bt note
 # SIGINT -> exit (stop all, restore, detach, summary). Figures syscatch reports itself replace them when present.
 bench_attach() { # threads idle|busy
     local n=$1 kind=$2 id="${2}_${1}" t0 t1 t2 t3 ev a=() d=() v
+    if ! want "attach_$id" && ! want "detach_$id"; then
+        skip "attach_$id" "attach + arm, $n threads $kind" ms
+        skip "detach_$id" "detach, $n threads $kind" ms
+        return
+    fi
     say "attach + arm + detach, $n thread(s), $kind"
     target_start "" "$TMP/threads" "$n" "$kind" || die "cannot start the threads target"
     local self=1 i runs=$ATTACH_RUNS
@@ -412,6 +440,10 @@ bench_attach() { # threads idle|busy
 
 # ---------------------------------------------------------------- stack and memory rows
 diff_row() { # id name unit a-id b-id note: a - b
+    if [[ ${R_STATUS[$4]:-skipped} == skipped || ${R_STATUS[$5]:-skipped} == skipped ]]; then
+        skip "$1" "$2" "$3"
+        return
+    fi
     if [[ ${R_STATUS[$4]} == ok && ${R_STATUS[$5]} == ok ]]; then
         row "$1" "$2" "$3" ok "$6" "$(calc "${R_MED[$4]} - ${R_MED[$5]}")"
     else
@@ -438,6 +470,10 @@ summary_row() { # id name events-file field
 bench_memory() {
     local how sc_pid sent=0 c t0 t1 kib peak stop=events i a b matching growth extra
     local -a pre=() pts_n=() pts_kib=()
+    want rss_peak_mib || {
+        skip rss_peak_mib "syscatch peak RSS" MiB
+        return
+    }
     say "syscatch's peak RSS: up to $MEM_EVENTS events, 64-frame stacks from 50 call sites"
     if /usr/bin/time -v true >/dev/null 2>&1; then
         pre=(/usr/bin/time -v)
@@ -555,6 +591,7 @@ bench_python() {
                 "no ~/.pyenv/versions/3.$v.*"
             continue
         fi
+        want "sc_${id}_stack30" || continue
         say "baseline (untraced CPython 3.$v, 30 nested calls)"
         baseline "$mode" "$N_PY_BASE"
         LAST_EVENTS=""
@@ -619,6 +656,8 @@ else
 fi
 
 # Stacks (issue 3): a 30-frame stack (deep chain: chain01 -> ... -> chain30 -> syscall, -O2 -fomit-frame-pointer).
+# With --only, this block runs when one of its rows is asked for.
+if [[ -z $ONLY || ,$ONLY, =~ ,(sc_stack30|gdb_stack30|unwind|symbolize|sc_frame_cached|ratio_gdb_sc_) ]]; then
 say "baseline (untraced 30-function chain)"
 baseline chain "$N_STACK_BASE"
 row base_chain "untraced chain01..chain30 -> mmap + munmap" us/iter ok "subtracted from the stack30 rows" \
@@ -669,6 +708,8 @@ else
         "$([[ ${R_STATUS[unwind]} == failed ]] && echo failed || echo pending)" "needs unwind and symbolize_cached"
 fi
 
+fi # the stack block
+
 for n in "${ATTACH_THREADS[@]}"; do
     for kind in idle busy; do
         bench_attach "$n" "$kind"
@@ -678,6 +719,10 @@ done
 bench_memory
 
 ratio() { # id name numerator-id denominator-id
+    if [[ ${R_STATUS[$3]:-skipped} == skipped || ${R_STATUS[$4]:-skipped} == skipped ]]; then
+        skip "$1" "$2" x
+        return
+    fi
     if [[ ${R_STATUS[$3]} == ok && ${R_STATUS[$4]} == ok ]] && awk "BEGIN {exit !(${R_MED[$4]} > 0)}"; then
         row "$1" "$2" x ok "$3 / $4" "$(calc "${R_MED[$3]} / ${R_MED[$4]}")"
     elif [[ ${R_STATUS[$3]} == pending || ${R_STATUS[$4]} == pending ]]; then
@@ -719,6 +764,7 @@ if ((JSON)); then
         "$RUNS" "$ELAPSED"
     sep=""
     for id in "${ROW_IDS[@]}"; do
+        [[ ${R_STATUS[$id]} == skipped ]] && continue
         printf '%s\n{"id":%s,"name":%s,"unit":%s,"status":%s,"median":%s,"min":%s,"max":%s,"n":%s,"runs":%s,"note":%s}' \
             "$sep" "$(json_str "$id")" "$(json_str "${R_NAME[$id]}")" "$(json_str "${R_UNIT[$id]}")" \
             "$(json_str "${R_STATUS[$id]}")" "$(json_num "${R_MED[$id]}")" "$(json_num "${R_MIN[$id]}")" \
@@ -732,6 +778,7 @@ else
         "$(nproc)" "$RUNS" "$([[ $QUICK == 1 ]] && echo ", quick")" "$(printf '%.0f' "$ELAPSED")"
     printf '%-30s %-52s %9s %9s %9s %-8s %7s  %s\n' id row median min max unit N note
     for id in "${ROW_IDS[@]}"; do
+        [[ ${R_STATUS[$id]} == skipped ]] && continue
         if [[ ${R_STATUS[$id]} == ok ]]; then
             printf '%-30s %-52s %9s %9s %9s %-8s %7s  %s\n' "$id" "${R_NAME[$id]}" "$(fmt "${R_MED[$id]}")" \
                 "$(fmt "${R_MIN[$id]}")" "$(fmt "${R_MAX[$id]}")" "${R_UNIT[$id]}" "${R_N[$id]:--}" "${R_NOTE[$id]}"
