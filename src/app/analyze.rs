@@ -145,12 +145,20 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut output_error = None;
     let mut interned = Interned::default();
     let mut prefetching = true;
+    // Whether the thread is at SCHED_IDLE for the prefetch; events are handled at SCHED_BATCH again.
+    let mut idle = false;
     loop {
-        // Idle time goes to parsing the symbol tables of the modules mapped at the start, one at a time.
+        // Idle time goes to parsing the symbol tables of the modules mapped at the start, one at a time, at
+        // SCHED_IDLE: on a CPU shared with the target (pinned) it would otherwise take half of the CPU from the
+        // target and the tracer it waits on, for the first second or so of the trace.
         let q = match urx.try_recv() {
             Ok(q) => Some(q),
             Err(_) if prefetching => {
+                idle = idle || crate::os::sched::idle();
                 prefetching = resolver.prefetch_one();
+                if !prefetching && std::mem::take(&mut idle) {
+                    crate::os::sched::batch();
+                }
                 continue;
             }
             Err(_) => match urx.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
@@ -166,6 +174,9 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             next_sample = Instant::now() + every;
         }
         let Some(Unwinding { ev, unwound, python, took }) = q else { continue };
+        if std::mem::take(&mut idle) {
+            crate::os::sched::batch();
+        }
         if crate::app::crash::injected("analysis-panic") {
             panic!("injected fault: analysis-panic");
         }
