@@ -4,7 +4,7 @@
 # attach/arm/detach times; syscatch's peak RSS over many 64-frame events. See docs/bench.md.
 #
 # Usage: scripts/bench.sh [--quick] [--json] [--runs N] [--no-build] [--python] [--only ID,...]
-#   --quick     about 1 min instead of about 2.5 min (fewer runs, smaller loops, 50k events for the RSS row)
+#   --quick     about 1 min instead of about 2.5 min (fewer runs, smaller loops, 100k events for the RSS row)
 #   --python    only the Python rows: a matching hit from 30 nested Python calls on each pyenv CPython, and the
 #               time syscatch spends reading the Python frames per event (goal: 3.11+ <= 5 us, 3.9/3.10 <= 40 us)
 #   --json      print the table as one JSON document (stable row ids) instead of text
@@ -61,7 +61,7 @@ if ((QUICK)); then
     RUNS=${RUNS:-3}
     N_FLOOR=8000 N_FLOOR_UNPINNED=2000 N_SC=2000 N_SC_MATCH=1000 N_GDB=300 N_GDB_BT=60 N_BASE=100000
     N_STACK_SC=500 N_STACK_GDB=30 N_STACK_BASE=20000 N_PY=300 N_PY_BASE=3000
-    MEM_EVENTS=50000 MEM_BUDGET_S=60
+    MEM_EVENTS=100000 MEM_BUDGET_S=60
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=2
 else
     RUNS=${RUNS:-5}
@@ -291,8 +291,11 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
     ev=$TMP/events$((SEQ += 1)).jsonl
     target_cmd "$mode"
     target_start "$pin" "${TCMD[@]}" || die "cannot start the $mode target"
-    if ! tracer_start "$pin" err '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --stack-bytes "$sb" \
-        --json -o "$ev" $extra; then
+    # OUTPUT=text: text events on stdout, read through a pipe (with the diagnostics), instead of JSON to a file.
+    local -a out=(--json -o "$ev") stream=err
+    [[ ${OUTPUT:-json} == text ]] && out=() stream=out
+    if ! tracer_start "$pin" $stream '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --stack-bytes "$sb" \
+        "${out[@]}" $extra; then
         target_quit
         row "$id" "$name" us/hit failed "syscatch did not attach"
         return
@@ -302,8 +305,15 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
     kill -INT "$TR_PROC"
     tracer_wait
     target_quit
-    hits=$(summary_field "$ev" hits)
-    matching=$(summary_field "$ev" matching)
+    if [[ $stream == out ]]; then
+        ev=$TR_LOG
+        # The text summary: "...; H hits, M matching, ..."
+        hits=$(grep -o '[0-9]* hits, [0-9]* matching' "$ev" | tail -1)
+        matching=${hits#*, } matching=${matching% matching} hits=${hits%% hits*}
+    else
+        hits=$(summary_field "$ev" hits)
+        matching=$(summary_field "$ev" matching)
+    fi
     want_matching=0
     [[ $mode == mmap || $mode == chain || $mode == py3.* ]] && want_matching=$EXPECT
     # With --fast a call that does not match never stops, so it is not a hit.
@@ -542,6 +552,20 @@ bench_memory() {
     row rss_peak_mib "syscatch peak RSS, $sent events (64 frames, 50 sites)" MiB ok \
         "$how; $sent events to /dev/null in $(fmt "$secs") s incl. drain; stopped by: $stop" \
         "$(calc "$peak / 1024")" "" "" "$sent" 1
+    # After 10k and after 100k events of the same 50 stacks: it must not grow with events.
+    local k10="" k100=""
+    for i in "${!pts_n[@]}"; do
+        ((pts_n[i] == 10000)) && k10=${pts_kib[i]}
+        ((pts_n[i] == 100000)) && k100=${pts_kib[i]}
+    done
+    if [[ -n $k10 && -n $k100 ]]; then
+        row rss_10k_mib "syscatch RSS (VmHWM) after 10k events, 50 stacks" MiB ok "same run" "$(calc "$k10 / 1024")" \
+            "" "" 10000 1
+        row rss_100k_mib "syscatch RSS (VmHWM) after 100k events, 50 stacks" MiB ok "same run" \
+            "$(calc "$k100 / 1024")" "" "" 100000 1
+    else
+        row rss_10k_mib "syscatch RSS after 10k and 100k events" MiB failed "the run stopped before 100k events: $stop"
+    fi
     # Growth between the middle and the last round (VmHWM: includes events queued for analysis).
     i=$((${#pts_n[@]} - 1))
     a=$((i / 2)) b=$i
@@ -638,15 +662,64 @@ bench_syscatch sc_fast_match "syscatch --fast, matching hit, rax + 64 KiB stack"
     "--fast: one stop after the kernel returned" --fast
 # Bursts (issue 13): rounds of N back-to-back matching calls, no pause; the first round follows the attach, so it
 # includes the first event's costs. The note counts events whose stack window was dropped under pressure.
-bench_burst() { # id n
-    bench_syscatch "$1" "syscatch burst of $2 matching calls, 64 KiB stack, JSON to a file" "" mmap "$2" 65536 \
-        "back to back"
+bench_burst() { # id n [text]
+    local how="JSON to a file"
+    [[ ${3:-} == text ]] && how="text to a read pipe"
+    OUTPUT=${3:-json} bench_syscatch "$1" "syscatch burst of $2 matching calls, 64 KiB stack, $how" "" mmap "$2" \
+        65536 "back to back"
     if [[ ${R_STATUS[$1]} == ok ]]; then
         R_NOTE[$1]="back to back; $(grep -c 'stack window dropped' "$LAST_EVENTS") of the events without their stack"
     fi
 }
 bench_burst sc_burst300_json 300
 bench_burst sc_burst10k_json $((QUICK ? 3000 : 10000))
+# The analysis threads' own throughput in that run: events over the busier stage's busy time (summary).
+if [[ ${R_STATUS[sc_burst10k_json]} == ok ]] && v=$(summary_field "$LAST_EVENTS" analysis_events_per_s) && [[ -n $v ]]; then
+    row analysis_events_per_s "analysis throughput, repeating stacks (goal >= 50,000)" events/s ok \
+        "summary analysis_events_per_s of sc_burst10k_json: events / the busier analysis thread's busy time" \
+        "$v" "" "" "" 1
+elif want sc_burst10k_json; then
+    row analysis_events_per_s "analysis throughput, repeating stacks (goal >= 50,000)" events/s failed \
+        "no analysis_events_per_s in sc_burst10k_json's summary"
+else
+    skip analysis_events_per_s "analysis throughput" events/s
+fi
+bench_burst sc_burst300_text 300 text
+bench_burst sc_burst10k_text $((QUICK ? 3000 : 10000)) text
+# The first matching call after attaching against the 1000th, each timed alone by the target (a fresh syscatch per
+# run, untraced call subtracted): the first must not pay for loading symbols or DWARF.
+bench_first() {
+    local f=() t=() i line
+    if ! want sc_first_event; then
+        skip sc_first_event "first matching call after attach" us
+        skip sc_1000th_event "1000th matching call" us
+        return
+    fi
+    say "first vs 1000th matching call"
+    for ((i = 0; i < RUNS; i++)); do
+        target_cmd mmap
+        target_start "" "${TCMD[@]}" || die "cannot start the mmap target"
+        if ! tracer_start "" err '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --json -o /dev/null; then
+            target_quit
+            row sc_first_event "first matching call after attach" us failed "syscatch did not attach"
+            return
+        fi
+        echo "each 1000" >&"$T_IN"
+        read -r -t "$READ_TIMEOUT" -u "$T_OUT" line
+        kill -INT "$TR_PROC"
+        tracer_wait
+        target_quit
+        [[ $line =~ ^first\ ([0-9]+)\ nth\ ([0-9]+)$ ]] || {
+            row sc_first_event "first matching call after attach" us failed "the target said: $line"
+            return
+        }
+        f+=("$(calc "(${BASH_REMATCH[1]} - ${BASE[mmap]}) / 1000")")
+        t+=("$(calc "(${BASH_REMATCH[2]} - ${BASE[mmap]}) / 1000")")
+    done
+    row_values sc_first_event "first matching call after attach (64 KiB stack)" us "" "fresh syscatch per run" "${f[@]}"
+    row_values sc_1000th_event "1000th matching call, same runs" us "" "back to back after the first" "${t[@]}"
+}
+bench_first
 bench_gdb gdb_nonmatch "gdb: break syscall if \$rdi == 9, non-matching" getpid "$N_GDB" 0 "commands: silent, continue"
 bench_gdb gdb_match_bt "gdb: matching hit with bt" mmap "$N_GDB_BT" 1 "commands: silent, bt, continue"
 if command -v bpftrace >/dev/null; then
@@ -739,6 +812,10 @@ ratio ratio_sc_floor_match "syscatch matching (64 KiB stack) / floor" sc_match_s
 ratio ratio_burst300_floor "syscatch burst of 300 matching / floor" sc_burst300_json floor_pinned
 ratio ratio_burst10k_floor "syscatch burst of 10k matching (3k with --quick) / floor" sc_burst10k_json floor_pinned
 ratio ratio_fast_floor_match "syscatch --fast matching (64 KiB stack) / floor" sc_fast_match floor_pinned
+ratio ratio_burst300_text_floor "syscatch burst of 300, text to a pipe / floor" sc_burst300_text floor_pinned
+ratio ratio_burst10k_text_floor "syscatch burst of 10k (3k with --quick), text to a pipe / floor" sc_burst10k_text \
+    floor_pinned
+ratio ratio_first_1000th "first matching call / 1000th (goal <= 1)" sc_first_event sc_1000th_event
 ratio ratio_gdb_sc "gdb / syscatch, non-matching" gdb_nonmatch sc_nonmatch
 ratio ratio_gdb_sc_match "gdb (bt) / syscatch (64 KiB stack), matching" gdb_match_bt sc_match_stack
 ratio ratio_gdb_sc_capture30 "gdb bt / syscatch 64 KiB copy, 30 frames, per hit" gdb_stack30_bt_cost sc_stack30_capture

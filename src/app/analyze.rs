@@ -37,6 +37,11 @@ pub struct Costs {
     new_time: Duration,
     cached_frames: u64,
     cached_time: Duration,
+    /// Events handled, and each stage's CPU time on them: unwinding, then interning, symbolizing and rendering
+    /// (module loading at the start, the symbol prefetch and smaps samples not counted).
+    events: u64,
+    unwinding: Duration,
+    handling: Duration,
 }
 
 impl Costs {
@@ -51,6 +56,11 @@ impl Costs {
     }
     pub fn symbolize_cached_ns_per_frame(&self) -> Option<f64> {
         Self::per(self.cached_time, self.cached_frames)
+    }
+    /// What the two-stage pipeline sustains on two CPUs: events over the busier stage's CPU time.
+    pub fn events_per_s(&self) -> Option<f64> {
+        let busiest = self.unwinding.max(self.handling).as_secs_f64();
+        (self.events > 0 && busiest > 0.0).then(|| self.events as f64 / busiest)
     }
 }
 
@@ -102,8 +112,9 @@ struct Unwinding {
 
 /// The unwinding stage: each capture's window is walked to return addresses as soon as it arrives and then
 /// dropped, so the tracer's queue of windows drains even while the next stage loads a module's DWARF.
-fn unwinder(rx: Receiver<Queued>, tx: Sender<Unwinding>, modules: SharedModules, max_depth: usize) {
+fn unwinder(rx: Receiver<Queued>, tx: Sender<Unwinding>, modules: SharedModules, max_depth: usize) -> Duration {
     crate::os::sched::batch();
+    let cpu0 = crate::os::sched::thread_cpu();
     for Queued { mut ev, stack_dropped } in rx {
         let t0 = Instant::now();
         let mut python = Vec::new();
@@ -117,9 +128,10 @@ fn unwinder(rx: Receiver<Queued>, tx: Sender<Unwinding>, modules: SharedModules,
             None => None,
         };
         if tx.send(Unwinding { ev, unwound, python, took: t0.elapsed() }).is_err() {
-            return;
+            break;
         }
     }
+    crate::os::sched::thread_cpu().saturating_sub(cpu0)
 }
 
 pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Config) -> Done {
@@ -147,6 +159,8 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut prefetching = true;
     // Whether the thread is at SCHED_IDLE for the prefetch; events are handled at SCHED_BATCH again.
     let mut idle = false;
+    // This thread's CPU time not spent on events: loading the modules above, the prefetch, smaps samples.
+    let mut aside = crate::os::sched::thread_cpu();
     loop {
         // Idle time goes to parsing the symbol tables of the modules mapped at the start, one at a time, at
         // SCHED_IDLE: on a CPU shared with the target (pinned) it would otherwise take half of the CPU from the
@@ -155,7 +169,9 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             Ok(q) => Some(q),
             Err(_) if prefetching => {
                 idle = idle || crate::os::sched::idle();
+                let c0 = crate::os::sched::thread_cpu();
                 prefetching = resolver.prefetch_one();
+                aside += crate::os::sched::thread_cpu().saturating_sub(c0);
                 if !prefetching && std::mem::take(&mut idle) {
                     crate::os::sched::batch();
                 }
@@ -170,7 +186,9 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         if let Some(t) = tracker.as_mut()
             && Instant::now() >= next_sample
         {
+            let c0 = crate::os::sched::thread_cpu();
             t.sample(crate::os::procfs::read_smaps_regions(cfg.pid));
+            aside += crate::os::sched::thread_cpu().saturating_sub(c0);
             next_sample = Instant::now() + every;
         }
         let Some(Unwinding { ev, unwound, python, took }) = q else { continue };
@@ -180,6 +198,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         if crate::app::crash::injected("analysis-panic") {
             panic!("injected fault: analysis-panic");
         }
+        costs.events += 1;
         let depth = ev.probe.as_ref().and_then(|p| cfg.depths.get(p)).copied();
         if let Some(u) = &unwound {
             costs.unwound_frames += u.frames.len() as u64;
@@ -228,6 +247,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             crate::os::signals::fault();
         }
     }
-    let _ = unwinding.join();
+    costs.handling = crate::os::sched::thread_cpu().saturating_sub(aside);
+    costs.unwinding = unwinding.join().unwrap_or_default();
     Done { renderer, output_error, leaks: tracker, costs, stacks: interned.stacks.len() }
 }

@@ -479,6 +479,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     summary.unwind_ns_per_frame = done.costs.unwind_ns_per_frame();
     summary.symbolize_first_ns_per_frame = done.costs.symbolize_first_ns_per_frame();
     summary.symbolize_cached_ns_per_frame = done.costs.symbolize_cached_ns_per_frame();
+    summary.analysis_events_per_s = done.costs.events_per_s();
     if let Some(mut tracker) = done.leaks {
         // The last sample, after detach: the target runs on untouched.
         tracker.sample(procfs::read_smaps_regions(pid));

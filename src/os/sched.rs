@@ -62,6 +62,17 @@ fn may_leave_idle() -> bool {
         .is_some_and(|caps| caps & (1 << CAP_SYS_NICE) != 0)
 }
 
+/// CPU time the calling thread has used: a cost figure that a loaded machine does not inflate, unlike the wall
+/// clock of a thread waiting for a CPU.
+pub fn thread_cpu() -> std::time::Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into a valid pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
+}
+
 /// The CPUs the calling thread may run on.
 pub fn affinity() -> std::io::Result<Vec<usize>> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it for the calling thread.
