@@ -283,6 +283,9 @@ bench_floor() { # id name pin n
 
 bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
     local id=$1 name=$2 pin=$3 mode=$4 n=$5 sb=$6 note=$7 extra=${8:-} ev hits matching want_matching want_hits
+    # TRACER_FREE=1: only the target is pinned; syscatch starts free to place itself (it moves its tracer there).
+    local tpin=$pin
+    [[ -n ${TRACER_FREE:-} ]] && tpin=""
     want "$id" || {
         skip "$id" "$name" us/hit
         return
@@ -294,7 +297,7 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
     # OUTPUT=text: text events on stdout, read through a pipe (with the diagnostics), instead of JSON to a file.
     local -a out=(--json -o "$ev") stream=err
     [[ ${OUTPUT:-json} == text ]] && out=() stream=out
-    if ! tracer_start "$pin" $stream '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --stack-bytes "$sb" \
+    if ! tracer_start "$tpin" $stream '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --stack-bytes "$sb" \
         "${out[@]}" $extra; then
         target_quit
         row "$id" "$name" us/hit failed "syscatch did not attach"
@@ -653,6 +656,8 @@ bench_floor floor_unpinned "floor: int3 + waitpid/GETREGS/CONT, unpinned" "" "$N
 bench_syscatch sc_nonmatch "syscatch non-matching hit (getpid)" "" getpid "$N_SC" 65536 "--syscall mmap"
 bench_syscatch sc_nonmatch_pinned "syscatch non-matching hit, pinned to 1 CPU" "$PIN_CPU" getpid "$N_SC" 65536 \
     "syscatch and target on CPU $PIN_CPU"
+TRACER_FREE=1 bench_syscatch sc_nonmatch_target_pinned "syscatch non-matching hit, target pinned to 1 CPU" \
+    "$PIN_CPU" getpid "$N_SC" 65536 "target on CPU $PIN_CPU, syscatch started free"
 bench_syscatch sc_match_stack "syscatch matching hit, rax + 64 KiB stack" "" mmap "$N_SC_MATCH" 65536 \
     "--stack-bytes 65536"
 bench_syscatch sc_match_nostack "syscatch matching hit, rax only" "" mmap "$N_SC_MATCH" 0 "--stack-bytes 0"
@@ -808,6 +813,8 @@ ratio() { # id name numerator-id denominator-id
 }
 ratio ratio_sc_floor "syscatch / floor, non-matching" sc_nonmatch floor_pinned
 ratio ratio_sc_floor_pinned "syscatch / floor, non-matching, both pinned" sc_nonmatch_pinned floor_pinned
+ratio ratio_sc_floor_target_pinned "syscatch / floor, non-matching, target pinned (goal 1.3)" \
+    sc_nonmatch_target_pinned floor_pinned
 ratio ratio_sc_floor_match "syscatch matching (64 KiB stack) / floor" sc_match_stack floor_pinned
 ratio ratio_burst300_floor "syscatch burst of 300 matching / floor" sc_burst300_json floor_pinned
 ratio ratio_burst10k_floor "syscatch burst of 10k matching (3k with --quick) / floor" sc_burst10k_json floor_pinned

@@ -157,24 +157,18 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut output_error = None;
     let mut interned = Interned::default();
     let mut prefetching = true;
-    // Whether the thread is at SCHED_IDLE for the prefetch; events are handled at SCHED_BATCH again.
-    let mut idle = false;
     // This thread's CPU time not spent on events: loading the modules above, the prefetch, smaps samples.
     let mut aside = crate::os::sched::thread_cpu();
     loop {
-        // Idle time goes to parsing the symbol tables of the modules mapped at the start, one at a time, at
-        // SCHED_IDLE: on a CPU shared with the target (pinned) it would otherwise take half of the CPU from the
-        // target and the tracer it waits on, for the first second or so of the trace.
+        // Idle time goes to parsing the symbol tables of the modules mapped at the start, one at a time. Not at
+        // SCHED_IDLE (tried): preempted inside its allocator's mprotect, it held syscatch's mmap_lock, and the
+        // tracer's next page fault waited for it with a target thread stopped (56-138 ms on a loaded machine).
         let q = match urx.try_recv() {
             Ok(q) => Some(q),
             Err(_) if prefetching => {
-                idle = idle || crate::os::sched::idle();
                 let c0 = crate::os::sched::thread_cpu();
                 prefetching = resolver.prefetch_one();
                 aside += crate::os::sched::thread_cpu().saturating_sub(c0);
-                if !prefetching && std::mem::take(&mut idle) {
-                    crate::os::sched::batch();
-                }
                 continue;
             }
             Err(_) => match urx.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
@@ -192,9 +186,6 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             next_sample = Instant::now() + every;
         }
         let Some(Unwinding { ev, unwound, python, took }) = q else { continue };
-        if std::mem::take(&mut idle) {
-            crate::os::sched::batch();
-        }
         if crate::app::crash::injected("analysis-panic") {
             panic!("injected fault: analysis-panic");
         }

@@ -33,35 +33,6 @@ pub fn batch() {
     unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
 }
 
-/// Puts the calling thread in SCHED_IDLE, for work that should run only on a CPU nothing else wants: parsing
-/// symbol tables ahead of time on a CPU shared with the target (measured, both pinned to one CPU: a non-matching
-/// hit cost 2x the floor while the prefetch ran at SCHED_BATCH, 1.2x after it). Only when the thread may leave it
-/// again ([`batch`]): that needs CAP_SYS_NICE or an RLIMIT_NICE allowing nice 0 (a debug container often has
-/// neither). Returns whether it did.
-pub fn idle() -> bool {
-    if !may_leave_idle() {
-        return false;
-    }
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler on the calling thread (pid 0) with a valid pointer.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0 }
-}
-
-/// Whether a thread at nice 0 may switch from SCHED_IDLE back to SCHED_BATCH (the kernel's `can_nice`).
-fn may_leave_idle() -> bool {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes one rlimit into a valid pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NICE, &mut lim) } == 0 && lim.rlim_cur >= 20 {
-        return true;
-    }
-    const CAP_SYS_NICE: u32 = 23;
-    std::fs::read_to_string("/proc/thread-self/status")
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_string())))
-        .and_then(|hex| u64::from_str_radix(&hex, 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_SYS_NICE) != 0)
-}
-
 /// CPU time the calling thread has used: a cost figure that a loaded machine does not inflate, unlike the wall
 /// clock of a thread waiting for a CPU.
 pub fn thread_cpu() -> std::time::Duration {
