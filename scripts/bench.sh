@@ -3,13 +3,14 @@
 # same run on the same small C targets; a 30-frame stack's capture, unwind and symbolization next to gdb's `bt`;
 # attach/arm/detach times; syscatch's peak RSS over many 64-frame events. See docs/bench.md.
 #
-# Usage: scripts/bench.sh [--quick] [--json] [--runs N] [--no-build] [--python]
-#   --quick     about 1 min instead of about 2.5 min (fewer runs, smaller loops, 50k events for the RSS row)
+# Usage: scripts/bench.sh [--quick] [--json] [--runs N] [--no-build] [--python] [--only ID,...]
+#   --quick     about 1 min instead of about 2.5 min (fewer runs, smaller loops, 100k events for the RSS row)
 #   --python    only the Python rows: a matching hit from 30 nested Python calls on each pyenv CPython, and the
 #               time syscatch spends reading the Python frames per event (goal: 3.11+ <= 5 us, 3.9/3.10 <= 40 us)
 #   --json      print the table as one JSON document (stable row ids) instead of text
 #   --runs N    measured runs per row (default 5, 3 with --quick); each row reports the median
 #   --no-build  do not run `cargo build --release` first
+#   --only IDS  run only these rows (comma-separated ids, as --json names them; ratios whose inputs ran)
 # Environment: BENCH_RSS_CAP_MIB (default 2048): the RSS row stops sending events once syscatch's RSS reaches it.
 #
 # Every target prints its pid and waits on stdin; every tracer is waited for until it says it is armed (a line
@@ -23,6 +24,7 @@ PYTHON_ONLY=0
 JSON=0
 RUNS=""
 BUILD=1
+ONLY=""
 while (($#)); do
     case $1 in
     --quick) QUICK=1 ;;
@@ -32,9 +34,13 @@ while (($#)); do
         shift
         ;;
     --no-build) BUILD=0 ;;
+    --only)
+        ONLY=${2:-}
+        shift
+        ;;
     --python) PYTHON_ONLY=1 ;;
     -h | --help)
-        sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -55,7 +61,7 @@ if ((QUICK)); then
     RUNS=${RUNS:-3}
     N_FLOOR=8000 N_FLOOR_UNPINNED=2000 N_SC=2000 N_SC_MATCH=1000 N_GDB=300 N_GDB_BT=60 N_BASE=100000
     N_STACK_SC=500 N_STACK_GDB=30 N_STACK_BASE=20000 N_PY=300 N_PY_BASE=3000
-    MEM_EVENTS=50000 MEM_BUDGET_S=60
+    MEM_EVENTS=100000 MEM_BUDGET_S=60
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=2
 else
     RUNS=${RUNS:-5}
@@ -120,13 +126,18 @@ maxof() { printf '%s\n' "$@" | sort -g | tail -1; }
 calc() { awk "BEGIN {printf \"%.3f\", $1}"; }
 fmt() { [[ -z $1 ]] && echo "-" || awk "BEGIN {v=$1; printf (v >= 100 || v <= -100) ? \"%.0f\" : (v >= 10 || v <= -10) ? \"%.1f\" : \"%.2f\", v}"; }
 
-# Rows, in table order. status: ok | failed | not_installed | pending
+# Rows, in table order. status: ok | failed | not_installed | pending | skipped (not in --only; not printed)
 ROW_IDS=()
 declare -A R_NAME R_UNIT R_MED R_MIN R_MAX R_N R_RUNS R_STATUS R_NOTE
 row() { # id name unit status note [median min max n runs]
     ROW_IDS+=("$1")
     R_NAME[$1]=$2 R_UNIT[$1]=$3 R_STATUS[$1]=$4 R_NOTE[$1]=$5
     R_MED[$1]=${6:-} R_MIN[$1]=${7:-} R_MAX[$1]=${8:-} R_N[$1]=${9:-} R_RUNS[$1]=${10:-}
+}
+# Whether a row is to be measured (--only); a row that is not is recorded as skipped.
+want() { [[ -z $ONLY || ",$ONLY," == *",$1,"* ]]; }
+skip() { # id name unit
+    row "$1" "$2" "$3" skipped "not in --only"
 }
 row_values() { # id name unit n note values...
     local id=$1 name=$2 unit=$3 n=$4 note=$5
@@ -247,6 +258,10 @@ summary_field() { # file field -> number from syscatch's JSON summary line, or n
 # ---------------------------------------------------------------- per-hit rows
 bench_floor() { # id name pin n
     local id=$1 name=$2 pin=$3 n=$4 hits
+    want "$id" || {
+        skip "$id" "$name" us/hit
+        return
+    }
     say "$name"
     target_start "$pin" "$TMP/loop" int3 || die "cannot start the int3 target"
     if ! tracer_start "$pin" err '^floor: attached' "$TMP/floor" "$T_PID"; then
@@ -268,12 +283,22 @@ bench_floor() { # id name pin n
 
 bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
     local id=$1 name=$2 pin=$3 mode=$4 n=$5 sb=$6 note=$7 extra=${8:-} ev hits matching want_matching want_hits
+    # TRACER_FREE=1: only the target is pinned; syscatch starts free to place itself (it moves its tracer there).
+    local tpin=$pin
+    [[ -n ${TRACER_FREE:-} ]] && tpin=""
+    want "$id" || {
+        skip "$id" "$name" us/hit
+        return
+    }
     say "$name"
     ev=$TMP/events$((SEQ += 1)).jsonl
     target_cmd "$mode"
     target_start "$pin" "${TCMD[@]}" || die "cannot start the $mode target"
-    if ! tracer_start "$pin" err '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --stack-bytes "$sb" \
-        --json -o "$ev" $extra; then
+    # OUTPUT=text: text events on stdout, read through a pipe (with the diagnostics), instead of JSON to a file.
+    local -a out=(--json -o "$ev") stream=err
+    [[ ${OUTPUT:-json} == text ]] && out=() stream=out
+    if ! tracer_start "$tpin" $stream '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --stack-bytes "$sb" \
+        "${out[@]}" $extra; then
         target_quit
         row "$id" "$name" us/hit failed "syscatch did not attach"
         return
@@ -283,8 +308,15 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
     kill -INT "$TR_PROC"
     tracer_wait
     target_quit
-    hits=$(summary_field "$ev" hits)
-    matching=$(summary_field "$ev" matching)
+    if [[ $stream == out ]]; then
+        ev=$TR_LOG
+        # The text summary: "...; H hits, M matching, ..."
+        hits=$(grep -o '[0-9]* hits, [0-9]* matching' "$ev" | tail -1)
+        matching=${hits#*, } matching=${matching% matching} hits=${hits%% hits*}
+    else
+        hits=$(summary_field "$ev" hits)
+        matching=$(summary_field "$ev" matching)
+    fi
     want_matching=0
     [[ $mode == mmap || $mode == chain || $mode == py3.* ]] && want_matching=$EXPECT
     # With --fast a call that does not match never stops, so it is not a hit.
@@ -314,6 +346,10 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
 
 bench_gdb() { # id name mode n with-bt note
     local id=$1 name=$2 mode=$3 n=$4 bt=$5 note=$6 script frames
+    want "$id" || {
+        skip "$id" "$name" us/hit
+        return
+    }
     say "$name"
     if ! command -v gdb >/dev/null; then
         row "$id" "$name" us/hit not_installed "gdb not installed"
@@ -369,6 +405,11 @@ bench_gdb() { # id name mode n with-bt note
 # SIGINT -> exit (stop all, restore, detach, summary). Figures syscatch reports itself replace them when present.
 bench_attach() { # threads idle|busy
     local n=$1 kind=$2 id="${2}_${1}" t0 t1 t2 t3 ev a=() d=() v
+    if ! want "attach_$id" && ! want "detach_$id"; then
+        skip "attach_$id" "attach + arm, $n threads $kind" ms
+        skip "detach_$id" "detach, $n threads $kind" ms
+        return
+    fi
     say "attach + arm + detach, $n thread(s), $kind"
     target_start "" "$TMP/threads" "$n" "$kind" || die "cannot start the threads target"
     local self=1 i runs=$ATTACH_RUNS
@@ -412,6 +453,10 @@ bench_attach() { # threads idle|busy
 
 # ---------------------------------------------------------------- stack and memory rows
 diff_row() { # id name unit a-id b-id note: a - b
+    if [[ ${R_STATUS[$4]:-skipped} == skipped || ${R_STATUS[$5]:-skipped} == skipped ]]; then
+        skip "$1" "$2" "$3"
+        return
+    fi
     if [[ ${R_STATUS[$4]} == ok && ${R_STATUS[$5]} == ok ]]; then
         row "$1" "$2" "$3" ok "$6" "$(calc "${R_MED[$4]} - ${R_MED[$5]}")"
     else
@@ -438,6 +483,10 @@ summary_row() { # id name events-file field
 bench_memory() {
     local how sc_pid sent=0 c t0 t1 kib peak stop=events i a b matching growth extra
     local -a pre=() pts_n=() pts_kib=()
+    want rss_peak_mib || {
+        skip rss_peak_mib "syscatch peak RSS" MiB
+        return
+    }
     say "syscatch's peak RSS: up to $MEM_EVENTS events, 64-frame stacks from 50 call sites"
     if /usr/bin/time -v true >/dev/null 2>&1; then
         pre=(/usr/bin/time -v)
@@ -506,6 +555,20 @@ bench_memory() {
     row rss_peak_mib "syscatch peak RSS, $sent events (64 frames, 50 sites)" MiB ok \
         "$how; $sent events to /dev/null in $(fmt "$secs") s incl. drain; stopped by: $stop" \
         "$(calc "$peak / 1024")" "" "" "$sent" 1
+    # After 10k and after 100k events of the same 50 stacks: it must not grow with events.
+    local k10="" k100=""
+    for i in "${!pts_n[@]}"; do
+        ((pts_n[i] == 10000)) && k10=${pts_kib[i]}
+        ((pts_n[i] == 100000)) && k100=${pts_kib[i]}
+    done
+    if [[ -n $k10 && -n $k100 ]]; then
+        row rss_10k_mib "syscatch RSS (VmHWM) after 10k events, 50 stacks" MiB ok "same run" "$(calc "$k10 / 1024")" \
+            "" "" 10000 1
+        row rss_100k_mib "syscatch RSS (VmHWM) after 100k events, 50 stacks" MiB ok "same run" \
+            "$(calc "$k100 / 1024")" "" "" 100000 1
+    else
+        row rss_10k_mib "syscatch RSS after 10k and 100k events" MiB failed "the run stopped before 100k events: $stop"
+    fi
     # Growth between the middle and the last round (VmHWM: includes events queued for analysis).
     i=$((${#pts_n[@]} - 1))
     a=$((i / 2)) b=$i
@@ -555,6 +618,7 @@ bench_python() {
                 "no ~/.pyenv/versions/3.$v.*"
             continue
         fi
+        want "sc_${id}_stack30" || continue
         say "baseline (untraced CPython 3.$v, 30 nested calls)"
         baseline "$mode" "$N_PY_BASE"
         LAST_EVENTS=""
@@ -592,6 +656,8 @@ bench_floor floor_unpinned "floor: int3 + waitpid/GETREGS/CONT, unpinned" "" "$N
 bench_syscatch sc_nonmatch "syscatch non-matching hit (getpid)" "" getpid "$N_SC" 65536 "--syscall mmap"
 bench_syscatch sc_nonmatch_pinned "syscatch non-matching hit, pinned to 1 CPU" "$PIN_CPU" getpid "$N_SC" 65536 \
     "syscatch and target on CPU $PIN_CPU"
+TRACER_FREE=1 bench_syscatch sc_nonmatch_target_pinned "syscatch non-matching hit, target pinned to 1 CPU" \
+    "$PIN_CPU" getpid "$N_SC" 65536 "target on CPU $PIN_CPU, syscatch started free"
 bench_syscatch sc_match_stack "syscatch matching hit, rax + 64 KiB stack" "" mmap "$N_SC_MATCH" 65536 \
     "--stack-bytes 65536"
 bench_syscatch sc_match_nostack "syscatch matching hit, rax only" "" mmap "$N_SC_MATCH" 0 "--stack-bytes 0"
@@ -601,15 +667,64 @@ bench_syscatch sc_fast_match "syscatch --fast, matching hit, rax + 64 KiB stack"
     "--fast: one stop after the kernel returned" --fast
 # Bursts (issue 13): rounds of N back-to-back matching calls, no pause; the first round follows the attach, so it
 # includes the first event's costs. The note counts events whose stack window was dropped under pressure.
-bench_burst() { # id n
-    bench_syscatch "$1" "syscatch burst of $2 matching calls, 64 KiB stack, JSON to a file" "" mmap "$2" 65536 \
-        "back to back"
+bench_burst() { # id n [text]
+    local how="JSON to a file"
+    [[ ${3:-} == text ]] && how="text to a read pipe"
+    OUTPUT=${3:-json} bench_syscatch "$1" "syscatch burst of $2 matching calls, 64 KiB stack, $how" "" mmap "$2" \
+        65536 "back to back"
     if [[ ${R_STATUS[$1]} == ok ]]; then
         R_NOTE[$1]="back to back; $(grep -c 'stack window dropped' "$LAST_EVENTS") of the events without their stack"
     fi
 }
 bench_burst sc_burst300_json 300
 bench_burst sc_burst10k_json $((QUICK ? 3000 : 10000))
+# The analysis threads' own throughput in that run: events over the busier stage's busy time (summary).
+if [[ ${R_STATUS[sc_burst10k_json]} == ok ]] && v=$(summary_field "$LAST_EVENTS" analysis_events_per_s) && [[ -n $v ]]; then
+    row analysis_events_per_s "analysis throughput, repeating stacks (goal >= 50,000)" events/s ok \
+        "summary analysis_events_per_s of sc_burst10k_json: events / the busier analysis thread's busy time" \
+        "$v" "" "" "" 1
+elif want sc_burst10k_json; then
+    row analysis_events_per_s "analysis throughput, repeating stacks (goal >= 50,000)" events/s failed \
+        "no analysis_events_per_s in sc_burst10k_json's summary"
+else
+    skip analysis_events_per_s "analysis throughput" events/s
+fi
+bench_burst sc_burst300_text 300 text
+bench_burst sc_burst10k_text $((QUICK ? 3000 : 10000)) text
+# The first matching call after attaching against the 1000th, each timed alone by the target (a fresh syscatch per
+# run, untraced call subtracted): the first must not pay for loading symbols or DWARF.
+bench_first() {
+    local f=() t=() i line
+    if ! want sc_first_event; then
+        skip sc_first_event "first matching call after attach" us
+        skip sc_1000th_event "1000th matching call" us
+        return
+    fi
+    say "first vs 1000th matching call"
+    for ((i = 0; i < RUNS; i++)); do
+        target_cmd mmap
+        target_start "" "${TCMD[@]}" || die "cannot start the mmap target"
+        if ! tracer_start "" err '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --json -o /dev/null; then
+            target_quit
+            row sc_first_event "first matching call after attach" us failed "syscatch did not attach"
+            return
+        fi
+        echo "each 1000" >&"$T_IN"
+        read -r -t "$READ_TIMEOUT" -u "$T_OUT" line
+        kill -INT "$TR_PROC"
+        tracer_wait
+        target_quit
+        [[ $line =~ ^first\ ([0-9]+)\ nth\ ([0-9]+)$ ]] || {
+            row sc_first_event "first matching call after attach" us failed "the target said: $line"
+            return
+        }
+        f+=("$(calc "(${BASH_REMATCH[1]} - ${BASE[mmap]}) / 1000")")
+        t+=("$(calc "(${BASH_REMATCH[2]} - ${BASE[mmap]}) / 1000")")
+    done
+    row_values sc_first_event "first matching call after attach (64 KiB stack)" us "" "fresh syscatch per run" "${f[@]}"
+    row_values sc_1000th_event "1000th matching call, same runs" us "" "back to back after the first" "${t[@]}"
+}
+bench_first
 bench_gdb gdb_nonmatch "gdb: break syscall if \$rdi == 9, non-matching" getpid "$N_GDB" 0 "commands: silent, continue"
 bench_gdb gdb_match_bt "gdb: matching hit with bt" mmap "$N_GDB_BT" 1 "commands: silent, bt, continue"
 if command -v bpftrace >/dev/null; then
@@ -619,6 +734,8 @@ else
 fi
 
 # Stacks (issue 3): a 30-frame stack (deep chain: chain01 -> ... -> chain30 -> syscall, -O2 -fomit-frame-pointer).
+# With --only, this block runs when one of its rows is asked for.
+if [[ -z $ONLY || ,$ONLY, =~ ,(sc_stack30|gdb_stack30|unwind|symbolize|sc_frame_cached|ratio_gdb_sc_) ]]; then
 say "baseline (untraced 30-function chain)"
 baseline chain "$N_STACK_BASE"
 row base_chain "untraced chain01..chain30 -> mmap + munmap" us/iter ok "subtracted from the stack30 rows" \
@@ -669,6 +786,8 @@ else
         "$([[ ${R_STATUS[unwind]} == failed ]] && echo failed || echo pending)" "needs unwind and symbolize_cached"
 fi
 
+fi # the stack block
+
 for n in "${ATTACH_THREADS[@]}"; do
     for kind in idle busy; do
         bench_attach "$n" "$kind"
@@ -678,6 +797,10 @@ done
 bench_memory
 
 ratio() { # id name numerator-id denominator-id
+    if [[ ${R_STATUS[$3]:-skipped} == skipped || ${R_STATUS[$4]:-skipped} == skipped ]]; then
+        skip "$1" "$2" x
+        return
+    fi
     if [[ ${R_STATUS[$3]} == ok && ${R_STATUS[$4]} == ok ]] && awk "BEGIN {exit !(${R_MED[$4]} > 0)}"; then
         row "$1" "$2" x ok "$3 / $4" "$(calc "${R_MED[$3]} / ${R_MED[$4]}")"
     elif [[ ${R_STATUS[$3]} == pending || ${R_STATUS[$4]} == pending ]]; then
@@ -690,10 +813,16 @@ ratio() { # id name numerator-id denominator-id
 }
 ratio ratio_sc_floor "syscatch / floor, non-matching" sc_nonmatch floor_pinned
 ratio ratio_sc_floor_pinned "syscatch / floor, non-matching, both pinned" sc_nonmatch_pinned floor_pinned
+ratio ratio_sc_floor_target_pinned "syscatch / floor, non-matching, target pinned (goal 1.3)" \
+    sc_nonmatch_target_pinned floor_pinned
 ratio ratio_sc_floor_match "syscatch matching (64 KiB stack) / floor" sc_match_stack floor_pinned
 ratio ratio_burst300_floor "syscatch burst of 300 matching / floor" sc_burst300_json floor_pinned
 ratio ratio_burst10k_floor "syscatch burst of 10k matching (3k with --quick) / floor" sc_burst10k_json floor_pinned
 ratio ratio_fast_floor_match "syscatch --fast matching (64 KiB stack) / floor" sc_fast_match floor_pinned
+ratio ratio_burst300_text_floor "syscatch burst of 300, text to a pipe / floor" sc_burst300_text floor_pinned
+ratio ratio_burst10k_text_floor "syscatch burst of 10k (3k with --quick), text to a pipe / floor" sc_burst10k_text \
+    floor_pinned
+ratio ratio_first_1000th "first matching call / 1000th (goal <= 1)" sc_first_event sc_1000th_event
 ratio ratio_gdb_sc "gdb / syscatch, non-matching" gdb_nonmatch sc_nonmatch
 ratio ratio_gdb_sc_match "gdb (bt) / syscatch (64 KiB stack), matching" gdb_match_bt sc_match_stack
 ratio ratio_gdb_sc_capture30 "gdb bt / syscatch 64 KiB copy, 30 frames, per hit" gdb_stack30_bt_cost sc_stack30_capture
@@ -719,6 +848,7 @@ if ((JSON)); then
         "$RUNS" "$ELAPSED"
     sep=""
     for id in "${ROW_IDS[@]}"; do
+        [[ ${R_STATUS[$id]} == skipped ]] && continue
         printf '%s\n{"id":%s,"name":%s,"unit":%s,"status":%s,"median":%s,"min":%s,"max":%s,"n":%s,"runs":%s,"note":%s}' \
             "$sep" "$(json_str "$id")" "$(json_str "${R_NAME[$id]}")" "$(json_str "${R_UNIT[$id]}")" \
             "$(json_str "${R_STATUS[$id]}")" "$(json_num "${R_MED[$id]}")" "$(json_num "${R_MIN[$id]}")" \
@@ -732,6 +862,7 @@ else
         "$(nproc)" "$RUNS" "$([[ $QUICK == 1 ]] && echo ", quick")" "$(printf '%.0f' "$ELAPSED")"
     printf '%-30s %-52s %9s %9s %9s %-8s %7s  %s\n' id row median min max unit N note
     for id in "${ROW_IDS[@]}"; do
+        [[ ${R_STATUS[$id]} == skipped ]] && continue
         if [[ ${R_STATUS[$id]} == ok ]]; then
             printf '%-30s %-52s %9s %9s %9s %-8s %7s  %s\n' "$id" "${R_NAME[$id]}" "$(fmt "${R_MED[$id]}")" \
                 "$(fmt "${R_MIN[$id]}")" "$(fmt "${R_MAX[$id]}")" "${R_UNIT[$id]}" "${R_N[$id]:--}" "${R_NOTE[$id]}"

@@ -4,7 +4,8 @@
  *   int3    a literal int3, then syscall(SYS_getpid): one trap per iteration for the floor tracer (dies untraced)
  *   mmap    syscall(SYS_mmap) of one page, then glibc munmap (not through syscall()): one matching hit
  * Prints "pid N", then for each line "go N" runs N iterations and prints "ns T" (T: the loop's CLOCK_MONOTONIC
- * time in nanoseconds); "quit" or end of input exits 0. */
+ * time in nanoseconds); "each N" runs N iterations and prints "first F nth T": the first and the last call's own
+ * times (ns); "quit" or end of input exits 0. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,9 +33,12 @@ int main(int argc, char **argv) {
     char line[64];
     while (fgets(line, sizeof line, stdin)) {
         long n;
-        if (sscanf(line, "go %ld", &n) != 1) break;
-        long long t0 = now_ns();
+        /* "each N": the first and the Nth call timed alone ("first F nth T", ns), the rest as usual. */
+        int each = sscanf(line, "each %ld", &n) == 1;
+        if (!each && sscanf(line, "go %ld", &n) != 1) break;
+        long long t0 = now_ns(), first = 0, nth = 0, c0 = 0;
         for (long i = 0; i < n; i++) {
+            if (each) c0 = now_ns();
             if (m == 0) {
                 syscall(SYS_getpid);
             } else if (m == 1) {
@@ -49,9 +53,14 @@ int main(int argc, char **argv) {
                 }
                 munmap(p, 4096);
             }
+            if (each && i == 0) first = now_ns() - c0;
+            if (each && i == n - 1) nth = now_ns() - c0;
         }
         long long t1 = now_ns();
-        printf("ns %lld\n", t1 - t0);
+        if (each)
+            printf("first %lld nth %lld\n", first, nth);
+        else
+            printf("ns %lld\n", t1 - t0);
         fflush(stdout);
     }
     return 0;

@@ -45,6 +45,11 @@ pub struct Costs {
     new_time: Duration,
     cached_frames: u64,
     cached_time: Duration,
+    /// Events handled, and each stage's CPU time on them: unwinding, then interning, symbolizing and rendering
+    /// (module loading at the start, the symbol prefetch and smaps samples not counted).
+    events: u64,
+    unwinding: Duration,
+    handling: Duration,
 }
 
 impl Costs {
@@ -59,6 +64,11 @@ impl Costs {
     }
     pub fn symbolize_cached_ns_per_frame(&self) -> Option<f64> {
         Self::per(self.cached_time, self.cached_frames)
+    }
+    /// What the two-stage pipeline sustains on two CPUs: events over the busier stage's CPU time.
+    pub fn events_per_s(&self) -> Option<f64> {
+        let busiest = self.unwinding.max(self.handling).as_secs_f64();
+        (self.events > 0 && busiest > 0.0).then(|| self.events as f64 / busiest)
     }
 }
 
@@ -119,14 +129,21 @@ enum Staged {
 
 /// The unwinding stage: each capture's window is walked to return addresses as soon as it arrives and then
 /// dropped, so the tracer's queue of windows drains even while the next stage loads a module's DWARF.
-fn unwinder(rx: Receiver<Queued>, tx: Sender<Staged>, modules: SharedModules, max_depth: usize, recording: bool) {
+fn unwinder(
+    rx: Receiver<Queued>,
+    tx: Sender<Staged>,
+    modules: SharedModules,
+    max_depth: usize,
+    recording: bool,
+) -> Duration {
     crate::os::sched::batch();
+    let cpu0 = crate::os::sched::thread_cpu();
     for q in rx {
         let (mut ev, stack_dropped) = match q {
             Queued::Call { ev, stack_dropped } => (ev, stack_dropped),
             Queued::Smaps(s) => {
                 if tx.send(Staged::Smaps(s)).is_err() {
-                    return;
+                    break;
                 }
                 continue;
             }
@@ -150,9 +167,10 @@ fn unwinder(rx: Receiver<Queued>, tx: Sender<Staged>, modules: SharedModules, ma
             recorded = Some(Box::new(RecEvent::new(&ev, None, 0, stack_dropped)));
         }
         if tx.send(Staged::Call(Unwinding { ev, unwound, python, took: t0.elapsed(), recorded })).is_err() {
-            return;
+            break;
         }
     }
+    crate::os::sched::thread_cpu().saturating_sub(cpu0)
 }
 
 pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Config) -> Done {
@@ -192,13 +210,19 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut output_error = None;
     let mut interned = Interned::default();
     let mut prefetching = true;
+    // This thread's CPU time not spent on events: loading the modules above, the prefetch, smaps samples.
+    let mut aside = crate::os::sched::thread_cpu();
     loop {
         // Idle time goes to parsing the symbol tables of the modules mapped at the start, one at a time; not
-        // once the trace has ended (nothing more will need them, and the end must not wait on them).
+        // once the trace has ended (nothing more will need them, and the end must not wait on them). Not at
+        // SCHED_IDLE (tried): preempted inside its allocator's mprotect, it held syscatch's mmap_lock, and the
+        // tracer's next page fault waited for it with a target thread stopped (56-138 ms on a loaded machine).
         let q = match urx.try_recv() {
             Ok(q) => Some(q),
             Err(crossbeam_channel::TryRecvError::Empty) if prefetching => {
+                let c0 = crate::os::sched::thread_cpu();
                 prefetching = resolver.prefetch_one();
+                aside += crate::os::sched::thread_cpu().saturating_sub(c0);
                 continue;
             }
             Err(_) => match urx.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
@@ -210,7 +234,9 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         if let Some(s) = sampler.as_mut()
             && Instant::now() >= next_sample
         {
+            let c0 = crate::os::sched::thread_cpu();
             take_sample(&mut tracker, s());
+            aside += crate::os::sched::thread_cpu().saturating_sub(c0);
             next_sample = Instant::now() + every;
         }
         let Some(Unwinding { ev, unwound, python, took, recorded }) = (match q {
@@ -229,6 +255,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         if crate::app::crash::injected("analysis-panic") {
             panic!("injected fault: analysis-panic");
         }
+        costs.events += 1;
         let depth = ev.probe.as_ref().and_then(|p| cfg.depths.get(p)).copied();
         if let Some(u) = &unwound {
             costs.unwound_frames += u.frames.len() as u64;
@@ -277,6 +304,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             crate::os::signals::fault();
         }
     }
-    let _ = unwinding.join();
+    costs.handling = crate::os::sched::thread_cpu().saturating_sub(aside);
+    costs.unwinding = unwinding.join().unwrap_or_default();
     Done { renderer, output_error, leaks: tracker, costs }
 }

@@ -89,8 +89,6 @@ pub struct Wrapper {
     pub addr: u64,
     /// The file's code bytes at `addr`.
     pub code: Vec<u8>,
-    /// libc's lowest mapped address (the `--fast` page goes just below it).
-    pub lib_start: u64,
 }
 
 pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Wrapper> {
@@ -108,7 +106,7 @@ pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Wrapper> 
     };
     let module = resolve::read_module(pid, &libc, Some(mem))?;
     let (addr, code) = resolve::wrapper_code(&module, "syscall")?;
-    Ok(Wrapper { addr, code, lib_start: libc.start })
+    Ok(Wrapper { addr, code })
 }
 
 /// Where events are rendered: stdout, or stderr when a spawned command owns stdout, or a file.
@@ -427,7 +425,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         };
         let arming = Instant::now();
         match &plan.fast {
-            Some((wanted, site)) => tracer.arm_preferring_fast(wanted, site.addr, &site.code, site.lib_start),
+            Some((wanted, site)) => tracer.arm_preferring_fast(wanted, site.addr, &site.code),
             None => tracer.arm(),
         }
         .map_err(|e| anyhow!("process {pid}: {e}"))?;
@@ -478,6 +476,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     summary.unwind_ns_per_frame = done.costs.unwind_ns_per_frame();
     summary.symbolize_first_ns_per_frame = done.costs.symbolize_first_ns_per_frame();
     summary.symbolize_cached_ns_per_frame = done.costs.symbolize_cached_ns_per_frame();
+    summary.analysis_events_per_s = done.costs.events_per_s();
     // What the end of the report needs from the target, read after detach (no stop) and recorded.
     let mut ending = Ending { final_sample: None, residency: Box::new(|_, _, _| None), facts: None, watched };
     if done.leaks.is_some() {

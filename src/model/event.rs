@@ -90,6 +90,9 @@ pub struct Summary {
     pub unwind_ns_per_frame: Option<f64>,
     pub symbolize_first_ns_per_frame: Option<f64>,
     pub symbolize_cached_ns_per_frame: Option<f64>,
+    /// Events per second the two analysis threads sustain, from their busy time per event (the slower stage
+    /// bounds the pipeline; waiting for events and the prefetch are not counted).
+    pub analysis_events_per_s: Option<f64>,
     /// Time to read a captured thread's Python frames, per event, while it was stopped (CPython targets).
     pub python_us_per_event: Option<f64>,
     /// Problems that must be shown loudly (a breakpoint byte that was not ours at detach, ...).

@@ -1,4 +1,4 @@
-//! Scheduling of syscatch's own tracer thread. Attaching to and detaching from hundreds of busy threads is a
+//! Scheduling of syscatch's own threads. Attaching to and detaching from hundreds of busy threads is a
 //! long series of short ptrace calls; at normal priority the tracer waits for a CPU behind every spinning thread
 //! of the target (measured: 0.5 s to stop 512 busy threads, 4 ms with SCHED_FIFO). Only those phases run at
 //! real-time priority, and the kernel's RT throttling still leaves the rest of the machine its share.
@@ -31,6 +31,17 @@ pub fn batch() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sched_setscheduler on the calling thread (pid 0) with a valid pointer.
     unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+}
+
+/// CPU time the calling thread has used: a cost figure that a loaded machine does not inflate, unlike the wall
+/// clock of a thread waiting for a CPU.
+pub fn thread_cpu() -> std::time::Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into a valid pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
 }
 
 /// The CPUs the calling thread may run on.

@@ -131,6 +131,7 @@ impl<W: Write> Renderer for Json<W> {
                 "unwind_ns_per_frame": s.unwind_ns_per_frame,
                 "symbolize_first_ns_per_frame": s.symbolize_first_ns_per_frame,
                 "symbolize_cached_ns_per_frame": s.symbolize_cached_ns_per_frame,
+                "analysis_events_per_s": s.analysis_events_per_s,
                 "python_us_per_event": s.python_us_per_event,
                 "emulated": s.emulated,
                 "slow_path": s.slow_path,

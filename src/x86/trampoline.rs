@@ -9,6 +9,7 @@
 //! match_i:  <displaced instruction> ; syscall ; int3 ; jmp syscall+2   (one stop, rax already the result)
 //! ```
 
+use crate::model::maps::Mapping;
 use crate::model::regs::Reg;
 use crate::x86::breakpoints::{Decoded, Insn};
 use std::collections::HashMap;
@@ -110,6 +111,53 @@ pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64]) -> Option<(Vec<u8>
     (code.len() <= 4096).then_some((code, int3s))
 }
 
+/// Where the trampoline page may go, nearest to the patched instruction first: in the gaps between `maps` (the
+/// target's, sorted by address as the kernel lists them), each page within `rel32` reach of every jump into and
+/// out of it. A page is never adjacent to a mapping (a guard region, a thread stack's guard page, a region that
+/// might be extended in place keeps a free page beside it), never in the gap just below `[stack]` (the main stack
+/// grows down into it), and never below 1 MiB (`vm.mmap_min_addr`) or above the 47-bit user space. One candidate
+/// per gap: the caller maps it with `MAP_FIXED_NOREPLACE` and moves on to the next one if that fails.
+pub fn page_candidates(maps: &[Mapping], plan: &PatchPlan) -> Vec<u64> {
+    const PAGE: u64 = 4096;
+    const LOW: u64 = 0x10_0000;
+    const HIGH: u64 = 0x7fff_ffff_f000;
+    // Every branch between the wrapper and the page: the patched jump, and the jumps back.
+    let sites = [plan.at, plan.at + plan.orig.len() as u64, plan.syscall_at + 2];
+    let (lo_site, hi_site) = (sites.iter().min().copied().unwrap_or(0), sites.iter().max().copied().unwrap_or(0));
+    // Keep a margin inside the signed 32-bit range for the page's own length and the instructions' lengths.
+    let reach = (i32::MAX as u64) - 2 * PAGE;
+    let lowest = hi_site.saturating_sub(reach).max(LOW);
+    let highest = lo_site.saturating_add(reach).min(HIGH);
+    let mut sorted: Vec<&Mapping> = maps.iter().filter(|m| m.start < HIGH).collect();
+    sorted.sort_by_key(|m| m.start);
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut prev_end = 0u64;
+    for next in sorted.iter().map(|m| Some(*m)).chain(std::iter::once(None)) {
+        let (gap_end, below_stack) = match next {
+            Some(m) => (m.start, m.path == "[stack]"),
+            None => (HIGH, false),
+        };
+        let gap_start = prev_end;
+        if let Some(m) = next {
+            prev_end = prev_end.max(m.end);
+        }
+        if below_stack || gap_end <= gap_start {
+            continue;
+        }
+        // A free page on each side of ours.
+        let first = gap_start.saturating_add(PAGE).max(lowest).next_multiple_of(PAGE);
+        let last = gap_end.saturating_sub(2 * PAGE).min(highest) & !(PAGE - 1);
+        if first > last {
+            continue;
+        }
+        // The page of the gap nearest to the patched instruction (`first` is page-aligned, so rounding down stays in).
+        let page = plan.at.clamp(first, last) & !(PAGE - 1);
+        out.push((page.abs_diff(plan.at), page));
+    }
+    out.sort();
+    out.into_iter().map(|(_, p)| p).collect()
+}
+
 /// Whether the instruction at `addr` of the wrapper is a branch, and its target (for the refusal check).
 pub fn branch_target(insn_bytes: &[u8], addr: u64) -> Option<u64> {
     // Short and near jumps and calls: enough for the straight-line wrappers this is used on.
@@ -172,5 +220,44 @@ mod tests {
         assert!(plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x13]).is_err());
         // Too far for rel32.
         assert!(patch_bytes(&p, entry + (3u64 << 31)).is_none());
+    }
+
+    fn map(start: u64, end: u64, perms: &str, path: &str) -> Mapping {
+        Mapping { start, end, perms: perms.into(), offset: 0, dev: "00:00".into(), inode: 0, path: path.into() }
+    }
+
+    #[test]
+    fn pages_come_from_the_gaps_nearest_first_within_reach() {
+        let libc = 0x7f00_4000_0000u64;
+        let p = PatchPlan { at: libc + 0x1812, orig: vec![0x4c, 0x8b, 0x4c, 0x24, 0x08], syscall_at: libc + 0x1817 };
+        let gib = 1u64 << 30;
+        let maps = vec![
+            // Far below: out of reach.
+            map(0x5555_0000_0000, 0x5555_0001_0000, "r-xp", "/bin/prog"),
+            // Crowded below libc, with a one-page hole (no room for a free page each side) and a 64 KiB hole.
+            map(libc - 2 * gib, libc - gib - 0x10_000, "---p", ""),
+            map(libc - gib, libc - 0x3000, "---p", ""),
+            map(libc - 0x2000, libc, "---p", ""),
+            map(libc, libc + 0x20_0000, "r-xp", "/usr/lib/libc.so.6"),
+            // Above libc: one gap of 16 KiB, then the stack's own gap (never used), then the stack.
+            map(libc + 0x20_0000, libc + 0x40_0000, "rw-p", ""),
+            map(libc + 0x40_4000, libc + 0x50_0000, "rw-p", ""),
+            map(libc + 0x1000_0000, libc + 0x1002_1000, "rw-p", "[stack]"),
+            map(0xffff_ffff_ff60_0000, 0xffff_ffff_ff60_1000, "--xp", "[vsyscall]"),
+        ];
+        let c = page_candidates(&maps, &p);
+        // The 16 KiB gap above libc (its middle two pages qualify: the nearer one), the space above the stack, then
+        // the 64 KiB hole 1 GiB below (its top page but one).
+        assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0x2000]);
+        // Never adjacent to a mapping, never below the stack, always within rel32 of every branch.
+        for &page in &c {
+            assert_eq!(page % 4096, 0);
+            assert!(maps.iter().all(|m| page + 4096 < m.start || page > m.end), "{page:#x}");
+            assert!(!(libc + 0x50_0000..libc + 0x1000_0000).contains(&page));
+            assert!(patch_bytes(&p, page).is_some() && assemble(&p, page, &[9]).is_some(), "{page:#x}");
+        }
+        // Nothing at all within reach: no candidate.
+        let full = vec![map(libc - 3 * gib, libc + 3 * gib, "---p", "")];
+        assert!(page_candidates(&full, &p).is_empty());
     }
 }

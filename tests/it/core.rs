@@ -342,6 +342,45 @@ fn fast_mode_captures_exactly_without_stopping_other_calls() {
     assert_eq!(t.wait().code(), Some(7));
 }
 
+/// A process whose address space is crowded around libc (as one with hundreds of modules): the only free page
+/// within jump range is in a 64 KiB hole far below libc. `--fast` finds it from the maps' gaps and engages.
+#[test]
+fn fast_mode_finds_the_one_free_gap_in_a_crowded_address_space() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("crowded"), &["6"]);
+    let hole_line = t.out.next();
+    let mut it = hole_line.strip_prefix("hole ").expect("hole line").split_whitespace();
+    let hole = u64::from_str_radix(it.next().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let hole_len: u64 = it.next().unwrap().parse().unwrap();
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast"]);
+    sc.wait_attached();
+    t.send("go");
+    let truth = truth_mmaps(&t.out.until(|l| l == "done"));
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
+    let values = json_lines(&out);
+    assert_eq!(captured_mmaps(&values), truth);
+    let sum = summary(&values);
+    assert_eq!(sum["matching"], 6);
+    assert_eq!(sum["hits"], 6, "getpid through syscall() never stopped");
+    let left = sum["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|w| w.as_str()?.split("trampoline page mapped at 0x").nth(1)?.split(' ').next())
+        .expect("the page is named in the summary");
+    let page = u64::from_str_radix(left, 16).unwrap();
+    assert!(page > hole && page + 4096 < hole + hole_len, "page {page:#x} in the hole {hole:#x}+{hole_len:#x}");
+    let site = site_of(&err);
+    assert_eq!(read_mem(t.pid, site, 32), libc_bytes_untraced(site, t.pid, 32), "the wrapper is restored");
+    assert_eq!(tracer_of(t.pid), 0);
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(7));
+}
+
 #[test]
 fn fast_mode_fork_vfork_and_spawn_children_run_normally() {
     let mut s = Session::start(&["--fast", "--syscall", "mmap,getpid"]);

@@ -1,7 +1,8 @@
-//! `--fast`: the in-process filter. With every thread stopped, the target is made to map one executable page
-//! near libc (an mmap run by a stopped thread on libc's own `syscall` instruction), the trampoline is written
-//! there, and one whole instruction of the wrapper is replaced by a jump to it. Non-matching calls then never
-//! stop; a matching call stops once, at the trampoline's int3, with rax already the result.
+//! `--fast`: the in-process filter. With every thread stopped, the target is made to map one executable page in
+//! the nearest free gap of its address space within jump range of libc's wrapper (found from its maps; an mmap
+//! with `MAP_FIXED_NOREPLACE` run by a stopped thread on libc's own `syscall` instruction), the trampoline is
+//! written there, and one whole instruction of the wrapper is replaced by a jump to it. Non-matching calls then
+//! never stop; a matching call stops once, at the trampoline's int3, with rax already the result.
 
 use super::{State, Tracer};
 use crate::live::guardian::Msg;
@@ -30,9 +31,9 @@ pub(super) struct Fast {
 
 impl Tracer<'_> {
     /// `--fast` where it can be installed; otherwise (said on stderr) the int3 sites given at construction.
-    pub fn arm_preferring_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8], near: u64) -> Result<(), String> {
+    pub fn arm_preferring_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8]) -> Result<(), String> {
         let sites = std::mem::take(&mut self.sites);
-        match self.arm_fast(numbers, entry, code, near) {
+        match self.arm_fast(numbers, entry, code) {
             Ok(()) => Ok(()),
             Err(why) => {
                 eprintln!("syscatch: --fast is not possible here ({why}); using a breakpoint instead");
@@ -43,8 +44,9 @@ impl Tracer<'_> {
     }
 
     /// Installs the in-process filter for `numbers` on the wrapper at `entry` (file bytes `code`), mapping the page
-    /// below `near` (libc's lowest address). On any refusal nothing is left changed and the caller arms int3s.
-    pub fn arm_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8], near: u64) -> Result<(), String> {
+    /// in the nearest free gap of the address space within jump range. On any refusal nothing is left changed and
+    /// the caller arms int3s.
+    pub fn arm_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8]) -> Result<(), String> {
         let cs = breakpoints::disassembler().ok_or("capstone failed to initialise")?;
         let w = breakpoints::plan_wrapper(&cs, code, entry).ok_or("the wrapper's prefix cannot be emulated")?;
         let targets: Vec<u64> = breakpoints::decode(&cs, code, entry, 32)
@@ -62,14 +64,14 @@ impl Tracer<'_> {
             // Rewriting the wrapper needs every thread stopped: one that cannot stop might return into it.
             let result = match stuck.first() {
                 Some((tid, why)) => Err(format!("thread {tid} cannot be stopped ({why})")),
-                None => self.install(numbers, entry, plan, near),
+                None => self.install(numbers, entry, plan),
             };
             self.release_all();
             result
         })
     }
 
-    fn install(&mut self, numbers: &[u64], entry: u64, plan: PatchPlan, near: u64) -> Result<(), String> {
+    fn install(&mut self, numbers: &[u64], entry: u64, plan: PatchPlan) -> Result<(), String> {
         let tid = self
             .threads
             .iter()
@@ -82,11 +84,12 @@ impl Tracer<'_> {
                 return Err(format!("thread {t} is inside the instruction to patch"));
             }
         }
+        // All threads are held: the maps cannot change under us but for other processes writing ours (none do).
+        let maps = crate::live::resolve::read_maps(self.cfg.pid).map_err(|e| format!("{e:#}"))?;
         let mut page = None;
-        for k in 1..64u64 {
-            let Some(hint) = near.checked_sub(k * 0x10_0000).map(|a| a & !0xfff) else {
-                break;
-            };
+        let mut tried = 0;
+        for hint in trampoline::page_candidates(&maps, &plan).into_iter().take(16) {
+            tried += 1;
             let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64 | MAP_FIXED_NOREPLACE;
             let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
             let got = self.inject_syscall(
@@ -100,11 +103,15 @@ impl Tracer<'_> {
                 break;
             }
             if (got as i64) >= 0 {
-                // An old kernel ignoring MAP_FIXED_NOREPLACE: not where we asked; give it back.
+                // A kernel before 4.17 ignores MAP_FIXED_NOREPLACE: not where we asked; give it back.
                 self.inject_syscall(tid, plan.syscall_at, libc::SYS_munmap as u64, [got, 4096, 0, 0, 0, 0])?;
             }
+            // EEXIST (taken since the maps were read) or any other refusal: the next gap.
         }
-        let page = page.ok_or("no free page within reach of libc for the trampoline")?;
+        let page = page.ok_or_else(|| match tried {
+            0 => "no gap in the address space within 2 GiB of libc's `syscall()` for the trampoline page".to_string(),
+            n => format!("the target refused to map the trampoline page in each of the {n} nearest gaps"),
+        })?;
         let (code, int3s) = trampoline::assemble(&plan, page, numbers).ok_or("the trampoline does not fit or reach")?;
         let jump = trampoline::patch_bytes(&plan, page).ok_or("the trampoline page is out of jump range")?;
         self.install_pad(Some(plan.syscall_at));
