@@ -341,6 +341,35 @@ fn thread_churn_during_attach() {
     }
 }
 
+/// A single-threaded target that only forks is nearly always caught inside fork(), at its fork event: the trap
+/// pad's system calls must not run on a thread stopped there (finishing the fork under our registers made fork()
+/// fail with ENOSYS, and under thread churn made pthread_create start a thread twice). Every attach and detach
+/// must leave each fork() its child's pid, and the pad set up (and removed) nonetheless.
+#[test]
+fn attach_and_detach_while_the_only_thread_forks() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("forker"), &[]);
+    for round in 0..rounds(6) {
+        let ctx = format!("forker round {round}");
+        let mut sc = Syscatch::start_cmd(syscatch_cmd().env("SYSCATCH_TRAP_PAD", "1").args([
+            "--syscall",
+            "mmap",
+            "--json",
+            "--pid",
+            &t.pid.to_string(),
+        ]));
+        sc.wait_attached();
+        let (values, err) = stop_with(sc, libc::SIGINT, &ctx);
+        assert!(!err.iter().any(|l| l.contains("no trap pad")), "{ctx}: the pad was set up: {err:#?}");
+        assert!(summary_data(&values)["warnings"].as_array().is_none_or(|w| w.is_empty()), "{ctx}: {values:?}");
+        assert_unharmed(t.pid, &err, &ctx);
+    }
+    t.send("done");
+    let line = t.out.next();
+    assert!(line.ends_with("failed 0"), "every fork() returned a pid: {line}");
+    assert!(t.wait().success());
+}
+
 /// Starts `tool` on a target and waits until it is attached.
 fn attached(tool: &Tool, t: &Target) -> Syscatch {
     let mut sc = tool.start(t.pid);

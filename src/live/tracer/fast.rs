@@ -70,12 +70,7 @@ impl Tracer<'_> {
     }
 
     fn install(&mut self, numbers: &[u64], entry: u64, plan: PatchPlan, near: u64) -> Result<(), String> {
-        let tid = self
-            .threads
-            .iter()
-            .find(|(_, t)| matches!(&t.state, State::Held { sig: 0, group: false, prev } if matches!(**prev, State::Running)))
-            .map(|(&tid, _)| tid)
-            .ok_or("no thread is in a state where it can map the trampoline page")?;
+        let tid = self.injectable(true).ok_or("no thread is in a state where it can map the trampoline page")?;
         for (&t, _) in self.threads.iter() {
             let r = ptrace::get_regs(t).map_err(|e| format!("cannot read thread {t}'s registers: {e}"))?;
             if r.ip() > plan.at && r.ip() < plan.at + plan.orig.len() as u64 {

@@ -120,7 +120,7 @@ impl Tracer<'_> {
     }
 
     /// One stop while holding: record it, keep the thread stopped.
-    fn hold(&mut self, tid: Tid, stop: Stop) {
+    pub(super) fn hold(&mut self, tid: Tid, stop: Stop) {
         if !self.threads.contains_key(&tid) {
             let status = procfs::read_status(tid).map(|s| status::parse_status(&s)).unwrap_or_default();
             if status.tgid != self.cfg.pid {
