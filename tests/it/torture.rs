@@ -370,6 +370,49 @@ fn attach_and_detach_while_the_only_thread_forks() {
     assert!(t.wait().success());
 }
 
+/// A probe on a function whose first instruction is a blocking system call: no emulator can run it, so the
+/// tracer single-steps it with the other threads held, and the step lasts as long as the call. The tracer used to
+/// wait for that step for ever (the other threads held all along, syscatch deaf to Ctrl-C); now the others run on
+/// after a bounded wait, and the step's trap, when the call returns, is taken as ours (not delivered).
+#[test]
+fn a_step_that_blocks_does_not_hold_the_other_threads() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("blocking_step"), &[]);
+    let probe = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("blocking_step.probe");
+    std::fs::write(&probe, "probe r at blocking_step:raw_read {\n    collect args\n}\n").unwrap();
+    let mut sc = Syscatch::start(&["run", probe.to_str().unwrap(), "--pid", &t.pid.to_string(), "--json"]);
+    sc.wait_attached();
+    t.send("read");
+    // The main thread sits in raw_read's read() (system call 0, 64 bytes: stdio's own reads ask for more) under
+    // our single step.
+    let pid = t.pid;
+    let in_read = || {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")).unwrap_or_default();
+        let f: Vec<&str> = s.split_whitespace().collect();
+        f.first() == Some(&"0") && f.get(3) == Some(&"0x40")
+    };
+    assert!(poll(in_read), "the probed read() was entered");
+    assert!(
+        poll(|| !thread_states_of(t.pid).contains(&'t')),
+        "the other thread is not held while read() blocks: {:?}",
+        thread_states_of(t.pid)
+    );
+    t.send("data");
+    assert_eq!(t.out.next(), "got data", "read() returned the line");
+    assert_eq!(t.out.next(), "ok");
+    let (values, err) = stop_with(sc, libc::SIGINT, "blocking step");
+    let events: Vec<_> = values.iter().filter(|v| v["type"] == "event").collect();
+    assert_eq!(events.len(), 1, "one call, one event: {values:?}");
+    assert_eq!(events[0]["data"]["probe"], "r");
+    assert_unharmed(t.pid, &err, "blocking step");
+    t.send("read");
+    assert!(poll(in_read), "read() entered again, untraced");
+    t.send("again");
+    assert_eq!(t.out.next(), "got agai", "the probe's site holds the original instruction again");
+    assert_eq!(t.out.next(), "ok");
+    assert!(t.wait().success());
+}
+
 /// Starts `tool` on a target and waits until it is attached.
 fn attached(tool: &Tool, t: &Target) -> Syscatch {
     let mut sc = tool.start(t.pid);

@@ -190,6 +190,19 @@ pub struct Tracer<'a> {
     pad: Option<pad::Pad>,
     /// The thread whose stop is being handled.
     current: Option<Tid>,
+    /// Threads a bounded wait gave up on, and what their next stop must settle.
+    late: HashMap<Tid, Late>,
+}
+
+/// What a wait that ran out left behind on a thread (it runs on; its next stop is settled by
+/// [`Tracer::settle_late`] before anything else looks at it).
+enum Late {
+    /// A fork child whose first stop had not come when its creator's event was handled: the creator.
+    Child(Tid),
+    /// Our single step, or the system call we injected, has not trapped yet: that trap is ours.
+    Trap,
+    /// A system call we injected is still running: these registers go back at its next stop.
+    Injected(Box<Regs>),
 }
 
 /// Reads through the captured stack first, then the target's memory (for the emulator's loads).
@@ -302,6 +315,7 @@ impl<'a> Tracer<'a> {
             no_guard,
             pad: None,
             current: None,
+            late: HashMap::new(),
         })
     }
 
@@ -523,6 +537,7 @@ impl<'a> Tracer<'a> {
 
     /// One stop while tracing.
     fn handle(&mut self, tid: Tid, stop: Stop, seen: Instant) {
+        let Some(stop) = self.settle_late(tid, stop) else { return };
         if !self.threads.contains_key(&tid) && !self.adopt_unknown(tid, stop) {
             return;
         }
@@ -942,10 +957,17 @@ impl<'a> Tracer<'a> {
             }
             return;
         }
-        // A child process. Its first stop comes before it runs any code.
+        // A child process. Its first stop comes before it runs any code; if it does not come in time (a child
+        // stuck in the kernel), it is handled when it does, and the creator runs on meanwhile.
         let first = match self.early.remove(&new) {
             Some(s) => Some(s),
-            None => ptrace::wait_stop(new).ok(),
+            None => match self.wait_bounded(new, hold::HOLD_LIMIT) {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    self.late.insert(new, Late::Child(parent));
+                    return;
+                }
+            },
         };
         if matches!(first, None | Some(Stop::Exited(_)) | Some(Stop::Killed(_))) {
             return;
