@@ -135,13 +135,8 @@ impl Tracer<'_> {
         let Some(late) = self.late.remove(&tid) else { return Some(stop) };
         let late = match late {
             _ if matches!(stop, Stop::Exited(_) | Stop::Killed(_)) => return Some(stop),
-            Late::Child(parent) => {
-                self.early.insert(tid, stop);
-                self.on_child(parent, tid);
-                // A vfork child is traced like a thread: hold it too if we are holding (else it stops once more).
-                if self.threads.get(&tid).is_some_and(|t| t.shared_child) {
-                    let _ = ptrace::interrupt(tid);
-                }
+            Late::ForkChild => {
+                let _ = ptrace::detach(tid, 0);
                 return None;
             }
             Late::Injected(saved) => {
