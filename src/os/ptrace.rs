@@ -128,16 +128,6 @@ pub fn wait_for(tid: Tid, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno> {
     }
 }
 
-/// Blocks until `tid` reports a stop (or its end), retrying when a signal to syscatch interrupts the wait: a
-/// caller that expects one particular stop (a new child's first, a step's trap) must not take EINTR for "none".
-pub fn wait_stop(tid: Tid) -> Result<Stop, Errno> {
-    loop {
-        if let Some((_, stop)) = wait_for(tid, false)? {
-            return Ok(stop);
-        }
-    }
-}
-
 fn decode(tid: Tid, status: i32) -> Stop {
     if libc::WIFEXITED(status) {
         return Stop::Exited(libc::WEXITSTATUS(status));

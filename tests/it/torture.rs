@@ -464,8 +464,9 @@ fn answers(prefix: &str, n: usize, status: impl Fn(usize) -> usize) -> Vec<Strin
 
 /// Regression: a fork child was sometimes left in a tracing stop forever (and, once syscatch detached, died of
 /// the inherited int3: "child 15 status 1005"): `on_child` waited for the child's first stop with a wait that
-/// returned "nothing" when the 50 ms SIGALRM tick interrupted waitpid. `wait_stop` now retries on EINTR, and
-/// children whose first stop is still parked at detach get the original bytes back and are detached.
+/// returned "nothing" when the 50 ms SIGALRM tick interrupted waitpid. That wait now goes on after EINTR (for at
+/// most 0.5 s: a child whose first stop comes later gets the original bytes back at once and is detached when it
+/// stops), and children whose first stop is still parked at detach get the original bytes back and are detached.
 #[test]
 fn fork_storm_during_the_trace() {
     for tool in TOOLS {
