@@ -60,7 +60,7 @@ static void on_rt(int sig) {
 }
 
 static void fail(const char *what, long got, long want) {
-    fprintf(stderr, "FAIL %s: got %ld, want %ld\n", what, got, want);
+    fprintf(stderr, "FAIL %s: got %ld, want %ld (thread %d)\n", what, got, want, gettid());
     _exit(3);
 }
 

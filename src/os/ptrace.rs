@@ -87,6 +87,22 @@ pub fn sig_code(tid: Tid) -> Result<i32, Errno> {
     Ok(info.si_code)
 }
 
+/// Whether `tid` is stopped at a ptrace event reported from inside a system call (clone, fork, vfork, vfork done,
+/// exec, exit): resuming it finishes that call first, which then writes its result into rax and returns to
+/// whatever rip says. Only a thread outside any call (an interrupt stop, a signal-delivery-stop) can be given
+/// other registers and have them mean what they say. Asked of the kernel (the stop's siginfo carries the event in
+/// bits 8-15 of `si_code`), so a stop the tracer recorded for another reason cannot mislead it. An error (the
+/// thread is gone or not stopped) answers true: nothing can be run on it.
+pub fn in_syscall_event(tid: Tid) -> bool {
+    match sig_code(tid) {
+        Ok(code) => {
+            let event = (code >> 8) & 0xff;
+            code & 0x7f == libc::SIGTRAP && event != 0 && event != libc::PTRACE_EVENT_STOP
+        }
+        Err(_) => true,
+    }
+}
+
 fn event_msg(tid: Tid) -> Result<u64, Errno> {
     let mut msg: libc::c_ulong = 0;
     raw(libc::PTRACE_GETEVENTMSG, tid, 0, &mut msg as *mut _ as usize)?;
@@ -110,16 +126,6 @@ pub fn wait_for(tid: Tid, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno> {
         -1 => Err(Errno::last()),
         0 => Ok(None),
         tid => Ok(Some((tid, decode(tid, status)))),
-    }
-}
-
-/// Blocks until `tid` reports a stop (or its end), retrying when a signal to syscatch interrupts the wait: a
-/// caller that expects one particular stop (a new child's first, a step's trap) must not take EINTR for "none".
-pub fn wait_stop(tid: Tid) -> Result<Stop, Errno> {
-    loop {
-        if let Some((_, stop)) = wait_for(tid, false)? {
-            return Ok(stop);
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! written there, and one whole instruction of the wrapper is replaced by a jump to it. Non-matching calls then
 //! never stop; a matching call stops once, at the trampoline's int3, with rax already the result.
 
-use super::{State, Tracer};
+use super::{Late, State, Tracer};
 use crate::live::guardian::Msg;
 use crate::model::consts::MAP_FIXED_NOREPLACE;
 use crate::model::event::{Event, StackCapture};
@@ -72,12 +72,7 @@ impl Tracer<'_> {
     }
 
     fn install(&mut self, numbers: &[u64], entry: u64, plan: PatchPlan) -> Result<(), String> {
-        let tid = self
-            .threads
-            .iter()
-            .find(|(_, t)| matches!(&t.state, State::Held { sig: 0, group: false, prev } if matches!(**prev, State::Running)))
-            .map(|(&tid, _)| tid)
-            .ok_or("no thread is in a state where it can map the trampoline page")?;
+        let tid = self.injectable(true).ok_or("no thread is in a state where it can map the trampoline page")?;
         for (&t, _) in self.threads.iter() {
             let r = ptrace::get_regs(t).map_err(|e| format!("cannot read thread {t}'s registers: {e}"))?;
             if r.ip() > plan.at && r.ip() < plan.at + plan.orig.len() as u64 {
@@ -137,12 +132,13 @@ impl Tracer<'_> {
         (g.rax, g.rdi, g.rsi, g.rdx, g.r10, g.r8, g.r9) = (nr, a[0], a[1], a[2], a[3], a[4], a[5]);
         ptrace::set_regs(tid, &r).map_err(|e| e.desc().to_string())?;
         ptrace::step(tid, 0).map_err(|e| e.desc().to_string())?;
+        let give_up = Instant::now() + super::hold::HOLD_LIMIT;
         let result = loop {
-            match ptrace::wait_for(tid, false) {
-                Ok(Some((_, Stop::Signal(libc::SIGTRAP)))) => {
+            match self.wait_bounded(tid, give_up.saturating_duration_since(Instant::now())) {
+                Ok(Stop::Signal(libc::SIGTRAP)) => {
                     break ptrace::get_regs(tid).map(|r| r.0.rax).map_err(|e| e.desc().to_string());
                 }
-                Ok(Some((_, Stop::Signal(s)))) => {
+                Ok(Stop::Signal(s)) => {
                     // A signal came first: keep it for when the thread is let go, and give up on this try.
                     if let Some(t) = self.threads.get_mut(&tid)
                         && let State::Held { sig, .. } = &mut t.state
@@ -151,17 +147,26 @@ impl Tracer<'_> {
                     }
                     break Err(format!("signal {s} arrived while mapping the trampoline"));
                 }
-                Ok(Some((_, Stop::Exited(_) | Stop::Killed(_)))) => break Err("the thread exited".into()),
+                Ok(Stop::Exited(_) | Stop::Killed(_)) => break Err("the thread exited".into()),
                 // A PTRACE_INTERRUPT of ours still pending (the thread was held while already stopped): it stops
                 // again before running anything. Step again; waiting on would wait forever.
-                Ok(Some((_, Stop::Interrupted))) => {
+                Ok(Stop::Interrupted) => {
                     if let Err(e) = ptrace::step(tid, 0) {
                         break Err(e.desc().to_string());
                     }
                 }
-                Ok(Some(_)) => break Err("the thread stopped for another reason".into()),
-                Ok(None) => {}
-                Err(e) => break Err(e.desc().to_string()),
+                Ok(_) => break Err("the thread stopped for another reason".into()),
+                Err(why) => {
+                    // Still in the call (mmap waiting for a lock held by a thread that cannot stop): its
+                    // registers go back, and its trap is swallowed, at its next stop. It is no longer held.
+                    self.late.insert(tid, Late::Injected(Box::new(saved)));
+                    if let Some(t) = self.threads.get_mut(&tid)
+                        && let State::Held { prev, .. } = std::mem::replace(&mut t.state, State::Running)
+                    {
+                        t.state = *prev;
+                    }
+                    return Err(format!("the injected call did not return: {why}"));
+                }
             }
         };
         let _ = ptrace::set_regs(tid, &saved);

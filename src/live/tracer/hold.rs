@@ -1,7 +1,7 @@
 //! Stopping threads: all of them to detach, or all but one while that one single-steps an instruction the
 //! emulator cannot run with the original byte briefly back in place.
 
-use super::{State, Thread, Tracer};
+use super::{Late, State, Thread, Tracer};
 use crate::live::guardian::Msg;
 use crate::model::event::End;
 use crate::model::regs::Regs;
@@ -12,8 +12,8 @@ use crate::x86::breakpoints::INT3;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// The longest [`Tracer::hold_all`] waits for threads that might still stop.
-const HOLD_LIMIT: Duration = Duration::from_millis(500);
+/// The longest [`Tracer::hold_all`] (or any wait for one thread) waits for threads that might still stop.
+pub(super) const HOLD_LIMIT: Duration = Duration::from_millis(500);
 const ZOMBIE: &str = "a zombie";
 /// How long detach waits for threads that could not stop to stop once the others are let go.
 const LATE_LIMIT: Duration = Duration::from_millis(500);
@@ -98,6 +98,64 @@ impl Tracer<'_> {
         left
     }
 
+    /// Waits for `tid`'s next stop, never for ever: by the rules of [`Tracer::hold_all`] (a vfork parent, a
+    /// zombie, a thread in uninterruptible sleep past its grace cannot stop now) and at most `limit`. Err: why not;
+    /// the thread runs on, and the caller records in `late` what its stop must settle when it comes.
+    pub(super) fn wait_bounded(&self, tid: Tid, limit: Duration) -> Result<Stop, String> {
+        let started = Instant::now();
+        let mut nap = Duration::from_micros(10);
+        loop {
+            match ptrace::wait_for(tid, true) {
+                Ok(Some((_, stop))) => return Ok(stop),
+                Ok(None) => {}
+                Err(e) => return Err(e.desc().to_string()),
+            }
+            let waited = started.elapsed();
+            // /proc is read only once the wait is no longer short (a step or a clone ends in microseconds).
+            if waited >= Duration::from_millis(1)
+                && let Some(why) = self.cannot_stop(tid, waited)
+            {
+                return Err(why);
+            }
+            if waited >= limit {
+                return Err(format!("no stop within {} ms", limit.as_millis()));
+            }
+            if nap < Duration::from_micros(80) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(nap);
+            }
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    /// The stop of a thread a bounded wait gave up on: settles what that wait left (see [`Late`]) before the
+    /// stop is handled. None: the stop is used up here.
+    pub(super) fn settle_late(&mut self, tid: Tid, stop: Stop) -> Option<Stop> {
+        let Some(late) = self.late.remove(&tid) else { return Some(stop) };
+        let late = match late {
+            _ if matches!(stop, Stop::Exited(_) | Stop::Killed(_)) => return Some(stop),
+            Late::ForkChild => {
+                let _ = ptrace::detach(tid, 0);
+                return None;
+            }
+            Late::Injected(saved) => {
+                let _ = ptrace::set_regs(tid, &saved);
+                Late::Trap
+            }
+            Late::Trap => Late::Trap,
+        };
+        // Our trap (a kernel-made SIGTRAP: si_code > 0) is swallowed; if another stop came first while it is
+        // still pending, the next stop settles it.
+        if stop == Stop::Signal(libc::SIGTRAP) && ptrace::sig_code(tid).is_ok_and(|c| c > 0) {
+            return Some(Stop::Interrupted);
+        }
+        if self.sigtrap_pending(tid) {
+            self.late.insert(tid, late);
+        }
+        Some(stop)
+    }
+
     /// Why thread `tid`, interrupted `waited` ago and not stopped yet, cannot stop now (None: it may still).
     fn cannot_stop(&self, tid: Tid, waited: Duration) -> Option<String> {
         if let Some((&child, _)) = self.threads.iter().find(|(_, t)| t.vfork_parent == Some(tid)) {
@@ -120,7 +178,8 @@ impl Tracer<'_> {
     }
 
     /// One stop while holding: record it, keep the thread stopped.
-    fn hold(&mut self, tid: Tid, stop: Stop) {
+    pub(super) fn hold(&mut self, tid: Tid, stop: Stop) {
+        let Some(stop) = self.settle_late(tid, stop) else { return };
         if !self.threads.contains_key(&tid) {
             let status = procfs::read_status(tid).map(|s| status::parse_status(&s)).unwrap_or_default();
             if status.tgid != self.cfg.pid {
@@ -233,36 +292,50 @@ impl Tracer<'_> {
         self.hold_all(Some(tid));
         let orig = self.sites.get(&addr).map(|s| s.orig);
         let mut sig = 0;
+        let mut running = false;
         if let Some(orig) = orig
             && self.mem.write_all(addr, &[orig]).is_ok()
         {
             if ptrace::set_regs(tid, &regs).is_ok() && ptrace::step(tid, 0).is_ok() {
+                let give_up = Instant::now() + HOLD_LIMIT;
                 loop {
-                    match ptrace::wait_for(tid, false) {
-                        Ok(Some((_, Stop::Signal(libc::SIGTRAP)))) => break,
-                        Ok(Some((_, Stop::Signal(s)))) => {
+                    match self.wait_bounded(tid, give_up.saturating_duration_since(Instant::now())) {
+                        Ok(Stop::Signal(libc::SIGTRAP)) => break,
+                        Ok(Stop::Signal(s)) => {
                             // A signal came first: the instruction did not run. Deliver the signal now; the
                             // handler returns to the site, which is armed again and hit again.
                             sig = s;
                             break;
                         }
-                        Ok(Some((_, Stop::Exited(c)))) => {
+                        Ok(Stop::Exited(c)) => {
                             self.gone(tid, End::Exited(c));
                             break;
                         }
-                        Ok(Some((_, Stop::Killed(s)))) => {
+                        Ok(Stop::Killed(s)) => {
                             self.gone(tid, End::Killed(s));
                             break;
                         }
-                        Ok(Some(_)) | Ok(None) => {}
-                        Err(_) => break,
+                        // An interrupt of ours still pending, or an event of the stepped instruction (a system
+                        // call): the step goes on.
+                        Ok(_) => {
+                            if ptrace::step(tid, 0).is_err() {
+                                break;
+                            }
+                        }
+                        Err(_) => {
+                            // Still in the instruction (a fault on slow storage, a blocking call): the others are
+                            // not held for ever. The int3 goes back under it, and its trap is ours when it comes.
+                            self.late.insert(tid, Late::Trap);
+                            running = true;
+                            break;
+                        }
                     }
                 }
             }
             let _ = self.mem.write_all(addr, &[INT3]);
         }
         self.release_all();
-        if self.threads.contains_key(&tid) {
+        if self.threads.contains_key(&tid) && !running {
             self.resume(tid, sig);
         }
     }
@@ -281,11 +354,16 @@ impl Tracer<'_> {
         let started = Instant::now();
         signals::stop_timer();
         self.adopt_interrupted();
-        let stuck = self.hold_all(None);
-        let tids: Vec<Tid> = self.threads.keys().copied().filter(|t| !stuck.iter().any(|(s, _)| s == t)).collect();
+        let mut stuck = self.hold_all(None);
+        let mut tids: Vec<Tid> = self.threads.keys().copied().filter(|t| !stuck.iter().any(|(s, _)| s == t)).collect();
         for &tid in &tids {
-            self.drain_traps(tid);
+            if let Err(why) = self.drain_traps(tid) {
+                // Let go to take its trap and not stopped again (a vfork parent asleep until its child, which we
+                // hold, is released): detached once it stops, after the bytes are back and the child released.
+                stuck.push((tid, why));
+            }
         }
+        tids.retain(|t| !stuck.iter().any(|(s, _)| s == t));
         // Before the loop below marks threads that were stepping a call as running: the pad's system call must
         // run on a thread that was really running when it was held.
         self.remove_pad();
@@ -356,7 +434,10 @@ impl Tracer<'_> {
                 Ok(Some((tid, stop))) if stuck.contains_key(&tid) => {
                     self.hold(tid, stop);
                     if let Some(Thread { state: State::Held { .. }, .. }) = self.threads.get(&tid) {
-                        self.drain_traps(tid);
+                        if self.drain_traps(tid).is_err() {
+                            // Running again: its next stop is awaited like this one.
+                            continue;
+                        }
                         self.end_held_call(tid);
                         let sig = match self.threads.get(&tid).map(|t| &t.state) {
                             Some(State::Held { sig, .. }) => *sig,
@@ -463,17 +544,37 @@ impl Tracer<'_> {
     /// the interrupt trap is reported before pending signals, and once detached that SIGTRAP would kill the
     /// thread. Let each such signal stop happen (SIGTRAP is synchronous, so it is dequeued first), and suppress
     /// it when it is ours: an int3 hit is rewound onto the restored instruction, a finished step gives rax.
-    fn drain_traps(&mut self, tid: Tid) {
+    ///
+    /// Err: the thread, let go to take its signal, did not stop again in time (see [`Tracer::wait_bounded`]); it is
+    /// no longer held, and its next stop is handled as any stop while holding.
+    fn drain_traps(&mut self, tid: Tid) -> Result<(), String> {
         for _ in 0..4 {
             if !self.sigtrap_pending(tid) || ptrace::cont(tid, 0).is_err() {
-                return;
+                return Ok(());
             }
-            let Ok(stop) = ptrace::wait_stop(tid) else { return };
+            let stop = match self.wait_bounded(tid, HOLD_LIMIT) {
+                Ok(stop) => stop,
+                Err(why) => {
+                    if let Some(t) = self.threads.get_mut(&tid)
+                        && let State::Held { prev, .. } = std::mem::replace(&mut t.state, State::Running)
+                    {
+                        t.state = *prev;
+                    }
+                    return Err(why);
+                }
+            };
+            let Some(stop) = self.settle_late(tid, stop) else { return Ok(()) };
             match stop {
-                Stop::Exited(code) => return self.gone(tid, End::Exited(code)),
-                Stop::Killed(sig) => return self.gone(tid, End::Killed(sig)),
+                Stop::Exited(code) => {
+                    self.gone(tid, End::Exited(code));
+                    return Ok(());
+                }
+                Stop::Killed(sig) => {
+                    self.gone(tid, End::Killed(sig));
+                    return Ok(());
+                }
                 Stop::Signal(libc::SIGTRAP) => {
-                    let Ok(mut r) = ptrace::get_regs(tid) else { return };
+                    let Ok(mut r) = ptrace::get_regs(tid) else { return Ok(()) };
                     if self.fast_int3(r.ip().wrapping_sub(1)) {
                         if let Some(ev) = self.fast_event(tid, &r) {
                             self.emit(ev);
@@ -483,7 +584,7 @@ impl Tracer<'_> {
                     let ours =
                         self.planted(r.ip().wrapping_sub(1)) || self.retired.contains_key(&r.ip().wrapping_sub(1));
                     let Some(Thread { state: State::Held { sig, prev, .. }, .. }) = self.threads.get_mut(&tid) else {
-                        return;
+                        return Ok(());
                     };
                     match prev.as_mut() {
                         State::Stepping { ev, after, .. } if r.ip() == *after => super::set_syscall_result(ev, r.0.rax),
@@ -495,7 +596,7 @@ impl Tracer<'_> {
                         _ => {
                             // The target's own SIGTRAP: it gets it at detach.
                             *sig = libc::SIGTRAP;
-                            return;
+                            return Ok(());
                         }
                     }
                 }
@@ -503,10 +604,11 @@ impl Tracer<'_> {
                     if let Some(Thread { state: State::Held { sig, .. }, .. }) = self.threads.get_mut(&tid) {
                         *sig = s;
                     }
-                    return;
+                    return Ok(());
                 }
                 _ => {}
             }
         }
+        Ok(())
     }
 }

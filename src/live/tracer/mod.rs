@@ -190,6 +190,20 @@ pub struct Tracer<'a> {
     pad: Option<pad::Pad>,
     /// The thread whose stop is being handled.
     current: Option<Tid>,
+    /// Threads a bounded wait gave up on, and what their next stop must settle.
+    late: HashMap<Tid, Late>,
+}
+
+/// What a wait that ran out left behind on a thread (it runs on; its next stop is settled by
+/// [`Tracer::settle_late`] before anything else looks at it).
+enum Late {
+    /// A fork child whose first stop had not come when its creator's event was handled: its bytes are already
+    /// back (it cannot run before that stop), it is detached at that stop.
+    ForkChild,
+    /// Our single step, or the system call we injected, has not trapped yet: that trap is ours.
+    Trap,
+    /// A system call we injected is still running: these registers go back at its next stop.
+    Injected(Box<Regs>),
 }
 
 /// Reads through the captured stack first, then the target's memory (for the emulator's loads).
@@ -302,6 +316,7 @@ impl<'a> Tracer<'a> {
             no_guard,
             pad: None,
             current: None,
+            late: HashMap::new(),
         })
     }
 
@@ -516,6 +531,7 @@ impl<'a> Tracer<'a> {
 
     /// One stop while tracing.
     fn handle(&mut self, tid: Tid, stop: Stop, seen: Instant) {
+        let Some(stop) = self.settle_late(tid, stop) else { return };
         if !self.threads.contains_key(&tid) && !self.adopt_unknown(tid, stop) {
             return;
         }
@@ -935,14 +951,19 @@ impl<'a> Tracer<'a> {
             }
             return;
         }
-        // A child process. Its first stop comes before it runs any code.
+        // A child process. Its first stop comes before it runs any code; if it does not come in time (a loaded
+        // machine, a child stuck in the kernel) the child is dealt with all the same (it cannot run before that
+        // stop) and detached when the stop comes; the creator runs on meanwhile.
         let first = match self.early.remove(&new) {
-            Some(s) => Some(s),
-            None => ptrace::wait_stop(new).ok(),
+            Some(s) => Ok(s),
+            None => self.wait_bounded(new, hold::HOLD_LIMIT),
         };
-        if matches!(first, None | Some(Stop::Exited(_)) | Some(Stop::Killed(_))) {
-            return;
-        }
+        let stopped = match first {
+            Ok(Stop::Exited(_) | Stop::Killed(_)) => return,
+            Ok(_) => true,
+            Err(_) if procfs::read_status(new).is_err() => return,
+            Err(_) => false,
+        };
         if ptrace::same_vm(new, self.cfg.pid) {
             // vfork/CLONE_VM: it shares our memory and our int3s; restoring the bytes would blind the parent.
             // Keep it traced and handle its hits until it execs or exits.
@@ -950,7 +971,10 @@ impl<'a> Tracer<'a> {
             if let Some(t) = self.threads.get_mut(&new) {
                 t.vfork_parent = Some(parent);
             }
-            self.resume(new, 0);
+            // Not stopped yet: its first stop is handled as any thread's (an interrupt stop, resumed).
+            if stopped {
+                self.resume(new, 0);
+            }
             return;
         }
         // fork: the child has its own copy of every int3; put the original bytes back before it runs.
@@ -960,7 +984,11 @@ impl<'a> Tracer<'a> {
             self.clean_child(&child_mem);
         }
         self.summary.forks_cleaned += 1;
-        let _ = ptrace::detach(new, 0);
+        if stopped {
+            let _ = ptrace::detach(new, 0);
+        } else {
+            self.late.insert(new, Late::ForkChild);
+        }
     }
 
     /// Puts the original bytes back in a fork child's copy of the memory: every planted site, and every return

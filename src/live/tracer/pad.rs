@@ -5,9 +5,10 @@
 
 use super::{State, Tracer};
 use crate::model::status;
-use crate::os::Tid;
 use crate::os::procfs;
+use crate::os::{Tid, ptrace};
 use crate::x86::trappad;
+use std::time::{Duration, Instant};
 
 /// The installed pad.
 pub(super) struct Pad {
@@ -20,21 +21,84 @@ pub(super) struct Pad {
 }
 
 const SIGTRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
+/// How long a thread stopped inside a system call is given to finish it (clone and fork return at once).
+const LEAVE_LIMIT: Duration = Duration::from_millis(100);
 
 impl Tracer<'_> {
     /// A held thread that can run an injected system call now; for a command we started (`-- CMD`), its only
     /// thread, still stopped at the program's entry point until the caller lets it go (`arming` only).
-    fn injectable(&self, arming: bool) -> Option<Tid> {
-        let held = self.threads.iter().find(
-            |(_, t)| matches!(&t.state, State::Held { sig: 0, group: false, prev } if matches!(**prev, State::Running)),
-        );
-        if let Some((&tid, _)) = held {
+    ///
+    /// Never a thread held at a clone/fork/vfork event: it is still inside that call, so stepping it finishes the
+    /// call (the step traps at once, with the child's id in rax and our call never run) and putting its registers
+    /// back then turns the call's result into -ENOSYS: glibc's pthread_create takes that for "no clone3" and
+    /// creates the thread a second time, on the same stack (seen under thread churn, the target died).
+    /// A thread held at such an event is brought out of its call first if no other will do (a single-threaded
+    /// target that forks all the time).
+    pub(super) fn injectable(&mut self, arming: bool) -> Option<Tid> {
+        let plain =
+            |t: &State| matches!(t, State::Held { sig: 0, group: false, prev } if matches!(**prev, State::Running));
+        let (outside, inside): (Vec<Tid>, Vec<Tid>) = self
+            .threads
+            .iter()
+            .filter(|(_, t)| plain(&t.state))
+            .map(|(&tid, _)| tid)
+            .partition(|&tid| !ptrace::in_syscall_event(tid));
+        if let Some(&tid) = outside.first() {
             return Some(tid);
+        }
+        for tid in inside {
+            let left = self.leave_syscall(tid);
+            match self.threads.get(&tid).map(|t| &t.state) {
+                Some(s) if left && plain(s) => return Some(tid),
+                Some(State::Held { .. }) | None => {}
+                // Running again (it did not stop in time): not every thread is held any more, which `--fast`'s
+                // patching needs; give up rather than go on.
+                Some(_) => return None,
+            }
         }
         let pid = self.cfg.pid;
         let only = self.threads.len() == 1 && matches!(self.threads.get(&pid).map(|t| &t.state), Some(State::Running));
         let stopped = || procfs::read_status(pid).is_ok_and(|s| status::parse_status(&s).state == 't');
         (arming && only && stopped()).then_some(pid)
+    }
+
+    /// Lets held thread `tid`, stopped at an event inside a system call, finish that call and stop again at an
+    /// interrupt (outside any call). Never a vfork parent: it would sleep until its child, which we hold, execs.
+    /// Bounded by [`LEAVE_LIMIT`]; false if it did not get there (a thread still running is marked so, and its
+    /// pending interrupt stops it later like any other).
+    fn leave_syscall(&mut self, tid: Tid) -> bool {
+        if self.threads.values().any(|t| t.vfork_parent == Some(tid)) || ptrace::interrupt(tid).is_err() {
+            return false;
+        }
+        let give_up = Instant::now() + LEAVE_LIMIT;
+        // A call reports at most its own event and a vfork-done before it returns.
+        for _ in 0..3 {
+            if ptrace::cont(tid, 0).is_err() {
+                return false;
+            }
+            let stop = loop {
+                match ptrace::wait_for(tid, true) {
+                    Ok(Some((_, stop))) => break stop,
+                    Ok(None) if Instant::now() < give_up => std::thread::sleep(Duration::from_micros(50)),
+                    _ => {
+                        if let Some(t) = self.threads.get_mut(&tid)
+                            && let State::Held { prev, .. } = std::mem::replace(&mut t.state, State::Running)
+                        {
+                            t.state = *prev;
+                        }
+                        return false;
+                    }
+                }
+            };
+            self.hold(tid, stop);
+            if !matches!(self.threads.get(&tid).map(|t| &t.state), Some(State::Held { .. })) {
+                return false;
+            }
+            if !ptrace::in_syscall_event(tid) {
+                return true;
+            }
+        }
+        false
     }
 
     fn syscall_insn(&self) -> Option<u64> {
@@ -52,10 +116,9 @@ impl Tracer<'_> {
                  dies at its next hit"
             );
         }
-        // Off unless asked for: with threads being created while we attach, the injected set-up was seen to kill
-        // the target (torture::thread_churn_during_attach, about one run in two), which is worse than what the pad
-        // saves (a thread caught in a breakpoint when syscatch is SIGKILLed).
-        if self.pad.is_some() || self.guard.is_none() || std::env::var_os("SYSCATCH_TRAP_PAD").is_none() {
+        // SYSCATCH_TRAP_PAD=0 turns it off (a bisecting knob, and the baseline of scripts/torture-kill.sh).
+        if self.pad.is_some() || self.guard.is_none() || std::env::var_os("SYSCATCH_TRAP_PAD").is_some_and(|v| v == "0")
+        {
             return;
         }
         if let Err(why) = self.try_install_pad(syscall_at) {
@@ -163,9 +226,10 @@ impl Tracer<'_> {
             self.summary.warnings.push("could not put back the target's SIGTRAP action".into());
             return;
         }
-        let inside = self.threads.keys().any(|&t| {
-            crate::os::ptrace::get_regs(t).is_ok_and(|r| r.ip() >= p.page && r.ip() < p.page + trappad::PAGES_LEN)
-        });
+        let inside = self
+            .threads
+            .keys()
+            .any(|&t| ptrace::get_regs(t).is_ok_and(|r| r.ip() >= p.page && r.ip() < p.page + trappad::PAGES_LEN));
         if inside {
             self.summary.warnings.push(format!("the trap pad stays mapped at {:#x} (a thread is inside it)", p.page));
             return;
