@@ -1,8 +1,9 @@
 //! The interpreter of a live process: which mapped module defines `_PyRuntime` (libpython, or a statically linked
 //! `python`), its version (3.13's `_Py_DebugOffsets`, else `Py_Version`, else the file name), and the per-event
-//! read of a stopped thread's frames through process_vm_readv, with the captured stack window and the thread's
-//! data stack served from copies.
+//! read of a stopped thread's frames through process_vm_readv (batched, see [`super::batch`]), with the captured
+//! stack window served from its copy.
 
+use super::batch::Prefetcher;
 use super::layout::{self, DEBUG_OFFSETS_LEN, Layout};
 use super::walk::{Runtime, Walker};
 use super::{Memory, PyFrame};
@@ -16,13 +17,11 @@ use crate::os::mem::{self, ProcMem};
 struct LiveMem<'a> {
     pid: Tid,
     copies: Vec<(u64, &'a [u8])>,
-    prefetched: Option<(u64, Vec<u8>)>,
 }
 
 impl LiveMem<'_> {
     fn copied(&self, addr: u64, len: usize) -> Option<&[u8]> {
-        let pre = self.prefetched.as_ref().map(|(a, b)| (*a, b.as_slice()));
-        self.copies.iter().copied().chain(pre).find_map(|(base, bytes)| {
+        self.copies.iter().find_map(|&(base, bytes)| {
             let off = usize::try_from(addr.checked_sub(base)?).ok()?;
             bytes.get(off..off.checked_add(len)?)
         })
@@ -50,10 +49,8 @@ impl Memory for LiveMem<'_> {
         ok
     }
 
-    fn prefetch(&mut self, addr: u64, len: u64) {
-        let Ok(len) = usize::try_from(len) else { return };
-        let data = mem::read_upto(self.pid, addr, len);
-        self.prefetched = Some((addr, data));
+    fn is_local(&self, addr: u64, len: usize) -> bool {
+        self.copied(addr, len).is_some()
     }
 }
 
@@ -61,6 +58,7 @@ impl Memory for LiveMem<'_> {
 pub struct PythonReader {
     pid: Tid,
     walker: Walker,
+    batch: Prefetcher,
     /// Why walks failed, each reason once.
     pub warnings: Vec<String>,
     pub failed: u64,
@@ -99,6 +97,7 @@ impl PythonReader {
             return Ok(Some(PythonReader {
                 pid,
                 walker: Walker::new(rt),
+                batch: Prefetcher::default(),
                 warnings: Vec::new(),
                 failed: 0,
                 walks: 0,
@@ -106,6 +105,11 @@ impl PythonReader {
             }));
         }
         Ok(None)
+    }
+
+    /// Reads of the target's memory per walk (one when the thread's frames are where its last walk found them).
+    pub fn reads_per_walk(&self) -> Option<f64> {
+        (self.walks > 0).then(|| self.batch.reads as f64 / self.walks as f64)
     }
 
     /// Mean time of a walk, in microseconds.
@@ -121,8 +125,9 @@ impl PythonReader {
     /// `regs.sp()` (shim frames and C frames live there). A failed check gives no frames and one warning.
     pub fn read_frames(&mut self, tid: Tid, regs: &Regs, stack: &[u8]) -> Vec<PyFrame> {
         let t0 = std::time::Instant::now();
-        let mut m = LiveMem { pid: self.pid, copies: vec![(regs.sp(), stack)], prefetched: None };
-        let walked = self.walker.read_frames(&mut m, tid, regs.0.fs_base);
+        let mut m = LiveMem { pid: self.pid, copies: vec![(regs.sp(), stack)] };
+        let walker = &mut self.walker;
+        let walked = self.batch.walk(tid, &mut m, |m| walker.read_frames(m, tid, regs.0.fs_base));
         self.walks += 1;
         self.time += t0.elapsed();
         match walked {

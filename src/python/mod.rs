@@ -3,8 +3,10 @@
 //!
 //! [`layout`] knows each version's offsets, [`lines`] turns line tables into line numbers, [`walk`] follows a
 //! thread's frames over any [`Memory`] (pure, fuzzed), [`live`] finds the interpreter in a process and reads
-//! through process_vm_readv, and [`merge_python`] interleaves the frames with a symbolized native stack.
+//! through process_vm_readv, [`batch`] makes a walk one read when the thread's frames are where its last walk found
+//! them, and [`merge_python`] interleaves the frames with a symbolized native stack.
 
+pub mod batch;
 pub mod layout;
 pub mod lines;
 pub mod live;
@@ -22,6 +24,11 @@ pub trait Memory {
     }
     /// A hint that `len` bytes at `addr` are about to be read piecewise.
     fn prefetch(&mut self, _addr: u64, _len: u64) {}
+    /// True when `len` bytes at `addr` are served from a local copy taken at the stop (the stack window), so
+    /// reading them costs no system call.
+    fn is_local(&self, _addr: u64, _len: usize) -> bool {
+        false
+    }
 }
 
 pub use crate::model::stack::PyFrame;

@@ -7,6 +7,7 @@ use super::layout::{FRAME_OWNED_BY_CSTACK, FRAME_OWNED_BY_GENERATOR, FrameKind, 
 use super::lines::parse_line;
 use super::{Memory, PyFrame};
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 /// More frames than this is a corrupt chain (the default recursion limit is 1000).
@@ -17,6 +18,8 @@ const MAX_STRING: u64 = 4096;
 const MAX_TABLE: u64 = 64 << 10;
 /// Bytes of names and line tables kept in the code cache before it is emptied.
 const MAX_CACHED: usize = 64 << 20;
+/// Lines kept in the (code, instruction) cache before it is emptied.
+const MAX_LINES: usize = 1 << 16;
 /// How much of the thread's data stack chunk is copied at once (the frames near its top, i.e. the innermost).
 const CHUNK_PREFETCH: u64 = 64 << 10;
 
@@ -33,7 +36,65 @@ pub struct Runtime {
     pub frame_type: u64,
 }
 
+/// Hashes addresses: SipHash costs more than the rest of a cached walk. Keys are target addresses and small
+/// integers, not chosen to collide by anyone who could gain from it (a target that wanted to slow syscatch down
+/// has cheaper ways).
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_i64(&mut self, v: i64) {
+        self.write_u64(v as u64);
+    }
+    fn write_i32(&mut self, v: i32) {
+        self.write_u64(v as u32 as u64);
+    }
+}
+
+type AddrMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
+
+/// Follows a chain of addresses and tells a cycle (Brent's algorithm: constant memory, found within about
+/// twice the cycle's reach), so a walk neither loops nor hashes every frame.
+struct Cycle {
+    saved: u64,
+    power: usize,
+    steps: usize,
+}
+
+impl Cycle {
+    fn new() -> Cycle {
+        Cycle { saved: 0, power: 1, steps: 0 }
+    }
+
+    /// False when `addr` closes a cycle.
+    fn step(&mut self, addr: u64) -> bool {
+        if self.steps > 0 && addr == self.saved {
+            return false;
+        }
+        self.steps += 1;
+        if self.steps == self.power {
+            self.saved = addr;
+            self.power *= 2;
+            self.steps = 0;
+        }
+        true
+    }
+}
+
 struct Code {
+    /// Tells this load of the code object from an earlier one at the same address, in the line cache.
+    serial: u64,
     fingerprint: [u64; 6],
     function: Arc<str>,
     file: Arc<str>,
@@ -53,9 +114,16 @@ struct Raw {
 /// Walks the frames of threads of one process, caching thread states and code objects between walks.
 pub struct Walker {
     pub rt: Runtime,
-    code: HashMap<u64, Arc<Code>>,
+    code: AddrMap<u64, Arc<Code>>,
     cached: usize,
-    tstates: HashMap<i32, u64>,
+    serial: u64,
+    /// The line of each (code load, instruction offset) seen: most events come from a few call sites.
+    lines: AddrMap<(u64, i64), Option<u32>>,
+    tstates: AddrMap<i32, u64>,
+    /// Reused between walks: the frames found, the code addresses and headers of a walk.
+    raw: Vec<Raw>,
+    addrs: Vec<u64>,
+    headers: Vec<u8>,
 }
 
 fn u64_at(b: &[u8], off: u64) -> u64 {
@@ -87,19 +155,32 @@ fn read_vec(mem: &mut dyn Memory, addr: u64, len: u64) -> Option<Vec<u8>> {
 
 impl Walker {
     pub fn new(rt: Runtime) -> Walker {
-        Walker { rt, code: HashMap::new(), cached: 0, tstates: HashMap::new() }
+        Walker {
+            rt,
+            code: AddrMap::default(),
+            cached: 0,
+            serial: 0,
+            lines: AddrMap::default(),
+            tstates: AddrMap::default(),
+            raw: Vec::new(),
+            addrs: Vec::new(),
+            headers: Vec::new(),
+        }
     }
 
     /// The Python frames of thread `tid` (whose `fs_base`, i.e. `pthread_self()`, is given), innermost first.
     /// Empty when the thread has no Python thread state or no frames; `Err` names what failed a check.
     pub fn read_frames(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64) -> Result<Vec<PyFrame>, String> {
         let Some(ts) = self.find_tstate(mem, tid, fs_base)? else { return Ok(Vec::new()) };
-        let l = &self.rt.layout;
-        let raw = match l.frames {
-            FrameKind::Objects => self.chain_objects(mem, &ts)?,
-            FrameKind::Entry311 | FrameKind::Shim312 => self.chain_interpreter(mem, &ts)?,
+        let mut raw = std::mem::take(&mut self.raw);
+        raw.clear();
+        let chained = match self.rt.layout.frames {
+            FrameKind::Objects => self.chain_objects(mem, &ts, &mut raw),
+            FrameKind::Entry311 | FrameKind::Shim312 => self.chain_interpreter(mem, &ts, &mut raw),
         };
-        self.name(mem, raw)
+        let named = chained.and_then(|()| self.name(mem, &raw));
+        self.raw = raw;
+        named
     }
 
     fn matches(&self, ts: &[u8], tid: i32, fs_base: u64) -> bool {
@@ -160,16 +241,18 @@ impl Walker {
     }
 
     /// 3.9/3.10: frame objects linked by `f_back`, each run by its own eval call.
-    fn chain_objects(&self, mem: &mut dyn Memory, ts: &[u8]) -> Result<Vec<Raw>, String> {
+    fn chain_objects(&self, mem: &mut dyn Memory, ts: &[u8], out: &mut Vec<Raw>) -> Result<(), String> {
         let l = &self.rt.layout;
         let mut frame = u64_at(ts, l.ts_frame.unwrap_or(0));
-        let mut out = Vec::new();
-        let mut seen = HashSet::new();
+        let mut cycle = Cycle::new();
+        let mut f = vec![0u8; usize::try_from(l.frame_size).map_err(|_| "frame size")?];
         while frame != 0 {
-            if out.len() >= MAX_FRAMES || !seen.insert(frame) {
+            if out.len() >= MAX_FRAMES || !cycle.step(frame) {
                 return Err(format!("the frame chain has a cycle or more than {MAX_FRAMES} frames"));
             }
-            let f = read_vec(mem, frame, l.frame_size).ok_or_else(|| format!("cannot read the frame at {frame:#x}"))?;
+            if !mem.read(frame, &mut f) {
+                return Err(format!("cannot read the frame at {frame:#x}"));
+            }
             if self.rt.frame_type != 0 && u64_at(&f, 8) != self.rt.frame_type {
                 return Err(format!("the object at {frame:#x} in the frame chain is not a frame"));
             }
@@ -179,18 +262,18 @@ impl Walker {
             out.push(Raw { code: u64_at(&f, l.frame_code), instr: bytes as u64, owner: 0, call: out.len() as u32 });
             frame = u64_at(&f, l.frame_back);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// 3.11+: interpreter frames, most in the thread's data stack (prefetched in one read), shims and entry
     /// frames on the C stack.
-    fn chain_interpreter(&self, mem: &mut dyn Memory, ts: &[u8]) -> Result<Vec<Raw>, String> {
+    fn chain_interpreter(&self, mem: &mut dyn Memory, ts: &[u8], out: &mut Vec<Raw>) -> Result<(), String> {
         let l = &self.rt.layout;
         let mut frame = match (l.ts_cframe, l.ts_frame) {
             (Some(cf), _) => {
                 let cframe = u64_at(ts, cf);
                 if cframe == 0 {
-                    return Ok(Vec::new());
+                    return Ok(());
                 }
                 let mut p = [0u8; 8];
                 if !mem.read(cframe.wrapping_add(l.cframe_current_frame), &mut p) {
@@ -208,14 +291,18 @@ impl Walker {
                 mem.prefetch(from, top - from);
             }
         }
-        let mut out: Vec<Raw> = Vec::new();
-        let mut seen = HashSet::new();
+        let mut cycle = Cycle::new();
+        let mut steps = 0usize;
         let mut call = 0u32;
+        let mut f = vec![0u8; usize::try_from(l.frame_size).map_err(|_| "frame size")?];
         while frame != 0 {
-            if seen.len() >= MAX_FRAMES || !seen.insert(frame) {
+            steps += 1;
+            if steps > MAX_FRAMES || !cycle.step(frame) {
                 return Err(format!("the frame chain has a cycle or more than {MAX_FRAMES} frames"));
             }
-            let f = read_vec(mem, frame, l.frame_size).ok_or_else(|| format!("cannot read the frame at {frame:#x}"))?;
+            if !mem.read(frame, &mut f) {
+                return Err(format!("cannot read the frame at {frame:#x}"));
+            }
             let owner = l.frame_owner.map(|o| u8_at(&f, o)).unwrap_or(0);
             let back = u64_at(&f, l.frame_back);
             if l.frames == FrameKind::Shim312 && owner == FRAME_OWNED_BY_CSTACK {
@@ -229,32 +316,87 @@ impl Walker {
             }
             frame = back;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Names each frame from its code object: the headers of all of them in one read, the cached names when the
     /// header is the same as when they were read.
-    fn name(&mut self, mem: &mut dyn Memory, raw: Vec<Raw>) -> Result<Vec<PyFrame>, String> {
+    fn name(&mut self, mem: &mut dyn Memory, raw: &[Raw]) -> Result<Vec<PyFrame>, String> {
         let l = self.rt.layout.clone();
-        let mut addrs: Vec<u64> = raw.iter().map(|r| r.code).collect();
+        let size = usize::try_from(l.code_size).map_err(|_| "code size")?;
+        let mut addrs = std::mem::take(&mut self.addrs);
+        let mut headers = std::mem::take(&mut self.headers);
+        addrs.clear();
+        addrs.extend(raw.iter().map(|r| r.code));
         addrs.sort_unstable();
         addrs.dedup();
-        let mut bufs: Vec<Vec<u8>> = addrs.iter().map(|_| vec![0u8; l.code_size as usize]).collect();
-        let ok = {
-            let mut reqs: Vec<(u64, &mut [u8])> =
-                addrs.iter().zip(bufs.iter_mut()).map(|(&a, b)| (a, b.as_mut_slice())).collect();
+        headers.clear();
+        headers.resize(addrs.len() * size, 0);
+        let ok = if size == 0 {
+            vec![true; addrs.len()]
+        } else {
+            let mut reqs: Vec<(u64, &mut [u8])> = addrs.iter().copied().zip(headers.chunks_exact_mut(size)).collect();
             mem.read_each(&mut reqs)
         };
-        let mut codes: HashMap<u64, Option<Arc<Code>>> = HashMap::new();
-        for ((&addr, hdr), ok) in addrs.iter().zip(&bufs).zip(ok) {
-            if !ok {
+        let codes = self.codes_of(mem, &addrs, &headers, size, &ok);
+        self.addrs = addrs;
+        self.headers = headers;
+        let codes = codes?;
+        let mut out = Vec::with_capacity(raw.len());
+        for r in raw {
+            let Ok(i) = codes.binary_search_by_key(&r.code, |c| c.0) else { continue };
+            let Some(code) = &codes[i].1 else { continue };
+            let offset = match l.code_adaptive {
+                Some(adaptive) => {
+                    let start = r.code.wrapping_add(adaptive);
+                    // Not started yet (before its first traceable instruction): CPython hides it too.
+                    let first = start.wrapping_add(code.firsttraceable.max(0) as u64 * 2);
+                    if r.owner != FRAME_OWNED_BY_GENERATOR && r.instr < first {
+                        continue;
+                    }
+                    r.instr.wrapping_sub(start) as i64
+                }
+                None => r.instr as i64,
+            };
+            let line = match self.lines.get(&(code.serial, offset)) {
+                Some(&line) => line,
+                None => {
+                    let line = parse_line(l.lines, &code.table, code.first, offset);
+                    if self.lines.len() >= MAX_LINES {
+                        self.lines.clear();
+                    }
+                    self.lines.insert((code.serial, offset), line);
+                    line
+                }
+            };
+            out.push(PyFrame { function: code.function.clone(), file: code.file.clone(), line, call: r.call });
+        }
+        Ok(out)
+    }
+
+    /// The code objects at `addrs` (sorted), from their headers: cached when the header is the one they were read
+    /// with; `None` for a 3.13 frame that runs something else.
+    #[allow(clippy::type_complexity)]
+    fn codes_of(
+        &mut self,
+        mem: &mut dyn Memory,
+        addrs: &[u64],
+        headers: &[u8],
+        size: usize,
+        ok: &[bool],
+    ) -> Result<Vec<(u64, Option<Arc<Code>>)>, String> {
+        let l = self.rt.layout.clone();
+        let mut codes = Vec::with_capacity(addrs.len());
+        for (i, &addr) in addrs.iter().enumerate() {
+            if !ok.get(i).copied().unwrap_or(false) {
                 return Err(format!("cannot read the code object at {addr:#x}"));
             }
+            let hdr = headers.get(i * size..(i + 1) * size).unwrap_or(&[]);
             let ty = u64_at(hdr, 8);
             if self.rt.code_type != 0 && ty != self.rt.code_type {
                 // 3.13: a frame may run something other than a code object (a trampoline); it is not shown.
                 if l.version >= (3, 13) {
-                    codes.insert(addr, None);
+                    codes.push((addr, None));
                     continue;
                 }
                 return Err(format!("the code object at {addr:#x} is not a code object (type {ty:#x})"));
@@ -271,6 +413,7 @@ impl Walker {
             let code = match cached {
                 Some(c) => c,
                 None => {
+                    self.serial += 1;
                     let c = Arc::new(self.load_code(mem, addr, hdr, fingerprint)?);
                     let size = c.table.len() + c.function.len() + c.file.len() + 64;
                     if self.code.len() >= 1 << 16 || self.cached + size > MAX_CACHED {
@@ -282,27 +425,9 @@ impl Walker {
                     c
                 }
             };
-            codes.insert(addr, Some(code));
+            codes.push((addr, Some(code)));
         }
-        let mut out = Vec::with_capacity(raw.len());
-        for r in raw {
-            let Some(Some(code)) = codes.get(&r.code) else { continue };
-            let offset = match l.code_adaptive {
-                Some(adaptive) => {
-                    let start = r.code.wrapping_add(adaptive);
-                    // Not started yet (before its first traceable instruction): CPython hides it too.
-                    let first = start.wrapping_add(code.firsttraceable.max(0) as u64 * 2);
-                    if r.owner != FRAME_OWNED_BY_GENERATOR && r.instr < first {
-                        continue;
-                    }
-                    r.instr.wrapping_sub(start) as i64
-                }
-                None => r.instr as i64,
-            };
-            let line = parse_line(l.lines, &code.table, code.first, offset);
-            out.push(PyFrame { function: code.function.clone(), file: code.file.clone(), line, call: r.call });
-        }
-        Ok(out)
+        Ok(codes)
     }
 
     fn load_code(&self, mem: &mut dyn Memory, addr: u64, hdr: &[u8], fingerprint: [u64; 6]) -> Result<Code, String> {
@@ -313,6 +438,7 @@ impl Walker {
         let table =
             self.read_bytes(mem, fingerprint[4]).map_err(|e| format!("code object at {addr:#x}: line table: {e}"))?;
         Ok(Code {
+            serial: self.serial,
             fingerprint,
             function: function.into(),
             file: file.into(),
