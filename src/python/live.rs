@@ -68,6 +68,11 @@ pub struct PythonReader {
 }
 
 impl PythonReader {
+    /// Forgets what was remembered about thread `tid`'s frames (it exited).
+    pub fn forget_thread(&mut self, tid: Tid) {
+        self.batch.forget(tid);
+    }
+
     /// Finds the interpreter of process `pid`: `Ok(None)` if no mapped module defines `_PyRuntime`; `Err` names
     /// why a Python process cannot be read (unsupported version, corrupt offsets).
     pub fn locate(pid: Tid) -> Result<Option<PythonReader>, String> {

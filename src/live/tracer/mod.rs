@@ -567,6 +567,10 @@ impl<'a> Tracer<'a> {
     }
 
     fn gone(&mut self, tid: Tid, how: End) {
+        // Its tid may be reused by a new thread: what was remembered about its Python frames goes.
+        if let Some(p) = self.cfg.python.as_mut() {
+            p.forget_thread(tid);
+        }
         if let Some(t) = self.threads.remove(&tid) {
             let state = match t.state {
                 State::Held { prev, .. } => *prev,
