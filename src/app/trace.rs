@@ -408,6 +408,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     };
     let cfg = Config {
         pid,
+        python_search: python.is_none() && python_error.is_none(),
         python,
         stack_bytes: out.stack_bytes,
         deadline: out.duration.map(|d| Instant::now() + d),

@@ -12,6 +12,7 @@ use crate::model::modules::{self, Module};
 use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::mem::{self, ProcMem};
+use std::collections::HashSet;
 
 /// Reads the target's memory, serving ranges from local copies first.
 struct LiveMem<'a> {
@@ -76,14 +77,21 @@ impl PythonReader {
     /// Finds the interpreter of process `pid`: `Ok(None)` if no mapped module defines `_PyRuntime`; `Err` names
     /// why a Python process cannot be read (unsupported version, corrupt offsets).
     pub fn locate(pid: Tid) -> Result<Option<PythonReader>, String> {
+        Self::locate_new(pid, &mut HashSet::new())
+    }
+
+    /// [`Self::locate`] looking only at modules not in `seen` (path and load address), which it adds: a host
+    /// that loads libpython with dlopen after the trace started is found by calling this again.
+    pub fn locate_new(pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String> {
         let maps = resolve::read_maps(pid).map_err(|e| format!("{e:#}"))?;
-        let procmem = ProcMem::open(pid).ok();
+        let mut procmem = None;
         for g in modules::group_modules(&maps) {
             let name = modules::file_name(&g.path);
             // Only libpython or a python executable defines the runtime: no need to read every library.
-            if !name.contains("python") || name.ends_with(".pyc") {
+            if !name.contains("python") || name.ends_with(".pyc") || !seen.insert((g.path.clone(), g.start)) {
                 continue;
             }
+            let procmem = procmem.get_or_insert_with(|| ProcMem::open(pid).ok());
             let Ok(module) = resolve::read_module(pid, &g, procmem.as_ref()) else { continue };
             let Some((runtime, _)) = module.find_symbol("_PyRuntime") else { continue };
             let layout = read_layout(pid, &module, runtime, name)?;

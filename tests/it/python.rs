@@ -265,3 +265,53 @@ fn bench_python_walk() {
         assert_eq!(t.wait().code(), Some(0));
     }
 }
+
+/// A host that loads libpython with dlopen after syscatch attached: the tracer looks for a CPython again every
+/// second, so the calls made once it is found carry the Python frames (`grow` called from `serve`).
+#[test]
+fn python_loaded_by_dlopen_after_attach_is_found() {
+    require_ptrace();
+    let lib = pyenv(12).parent().unwrap().parent().unwrap().join("lib/libpython3.12.so.1.0");
+    assert!(lib.exists(), "{} (pyenv's shared CPython 3.12)", lib.display());
+    let host = testprog_with("py_dlopen", &["-ldl"]);
+    let mut t = Target::start(&host, &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    sc.wait_attached();
+    t.send(&format!("load {}", lib.display()));
+    // Events until one carries Python frames (the search runs once a second; 150 rounds of 20 ms give it 3 s).
+    let mut found = None;
+    while let Some(line) = sc.out.next_or_end() {
+        let v: Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        if v["type"] != "event" {
+            continue;
+        }
+        let py: Vec<String> = v["data"]["stack"]
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .filter(|f| f["kind"] == "python")
+                    .filter_map(|f| f["function"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !py.is_empty() {
+            found = Some((py, v["data"]["ret"].as_str().unwrap_or("").to_string()));
+            break;
+        }
+    }
+    let (py, ret) = found.expect("no event with Python frames");
+    assert_eq!(py[..2], ["grow".to_string(), "serve".to_string()], "{py:?}");
+    let truth: Vec<String> = t.out.until(|l| l == "done" || l == format!("mmap {ret}"));
+    assert_eq!(truth.last().map(String::as_str), Some(format!("mmap {ret}").as_str()), "{truth:?}");
+    sc.signal(libc::SIGINT);
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    // The line that stops the Python loop (unless its 150 rounds are over) is also the host's last.
+    t.try_send("stop");
+    t.out.until(|l| l == "done");
+    assert_eq!(t.wait().code(), Some(0));
+}

@@ -126,6 +126,9 @@ pub struct Config {
     pub stack_bytes: usize,
     /// The target's CPython, when it runs one: each captured stack gets the thread's Python frames.
     pub python: Option<crate::python::live::PythonReader>,
+    /// No CPython was found at the start, and none refused: look again every second (a host may dlopen
+    /// libpython later).
+    pub python_search: bool,
     pub deadline: Option<Instant>,
     /// Print a one-line live status to stderr (only when stderr is a terminal).
     pub live_status: bool,
@@ -194,6 +197,8 @@ pub struct Tracer<'a> {
     current: Option<Tid>,
     /// Threads a bounded wait gave up on, and what their next stop must settle.
     late: HashMap<Tid, Late>,
+    /// While no CPython is known: the modules already looked at for one.
+    python_seen: Option<HashSet<(String, u64)>>,
 }
 
 /// What a wait that ran out left behind on a thread (it runs on; its next stop is settled by
@@ -261,6 +266,7 @@ fn os_errno(e: std::io::Error) -> Errno {
 impl<'a> Tracer<'a> {
     fn new(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
         let mem = ProcMem::open(cfg.pid).map_err(os_errno)?;
+        let cfg_python_search = cfg.python_search && cfg.python.is_none();
         let (guard, no_guard) = match start_guard(cfg.pid, &mem, specs.first().map_or(0, |s| s.addr)) {
             Ok(g) => (Some(g), None),
             Err(why) => (None, why),
@@ -319,6 +325,7 @@ impl<'a> Tracer<'a> {
             pad: None,
             current: None,
             late: HashMap::new(),
+            python_seen: cfg_python_search.then(HashSet::new),
         })
     }
 
@@ -444,6 +451,7 @@ impl<'a> Tracer<'a> {
             if last_status.elapsed() >= Duration::from_millis(1000) {
                 last_status = Instant::now();
                 self.verify_sites();
+                self.look_for_python();
                 if self.cfg.live_status {
                     self.print_status();
                 }
@@ -467,6 +475,24 @@ impl<'a> Tracer<'a> {
         self.summary.duration = self.start.elapsed();
         self.summary.end = Some(end.clone());
         end
+    }
+
+    /// A CPython mapped since the last look (libpython loaded with dlopen): its frames join the stacks captured
+    /// from now on. Only modules not looked at before are read; one that refuses (an unsupported version) is
+    /// said once, and the search ends.
+    fn look_for_python(&mut self) {
+        let Some(seen) = self.python_seen.as_mut() else { return };
+        match crate::python::live::PythonReader::locate_new(self.cfg.pid, seen) {
+            Ok(None) => {}
+            Ok(Some(p)) => {
+                self.cfg.python = Some(p);
+                self.python_seen = None;
+            }
+            Err(e) => {
+                self.summary.warnings.push(format!("Python frames left out: {e}"));
+                self.python_seen = None;
+            }
+        }
     }
 
     fn ended(&self) -> Option<End> {
