@@ -466,3 +466,33 @@ impl ModuleSource for Replay {
         crate::analysis::symbolize::find_debug_file("", path, data, |p| std::fs::read(p).ok())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report must print the live run's times to the last digit: an event's time survives the recording
+    /// exactly (serde_json's default float parser is off by an ulp on some values; this one, from a real trace).
+    #[test]
+    fn event_times_round_trip_exactly() {
+        let ev = Event {
+            time: 1.4843709409999999,
+            tid: 1,
+            probe: None,
+            func: None,
+            nr: 9,
+            args: [0; 6],
+            regs: Vec::new(),
+            ret: Some(0x7f00_0000_0000),
+            ret_missing: None,
+            capture: None,
+            also: Vec::new(),
+        };
+        let line = serde_json::to_string(&Record::Event(Box::new(RecEvent::new(&ev, None, 0, false)))).unwrap();
+        let Ok(Record::Event(back)) = serde_json::from_str::<Record>(&line) else { panic!("{line}") };
+        assert_eq!(back.event().unwrap().time.to_bits(), ev.time.to_bits(), "{line}");
+        assert_eq!(unhex(&hex(&[0, 0xab, 0xff])), Some(vec![0, 0xab, 0xff]));
+        assert_eq!(unhex("abc"), None);
+        assert_eq!(unhex("zz"), None);
+    }
+}
