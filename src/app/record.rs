@@ -13,7 +13,7 @@ use crate::analysis::modules::ModuleSource;
 use crate::analysis::rules::ProcessFacts;
 use crate::model::Tid;
 use crate::model::event::{Event, StackCapture, Summary};
-use crate::model::modules::{Module, ModuleMap};
+use crate::model::modules::{Module, ModuleMap, hex};
 use crate::model::regs::{Reg, Regs};
 use crate::model::smaps::SmapsRegion;
 use crate::model::stack::PyFrame;
@@ -110,10 +110,6 @@ pub struct RecStack {
     pub len: usize,
     pub bytes: String,
     pub python: Vec<PyFrame>,
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub fn unhex(s: &str) -> Option<Vec<u8>> {

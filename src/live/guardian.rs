@@ -11,6 +11,7 @@
 //! A message is written before the byte is planted and after it is taken back, so at every moment the list
 //! covers memory; a message about a byte that never got planted is harmless, because the guardian checks.
 
+use crate::model::modules::hex;
 use crate::os::Tid;
 use crate::os::guard::{self, Wake};
 use crate::os::mem::ProcMem;
@@ -33,10 +34,6 @@ pub enum Msg {
     Exec,
     /// syscatch detached cleanly: nothing to do.
     Done,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn parse_hex(s: &str) -> Option<Vec<u8>> {
