@@ -303,6 +303,8 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             Ok(0)
         }
         (None, false) => {
+            // A stop request while the command starts (its libraries' constructors may block) must end the wait.
+            signals::install_handlers(50);
             let pid = spawn_stopped(&args.cmd)?;
             let site = match prepare_spawned(pid) {
                 Ok(site) => site,

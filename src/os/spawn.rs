@@ -27,8 +27,10 @@ pub fn fork_stopped(argv: &[CString]) -> Result<Tid, String> {
         }
     }
     let mut status = 0;
-    // SAFETY: plain waitpid on our own child with a valid out-pointer.
-    unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) };
+    // SAFETY: plain waitpid on our own child with a valid out-pointer. syscatch's timer may interrupt it.
+    while unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) } == -1
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
     if !libc::WIFSTOPPED(status) {
         return Err("the child did not start".into());
     }
@@ -66,41 +68,64 @@ fn entry_point(pid: Tid) -> Option<u64> {
     })
 }
 
-/// Runs the freshly exec'd, single-threaded child to its entry point and leaves it stopped there.
+/// Runs the freshly exec'd, single-threaded child to its entry point and leaves it stopped there. Before that
+/// point the child runs the dynamic linker and its libraries' constructors, which may take any time: a stop
+/// request (SIGINT, SIGTERM, SIGHUP to syscatch) ends the wait, and the child is detached at its next stop with
+/// the signal it stopped for. On every way out but success the entry point's byte is put back first, so the
+/// command runs on unharmed.
 pub fn run_to_entry(pid: Tid) -> Result<(), String> {
     let entry = entry_point(pid).ok_or("no entry point in the auxiliary vector")?;
     let mem = ProcMem::open(pid).map_err(|e| e.to_string())?;
     let mut orig = [0u8; 1];
     mem.read_exact(entry, &mut orig).map_err(|e| e.to_string())?;
     mem.write_all(entry, &[0xcc]).map_err(|e| e.to_string())?;
+    let restore = || mem.write_all(entry, &orig).map_err(|e| e.to_string());
     ptrace::cont(pid, 0).map_err(|e| e.desc().to_string())?;
+    let mut interrupted = false;
     loop {
-        match ptrace::wait_for(pid, false) {
-            Ok(Some((_, Stop::Signal(libc::SIGTRAP)))) => {
+        let stop = match ptrace::wait_for(pid, false) {
+            Ok(Some((_, stop))) => stop,
+            Ok(None) => {
+                if !interrupted && super::signals::stop_requested() != 0 {
+                    interrupted = true;
+                    let _ = ptrace::interrupt(pid);
+                }
+                continue;
+            }
+            Err(e) => {
+                let _ = restore();
+                return Err(e.desc().into());
+            }
+        };
+        // The signal the child stopped for, to pass on; `None` once it is gone.
+        let sig = match stop {
+            Stop::Exited(code) => return Err(format!("the command exited with status {code}")),
+            Stop::Killed(sig) => return Err(format!("the command was killed by signal {sig}")),
+            Stop::Signal(libc::SIGTRAP) => {
                 let mut regs = ptrace::get_regs(pid).map_err(|e| e.desc().to_string())?;
                 if regs.ip() == entry + 1 {
-                    mem.write_all(entry, &orig).map_err(|e| e.to_string())?;
+                    restore()?;
                     regs.set_ip(entry);
                     ptrace::set_regs(pid, &regs).map_err(|e| e.desc().to_string())?;
-                    return Ok(());
+                    if !interrupted {
+                        return Ok(());
+                    }
+                    0
+                } else {
+                    libc::SIGTRAP
                 }
-                let _ = ptrace::cont(pid, libc::SIGTRAP);
             }
-            Ok(Some((_, Stop::Signal(sig)))) => {
-                let _ = ptrace::cont(pid, sig);
-            }
-            Ok(Some((_, Stop::Exited(code)))) => {
-                return Err(format!("the command exited with status {code}"));
-            }
-            Ok(Some((_, Stop::Killed(sig)))) => {
-                return Err(format!("the command was killed by signal {sig}"));
-            }
-            Ok(Some(_)) => {
-                let _ = ptrace::cont(pid, 0);
-            }
-            Ok(None) => {}
-            Err(e) => return Err(e.desc().into()),
+            Stop::Signal(sig) => sig,
+            _ => 0,
+        };
+        if interrupted {
+            restore()?;
+            let _ = ptrace::detach(pid, sig);
+            return Err(format!(
+                "interrupted before the command reached its entry point; process {pid} runs on, untraced"
+            ));
         }
+        let _ = ptrace::cont(pid, sig);
     }
 }
 

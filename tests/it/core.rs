@@ -576,3 +576,32 @@ fn a_breakpoint_byte_changed_by_someone_else_is_never_restored_wrongly() {
     write_mem(pid, site, &orig);
     assert_eq!(cmd(&mut t, "mmap 1").len(), 1);
 }
+
+#[test]
+fn interrupting_a_command_that_is_still_starting_leaves_it_unharmed() {
+    require_ptrace();
+    let prog = testprog_with_libs("slow_start", &[shared_lib("slow_start_lib")]);
+    let mut cmd_line = syscatch_cmd();
+    cmd_line.arg("--").arg(&prog).stderr(std::process::Stdio::piped());
+    // The command's library constructor prints its pid and blocks before the entry point, where syscatch waits.
+    let mut t = Target::start_cmd(&mut cmd_line);
+    let mut err = Lines::new(t.child.stderr.take().unwrap(), "syscatch stderr");
+    let syscatch = t.child.id() as i32;
+    // SAFETY: a signal to our own child, syscatch alone (not the command).
+    assert_eq!(unsafe { libc::kill(syscatch, libc::SIGINT) }, 0);
+    let line = err.until(|l| l.contains("interrupted"));
+    assert!(line.last().unwrap().contains("before the command reached its entry point"), "{line:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = t.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "syscatch did not exit after SIGINT");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert_eq!(status.code(), Some(1), "{:?}", err.seen);
+    assert_eq!(tracer_of(t.pid), 0, "the command is no longer traced");
+    // The command goes on past its entry point: no int3 of ours is left there.
+    t.send("go");
+    assert_eq!(t.out.next(), "main reached");
+}
