@@ -10,7 +10,7 @@
 # clean: the script exits non-zero otherwise. SIGKILL rounds are reported apart: saving the target from a
 # SIGKILLed syscatch is the guardian's job (#11 item 3).
 #
-# The rounds live in tests/it/torture.rs (`torture_script`, ignored by a plain `cargo test`; CI runs three rounds
+# The rounds live in tests/it/torture/storm.rs (`torture_script`, ignored by a plain `cargo test`; CI runs three rounds
 # as `storm_rounds_interrupted_at_random_moments`). The same SEED replays the same choices (timing still varies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
