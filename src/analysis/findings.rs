@@ -38,19 +38,7 @@ pub fn stack_facts(report: &LeakReport) -> Vec<StackFact> {
 
 /// Runs the rules over what the trace found and the facts of the process (read after detach, or recorded).
 pub fn diagnose(process: &ProcessFacts, report: &LeakReport, rules: &[Rule], duration_s: f64) -> Diagnosis {
-    let mut facts = Facts { stacks: stack_facts(report), ..Facts::default() };
-    if let Some(kb) = &process.class_kb {
-        if let Some(before) = &process.class_before {
-            facts.class_growth_kb =
-                kb.iter().map(|(c, &now)| (c.clone(), now - before.get(c).copied().unwrap_or(0))).collect();
-        }
-        facts.class_size_kb = kb.clone();
-        facts.arenas = process.arenas;
-        facts.allocator = process.allocator.clone();
-    }
-    facts.hooks = process.hooks.clone();
-    (facts.env, facts.env_source) = (process.env.clone(), process.env_source.clone());
-    facts.kernel = process.kernel.clone();
+    let facts = Facts::of(process.clone(), stack_facts(report));
     let findings = rules::evaluate(rules, &facts);
     Diagnosis { findings, rules_checked: rules.len(), duration_s, facts, ..Diagnosis::default() }
 }

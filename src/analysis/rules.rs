@@ -123,25 +123,35 @@ pub struct ProcessFacts {
     pub arenas: usize,
     pub allocator: String,
     pub hooks: Vec<HookFact>,
-    pub env: BTreeMap<String, String>,
-    pub env_source: String,
-    pub kernel: BTreeMap<String, String>,
-}
-
-/// Everything a rule may look at. Class figures are Rss+Swap in KiB, by class name.
-#[derive(Debug, Clone, Default)]
-pub struct Facts {
-    pub stacks: Vec<StackFact>,
-    pub class_growth_kb: BTreeMap<String, i64>,
-    pub class_size_kb: BTreeMap<String, i64>,
-    pub arenas: usize,
-    pub allocator: String,
-    pub hooks: Vec<HookFact>,
     /// The live environment (with `GLIBC_TUNABLES` entries also as their own keys).
     pub env: BTreeMap<String, String>,
     /// Where `env` was read from (`live __environ`, or `/proc/PID/environ (start-up)`).
     pub env_source: String,
     pub kernel: BTreeMap<String, String>,
+}
+
+/// Everything a rule may look at: the traced stacks, the process's facts, and its class figures (Rss+Swap in
+/// KiB, by class name) now and grown during the trace.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub stacks: Vec<StackFact>,
+    pub class_growth_kb: BTreeMap<String, i64>,
+    pub class_size_kb: BTreeMap<String, i64>,
+    pub process: ProcessFacts,
+}
+
+impl Facts {
+    /// The facts of `process` with its class growth worked out, and the traced `stacks`.
+    pub fn of(process: ProcessFacts, stacks: Vec<StackFact>) -> Facts {
+        let size = process.class_kb.clone().unwrap_or_default();
+        let growth = match &process.class_before {
+            Some(before) => {
+                size.iter().map(|(c, &now)| (c.clone(), now - before.get(c).copied().unwrap_or(0))).collect()
+            }
+            None => BTreeMap::new(),
+        };
+        Facts { stacks, class_growth_kb: growth, class_size_kb: size, process }
+    }
 }
 
 /// A rule that matched, with its evidence.
@@ -244,16 +254,16 @@ fn env_matches(want: &str, have: Option<&String>) -> bool {
 fn process_conditions(w: &When, facts: &Facts) -> Option<Vec<String>> {
     let mut ev = Vec::new();
     if let Some(a) = &w.allocator {
-        if !glob(a, &facts.allocator) {
+        if !glob(a, &facts.process.allocator) {
             return None;
         }
-        ev.push(format!("allocator: {}", facts.allocator));
+        ev.push(format!("allocator: {}", facts.process.allocator));
     }
     if let Some(n) = w.min_arenas {
-        if facts.arenas < n {
+        if facts.process.arenas < n {
             return None;
         }
-        ev.push(format!("{} glibc thread arenas", facts.arenas));
+        ev.push(format!("{} glibc thread arenas", facts.process.arenas));
     }
     if let Some(c) = &w.class_growth {
         let g = class_sum(&facts.class_growth_kb, &c.classes);
@@ -275,19 +285,19 @@ fn process_conditions(w: &When, facts: &Facts) -> Option<Vec<String>> {
         ev.push(format!("traced calls from {}", names.join(" <- ")));
     }
     for func in &w.hooked {
-        let h = facts.hooks.iter().find(|h| &h.function == func)?;
+        let h = facts.process.hooks.iter().find(|h| &h.function == func)?;
         ev.push(format!("hook: {}", h.text));
     }
     for (k, want) in &w.env {
-        if !env_matches(want, facts.env.get(k)) {
+        if !env_matches(want, facts.process.env.get(k)) {
             return None;
         }
     }
     for (k, want) in &w.kernel {
-        if !facts.kernel.get(k).is_some_and(|v| glob(want, v)) {
+        if !facts.process.kernel.get(k).is_some_and(|v| glob(want, v)) {
             return None;
         }
-        ev.push(format!("kernel {k} = {}", facts.kernel[k]));
+        ev.push(format!("kernel {k} = {}", facts.process.kernel[k]));
     }
     Some(ev)
 }
@@ -295,14 +305,14 @@ fn process_conditions(w: &When, facts: &Facts) -> Option<Vec<String>> {
 /// Evidence every finding of `rule` shows: the hooks on the matched modules and the environment it names.
 fn explanations(rule: &Rule, frames: &[FrameFact], facts: &Facts) -> Vec<String> {
     let mut ev = Vec::new();
-    for h in &facts.hooks {
+    for h in &facts.process.hooks {
         if !rule.when.hooked.contains(&h.function) && frames.iter().any(|f| f.module == h.module) {
             ev.push(format!("hook: {}", h.text));
         }
     }
     for k in &rule.explain_env {
-        let v = facts.env.get(k).map(|v| format!("{k}={v}")).unwrap_or_else(|| format!("{k} unset"));
-        ev.push(format!("{v} (environment: {})", facts.env_source));
+        let v = facts.process.env.get(k).map(|v| format!("{k}={v}")).unwrap_or_else(|| format!("{k} unset"));
+        ev.push(format!("{v} (environment: {})", facts.process.env_source));
     }
     ev
 }
@@ -368,6 +378,7 @@ pub fn hook_advice(rules: &[Rule], facts: &Facts) -> Vec<Finding> {
         let Some(mut evidence) = process_conditions(&w, facts) else { continue };
         let patterns = rule.when.frames.iter().chain(&rule.when.seen_frames);
         let hooked: Vec<(&HookFact, &String)> = facts
+            .process
             .hooks
             .iter()
             .filter_map(|h| {
@@ -448,7 +459,8 @@ mod tests {
     fn the_shipped_rules_parse_and_the_ucx_rule_fires_only_on_its_stack() {
         let rules = parse_rules(DEFAULT_RULES).unwrap();
         assert!(rules.len() >= 6);
-        let mut facts = Facts { allocator: "glibc".into(), env_source: "live".into(), ..Facts::default() };
+        let process = ProcessFacts { allocator: "glibc".into(), env_source: "live".into(), ..Default::default() };
+        let mut facts = Facts { process, ..Facts::default() };
         facts.stacks.push(ucx_stack(256 << 10));
         facts.stacks.push(StackFact { id: 4, frames: vec![f("app", "leak_site")], still_mapped: 1 << 20 });
         let found = evaluate(&rules, &facts);
@@ -496,11 +508,12 @@ mod tests {
     #[test]
     fn process_rules_use_class_figures_and_the_environment() {
         let rules = parse_rules(DEFAULT_RULES).unwrap();
-        let mut facts = Facts { allocator: "glibc".into(), arenas: 12, ..Facts::default() };
+        let process = ProcessFacts { allocator: "glibc".into(), arenas: 12, ..Default::default() };
+        let mut facts = Facts { process, ..Facts::default() };
         facts.class_size_kb.insert("malloc_arenas".into(), 90 << 10);
         let found = evaluate(&rules, &facts);
         assert!(found.iter().any(|f| f.rule == "glibc-arenas"), "{found:#?}");
-        facts.arenas = 2;
+        facts.process.arenas = 2;
         assert!(!evaluate(&rules, &facts).iter().any(|f| f.rule == "glibc-arenas"));
         assert_eq!(
             parse_tunables("glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=0"),

@@ -1,7 +1,7 @@
 //! The findings rules as the commands load them: the shipped rules merged with `--rules FILE`, and the advice of
 //! `syscatch mem` (the process-wide rules over memory classes and the live environment).
 
-use crate::analysis::rules::{self, Facts, Rule};
+use crate::analysis::rules::{self, Facts, ProcessFacts, Rule};
 use crate::live::facts::{read_environment, read_kernel};
 use crate::os::Tid;
 use std::collections::BTreeMap;
@@ -31,16 +31,16 @@ pub fn rule_advice(
 ) -> Vec<String> {
     let Ok(rules) = load_rules(None) else { return Vec::new() };
     let (env, env_source) = read_environment(pid);
-    let facts = Facts {
-        class_size_kb: class_kb,
-        class_growth_kb: growth_kb,
+    let process = ProcessFacts {
+        class_kb: Some(class_kb),
         arenas,
         allocator: allocator.to_string(),
         env,
         env_source,
         kernel: read_kernel(),
-        ..Facts::default()
+        ..ProcessFacts::default()
     };
+    let facts = Facts { class_growth_kb: growth_kb, ..Facts::of(process, Vec::new()) };
     rules::evaluate(&rules, &facts)
         .iter()
         .map(|f| {

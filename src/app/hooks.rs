@@ -1,7 +1,7 @@
 //! `syscatch hooks`: who intercepted the memory functions of a process, from memory reads alone (the target
 //! never stops). See `hooks` for what is checked and how.
 
-use crate::analysis::rules::{self, Facts, Finding};
+use crate::analysis::rules::{self, Facts, Finding, ProcessFacts};
 use crate::app::trace::usage;
 use crate::cli::HooksArgs;
 use crate::hooks::{self, MEMORY_FUNCTIONS, Status, read, render};
@@ -71,19 +71,8 @@ fn hook_advice(pid: i32, report: &hooks::Report, functions: &[String]) -> Result
         return Ok(Vec::new());
     }
     let rules = crate::app::findings::load_rules(None)?;
-    let (env, env_source) = crate::live::facts::read_environment(pid);
-    let (arenas, allocator) =
-        crate::app::mem::read_class_facts(pid).map(|(_, a, n)| (a, n)).unwrap_or((0, String::new()));
-    let facts = Facts {
-        hooks,
-        env,
-        env_source,
-        kernel: crate::live::facts::read_kernel(),
-        arenas,
-        allocator,
-        ..Facts::default()
-    };
-    Ok(rules::hook_advice(&rules, &facts))
+    let process = ProcessFacts { hooks, ..crate::live::facts::read_facts_but_hooks(pid, None) };
+    Ok(rules::hook_advice(&rules, &Facts::of(process, Vec::new())))
 }
 
 fn advice_text(w: &mut dyn Write, advice: &[Finding]) -> std::io::Result<()> {

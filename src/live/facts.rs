@@ -8,13 +8,17 @@ use std::collections::BTreeMap;
 
 /// Everything the rules look at besides the traced stacks; `class_before` was read before the trace.
 pub fn read_process_facts(pid: Tid, class_before: Option<BTreeMap<String, i64>>) -> ProcessFacts {
+    ProcessFacts { hooks: read_hooks(pid), ..read_facts_but_hooks(pid, class_before) }
+}
+
+/// [`read_process_facts`] without the hook scan, for a caller that has the hooks already.
+pub fn read_facts_but_hooks(pid: Tid, class_before: Option<BTreeMap<String, i64>>) -> ProcessFacts {
     let mut f = ProcessFacts { class_before, ..ProcessFacts::default() };
     if let Some((kb, arenas, alloc)) = crate::app::mem::read_class_facts(pid) {
         f.class_kb = Some(kb);
         f.arenas = arenas;
         f.allocator = alloc;
     }
-    f.hooks = read_hooks(pid);
     (f.env, f.env_source) = read_environment(pid);
     f.kernel = read_kernel();
     f

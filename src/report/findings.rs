@@ -75,7 +75,7 @@ fn per_min(bytes: u64, secs: f64) -> f64 {
 }
 
 fn hook_modules(d: &Diagnosis) -> Vec<&str> {
-    d.facts.hooks.iter().map(|h| h.module.as_str()).collect()
+    d.facts.process.hooks.iter().map(|h| h.module.as_str()).collect()
 }
 
 /// Growth on no traced stack worth a word: over a tenth of the growth and at least this much.
@@ -99,7 +99,7 @@ fn next_steps(d: &Diagnosis) -> Vec<String> {
                 .into(),
         );
     }
-    if d.facts.hooks.is_empty() {
+    if d.facts.process.hooks.is_empty() {
         out.push(
             "no memory hooks found; a library with its own syscall instruction (not libc's) is invisible \
                   to --leaks: syscatch mem --watch 2s shows which class grows"
@@ -237,9 +237,9 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
             "watched": d.watched.paths,
             "not_watched": d.watched.skipped,
             "nested_calls": d.nested,
-            "allocator": d.facts.allocator,
-            "environment_source": d.facts.env_source,
-            "hooks": d.facts.hooks.iter().map(|h| json!({"function": h.function, "how": h.how, "module": h.module, "text": h.text})).collect::<Vec<_>>(),
+            "allocator": d.facts.process.allocator,
+            "environment_source": d.facts.process.env_source,
+            "hooks": d.facts.process.hooks.iter().map(|h| json!({"function": h.function, "how": h.how, "module": h.module, "text": h.text})).collect::<Vec<_>>(),
             "next": if untraced_worth_saying(growth, traced) { next_steps(d) } else { Vec::new() },
         }),
     )
