@@ -13,18 +13,21 @@ mod children;
 mod fast;
 mod hit;
 mod hold;
+mod kernel;
 mod pad;
 
 use crate::live::guardian::{Guard, Msg};
 use crate::model::event::{End, Event, Sink, StackCapture, Summary};
 use crate::model::regs::{Reg, Regs};
 use crate::model::status;
-use crate::os::mem::{self, ProcMem};
-use crate::os::ptrace::{self, Stop};
-use crate::os::{Tid, procfs, signals};
+use crate::os::Tid;
+use crate::os::mem::ProcMem;
+use crate::os::ptrace::Stop;
 use crate::x86::breakpoints::{self, Decoded, INT3, Insn, Memory};
+use kernel::{Kernel, Live, Mem};
 use nix::errno::Errno;
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -171,7 +174,10 @@ struct Thread {
 
 pub struct Tracer<'a> {
     cfg: Config,
-    mem: ProcMem,
+    /// Every kernel operation goes through this (the real one, or a test's script).
+    k: Rc<dyn Kernel>,
+    /// The target's memory.
+    mem: Box<dyn Mem>,
     sites: HashMap<u64, Site>,
     /// Return sites whose byte was put back while a thread may already have executed their int3 (or a fork
     /// child may still hold it), with that byte.
@@ -217,7 +223,7 @@ enum Late {
 struct CapturedMem<'m> {
     sp: u64,
     stack: &'m [u8],
-    mem: &'m ProcMem,
+    mem: &'m dyn Mem,
 }
 
 impl Memory for CapturedMem<'_> {
@@ -246,8 +252,8 @@ fn set_syscall_result(ev: &mut Event, rax: u64) {
 
 /// At a step's trap: SIGTRAP if the stop is really the target's own SIGTRAP (sent by a process, si_code <= 0),
 /// pending when the step ended, which swallowed our trap (a legacy signal is queued once); else 0.
-fn own_sigtrap(tid: Tid) -> i32 {
-    if ptrace::sig_code(tid).is_ok_and(|c| c <= 0) { libc::SIGTRAP } else { 0 }
+fn own_sigtrap(k: &dyn Kernel, tid: Tid) -> i32 {
+    if k.sig_code(tid).is_ok_and(|c| c <= 0) { libc::SIGTRAP } else { 0 }
 }
 
 /// The guardian, started before anything is planted; without one (refused, or `SYSCATCH_NO_GUARDIAN` set by a
@@ -264,10 +270,24 @@ fn os_errno(e: std::io::Error) -> Errno {
 }
 
 impl<'a> Tracer<'a> {
+    /// On the real kernel, with the guardian started before anything is planted.
     fn new(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
         let mem = ProcMem::open(cfg.pid).map_err(os_errno)?;
+        let guard = start_guard(cfg.pid, &mem, specs.first().map_or(0, |s| s.addr));
+        Tracer::with_kernel(cfg, specs, sink, Rc::new(Live), Box::new(mem), guard)
+    }
+
+    /// Over any [`Kernel`]; `guard`: the guardian, or why there is none.
+    fn with_kernel(
+        cfg: Config,
+        specs: Vec<SiteSpec>,
+        sink: &'a mut dyn Sink,
+        k: Rc<dyn Kernel>,
+        mem: Box<dyn Mem>,
+        guard: Result<Guard, Option<String>>,
+    ) -> Result<Tracer<'a>, Errno> {
         let cfg_python_search = cfg.python_search && cfg.python.is_none();
-        let (guard, no_guard) = match start_guard(cfg.pid, &mem, specs.first().map_or(0, |s| s.addr)) {
+        let (guard, no_guard) = match guard {
             Ok(g) => (Some(g), None),
             Err(why) => (None, why),
         };
@@ -307,6 +327,7 @@ impl<'a> Tracer<'a> {
         }
         Ok(Tracer {
             cfg,
+            k,
             mem,
             sites,
             retired: HashMap::new(),
@@ -335,7 +356,7 @@ impl<'a> Tracer<'a> {
         let started = Instant::now();
         let pid = cfg.pid;
         let mut t = Tracer::new(cfg, specs, sink)?;
-        crate::os::sched::realtime(|| t.seize_all(pid, started))?;
+        t.realtime(|t| t.seize_all(pid, started))?;
         Ok(t)
     }
 
@@ -343,13 +364,13 @@ impl<'a> Tracer<'a> {
     fn seize_all(&mut self, pid: Tid, started: Instant) -> Result<(), Errno> {
         let t = self;
         loop {
-            let tids = procfs::list_tasks(pid).map_err(|_| Errno::ESRCH)?;
+            let tids = t.k.list_tasks(pid).map_err(|_| Errno::ESRCH)?;
             let mut new = 0;
             for tid in tids {
                 if t.threads.contains_key(&tid) {
                     continue;
                 }
-                match ptrace::seize(tid) {
+                match t.k.seize(tid) {
                     Ok(()) => {
                         t.add_thread(tid, false);
                         new += 1;
@@ -372,6 +393,24 @@ impl<'a> Tracer<'a> {
                 t.summary.attach = started.elapsed();
                 return Ok(());
             }
+        }
+    }
+
+    /// Runs `f` at real-time priority when permitted (attaching, detaching, a step with the others held).
+    fn realtime<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let k = Rc::clone(&self.k);
+        let mut f = Some(f);
+        let mut out = None;
+        k.realtime(&mut || {
+            if let Some(f) = f.take() {
+                out = Some(f(self));
+            }
+        });
+        // A kernel that never called `f`: run it at the current priority.
+        match (out, f) {
+            (Some(out), _) => out,
+            (None, Some(f)) => f(self),
+            (None, None) => unreachable!("f ran but gave nothing"),
         }
     }
 
@@ -438,11 +477,11 @@ impl<'a> Tracer<'a> {
             if let Some(end) = self.ended() {
                 break end;
             }
-            let sig = signals::stop_requested();
+            let sig = self.k.stop_requested();
             if sig != 0 {
                 break End::Signal(sig);
             }
-            if signals::faulted() {
+            if self.k.faulted() {
                 break End::Fault;
             }
             if self.cfg.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -456,7 +495,7 @@ impl<'a> Tracer<'a> {
                     self.print_status();
                 }
             }
-            match ptrace::wait_any(false) {
+            match self.k.wait_any(false) {
                 Ok(None) => continue,
                 Ok(Some((tid, stop))) => {
                     // Known while the stop is handled: a panic in between leaves this thread in a stop whose
@@ -551,7 +590,7 @@ impl<'a> Tracer<'a> {
     fn resume(&mut self, tid: Tid, sig: i32) {
         let stepping = matches!(self.threads.get(&tid).map(|t| &t.state), Some(State::Stepping { .. }));
         // An error is ESRCH: killed (SIGKILL) while stopped; waitpid reports its exit.
-        let _ = if stepping { ptrace::step(tid, sig) } else { ptrace::cont(tid, sig) };
+        let _ = if stepping { self.k.step(tid, sig) } else { self.k.cont(tid, sig) };
         if sig != 0 {
             self.summary.signals_forwarded += 1;
         }
@@ -569,7 +608,7 @@ impl<'a> Tracer<'a> {
             Stop::Signal(libc::SIGTRAP) => self.on_trap(tid, seen),
             Stop::Signal(sig) => self.on_signal(tid, sig),
             Stop::GroupStop(_) => {
-                let _ = ptrace::listen(tid);
+                let _ = self.k.listen(tid);
             }
             Stop::Interrupted | Stop::VforkDone => self.resume(tid, 0),
             Stop::Clone(new) | Stop::Fork(new) | Stop::Vfork(new) => {
@@ -583,7 +622,7 @@ impl<'a> Tracer<'a> {
     /// A stop from a tid we have not seen: a new thread whose first stop beat its parent's clone event, or a
     /// child process whose parent's event is still to come. Returns whether to handle the stop now.
     fn adopt_unknown(&mut self, tid: Tid, stop: Stop) -> bool {
-        let status = procfs::read_status(tid).map(|s| status::parse_status(&s)).unwrap_or_default();
+        let status = self.k.read_status(tid).map(|s| status::parse_status(&s)).unwrap_or_default();
         if status.tgid == self.cfg.pid {
             self.add_thread(tid, false);
             return true;
@@ -664,12 +703,12 @@ impl<'a> Tracer<'a> {
             && let entry = *entry.clone()
             && let State::Stepping { mut ev, matched, .. } = std::mem::replace(&mut t.state, State::Running)
         {
-            match ptrace::get_regs(tid) {
+            match self.k.get_regs(tid) {
                 Ok(r) if r.ip() == after => {
                     set_syscall_result(&mut ev, r.0.rax);
                     self.emit(*ev);
                 }
-                Ok(r) if r.ip() < after && ptrace::set_regs(tid, &entry).is_ok() => {
+                Ok(r) if r.ip() < after && self.k.set_regs(tid, &entry).is_ok() => {
                     let _ = r;
                     // The call is caught again when the thread re-enters the wrapper: it must count then, once.
                     self.summary.matching = self.summary.matching.saturating_sub(1);
