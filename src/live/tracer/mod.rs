@@ -15,6 +15,10 @@ mod hit;
 mod hold;
 mod kernel;
 mod pad;
+#[cfg(test)]
+mod script;
+#[cfg(test)]
+mod tests;
 
 use crate::live::guardian::{Guard, Msg};
 use crate::model::event::{End, Event, Sink, StackCapture, Summary};
