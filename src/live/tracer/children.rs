@@ -82,11 +82,33 @@ impl Tracer<'_> {
         // The target replaced its program: our breakpoints are gone with the old address space. The exec'ing
         // thread now has the leader's id; other threads report their exit.
         self.armed = false;
-        self.sites.clear();
+        let waiting: Vec<_> = self.sites.drain().flat_map(|(_, s)| s.waiting).collect();
         self.retired.clear();
         self.fast = None;
         self.pad = None;
         self.tell(Msg::Exec);
+        // Calls still open end here. An execve being stepped on the thread the event names (the leader's id, which
+        // the exec'ing thread has taken) is the call that succeeded (a failed one returns without the event): its
+        // result is 0. Any other call vanishes with the old program.
+        let replaced = "the program was replaced (execve) before the call returned";
+        let mut ended = Vec::new();
+        for (&t, th) in self.threads.iter_mut().filter(|(t, th)| **t == tid || !th.shared_child) {
+            if let Some(mut ev) = take_call(&mut th.state) {
+                if t == tid && [libc::SYS_execve, libc::SYS_execveat].contains(&(ev.nr as i64)) {
+                    set_syscall_result(&mut ev, 0);
+                } else {
+                    ev.ret_missing = Some(replaced.into());
+                }
+                ended.push(*ev);
+            }
+        }
+        for (_, _, mut ev) in waiting {
+            ev.ret_missing = Some(replaced.into());
+            ended.push(*ev);
+        }
+        for ev in ended {
+            self.emit(ev);
+        }
         self.threads.retain(|&t, th| t == tid || th.shared_child);
         if tid != self.cfg.pid
             && let Some(th) = self.threads.remove(&tid)
@@ -96,6 +118,21 @@ impl Tracer<'_> {
         self.leader_status = Some(End::Exec);
         if let Some(th) = self.threads.get_mut(&self.cfg.pid) {
             th.state = State::Held { sig: 0, group: false, prev: Box::new(State::Running) };
+        }
+    }
+}
+
+/// The call a thread is stepping (held or not), taken out of its state.
+fn take_call(state: &mut State) -> Option<Box<Event>> {
+    let s = match state {
+        State::Held { prev, .. } => prev.as_mut(),
+        s => s,
+    };
+    match std::mem::replace(s, State::Running) {
+        State::Stepping { ev, .. } => Some(ev),
+        other => {
+            *s = other;
+            None
         }
     }
 }

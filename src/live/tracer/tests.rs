@@ -202,6 +202,28 @@ fn fork_child_seen_before_its_parents_event_gets_the_original_bytes() {
 }
 
 #[test]
+fn exec_while_stepping_forgets_the_sites_and_reports_the_call() {
+    let s = world(&[PID]);
+    let mut events = Vec::new();
+    let mut t = tracer(&s, &mut events);
+    // A matching syscall(SYS_execve): the step over `syscall` ends in the exec event.
+    hit(&s, PID, 59);
+    s.stop_with(PID, Stop::Exec, None, |r| (r.rip, r.rax) = (0x1000, 0));
+    let end = t.run();
+    let sites = t.sites.len();
+    drop(t);
+    let calls = s.calls();
+    assert_eq!(end, End::Exec);
+    assert_eq!(sites, 0);
+    // The old program's bytes are gone with it: nothing is written into the new one.
+    let exec = pos(&calls, &Call::Stopped(PID, Stop::Exec));
+    assert!(!calls[exec..].iter().any(|c| matches!(c, Call::Write(..) | Call::SetRegs(..))), "{calls:#?}");
+    assert_eq!(calls.last(), Some(&Call::Detach(PID, 0)));
+    assert_eq!(events.len(), 1, "the execve call is reported");
+    assert_eq!((events[0].nr, events[0].ret), (59, Some(0)));
+}
+
+#[test]
 fn exec_by_another_thread_ends_the_call_a_thread_was_stepping() {
     let s = world(&[PID, 101]);
     let mut events = Vec::new();
@@ -211,14 +233,34 @@ fn exec_by_another_thread_ends_the_call_a_thread_was_stepping() {
     s.stop(101, Stop::Exited(0));
     s.stop_with(PID, Stop::Exec, None, |r| r.rip = 0x1000);
     let end = t.run();
+    let sites = t.sites.len();
     drop(t);
     let calls = s.calls();
-    assert_eq!(end, End::Exec);
+    assert_eq!((end, sites), (End::Exec, 0));
     let exec = pos(&calls, &Call::Stopped(PID, Stop::Exec));
     assert!(!calls[exec..].iter().any(|c| matches!(c, Call::Write(..))));
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].ret, None);
     assert!(events[0].ret_missing.as_deref().is_some_and(|m| m.contains("exited")));
+}
+
+#[test]
+fn exec_by_another_thread_while_the_leader_steps_ends_the_leaders_call() {
+    let s = world(&[PID, 101]);
+    let mut events = Vec::new();
+    let mut t = tracer(&s, &mut events);
+    hit(&s, PID, 9);
+    // Thread 101 execs while the leader steps mmap: the event comes with the leader's id (101 has taken it).
+    s.stop_with(PID, Stop::Exec, None, |r| (r.rip, r.rax) = (0x1000, 0));
+    let end = t.run();
+    drop(t);
+    assert_eq!(end, End::Exec);
+    assert_eq!(events.len(), 1);
+    assert_eq!((events[0].nr, events[0].ret), (9, None));
+    assert!(events[0].ret_missing.as_deref().is_some_and(|m| m.contains("replaced")));
+    let calls = s.calls();
+    assert_eq!(calls.last(), Some(&Call::Detach(PID, 0)));
+    assert!(!calls.iter().any(|c| matches!(c, Call::Detach(101, _))));
 }
 
 #[test]
@@ -263,4 +305,19 @@ fn function_probe_waits_for_its_return_on_the_same_thread() {
     assert_eq!(s.byte(PID, 0x40_5000), Some(0x89));
     let calls = s.calls();
     assert!(calls.contains(&Call::Write(PID, 0x40_5000, vec![INT3])));
+}
+
+#[test]
+fn exec_reports_calls_waiting_for_their_return() {
+    let s = world(&[PID]);
+    s.poke(PID, STACK, &0x40_5000u64.to_le_bytes());
+    s.poke(PID, 0x40_5000, &code(&[0x89, 0xc7]));
+    let mut events = Vec::new();
+    let mut t = tracer(&s, &mut events);
+    s.stop_with(PID, Stop::Signal(libc::SIGTRAP), None, |r| (r.rip, r.rsp, r.rdi) = (FUNC + 1, STACK, 1));
+    s.stop_with(PID, Stop::Exec, None, |r| r.rip = 0x1000);
+    assert_eq!(t.run(), End::Exec);
+    drop(t);
+    assert_eq!(events.len(), 1);
+    assert!(events[0].ret.is_none() && events[0].ret_missing.as_deref().is_some_and(|m| m.contains("replaced")));
 }
