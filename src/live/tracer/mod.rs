@@ -1,5 +1,8 @@
 //! The non-stop event loop: only the thread that hits a breakpoint stops, and a probe's int3 is never lifted
-//! while other threads run. Matches on [`Stop`] values; all kernel calls go through `os`.
+//! while other threads run. Matches on [`Stop`] values. Every kernel call goes through the [`kernel::Kernel`]
+//! trait (`Live`: `os`), so the unit tests (`tests.rs`) drive this state machine over scripted stops
+//! (`script.rs`). Still outside the trait: the guardian's pipe (`live::guardian`) and the CPython reader
+//! (`python::live`), both absent in those tests.
 //!
 //! A hit whose probes' conditions are all false is resumed after emulating the displaced instruction (one
 //! GETREGS, one SETREGS, one CONT); an instruction the emulator cannot run is single-stepped with every other

@@ -321,3 +321,51 @@ fn exec_reports_calls_waiting_for_their_return() {
     assert_eq!(events.len(), 1);
     assert!(events[0].ret.is_none() && events[0].ret_missing.as_deref().is_some_and(|m| m.contains("replaced")));
 }
+
+#[test]
+fn group_stop_is_listened_to_and_a_foreign_sigtrap_delivered() {
+    let s = world(&[PID]);
+    let mut events = Vec::new();
+    let mut t = tracer(&s, &mut events);
+    s.stop(PID, Stop::GroupStop(libc::SIGSTOP));
+    // The target's own SIGTRAP (raise(), an int3 of its own): not at one of our sites.
+    s.stop_with(PID, Stop::Signal(libc::SIGTRAP), Some(0), |r| r.rip = 0x40_9001);
+    t.run();
+    let sum = t.summary.clone();
+    drop(t);
+    let calls = s.calls();
+    let group = pos(&calls, &Call::Stopped(PID, Stop::GroupStop(libc::SIGSTOP)));
+    // CONT would end the job-control stop behind the shell's back.
+    assert_eq!(calls[group + 1], Call::Listen(PID));
+    let trap = pos(&calls, &Call::Stopped(PID, Stop::Signal(libc::SIGTRAP)));
+    assert_eq!(calls[trap + 1], Call::Cont(PID, libc::SIGTRAP));
+    assert_eq!((sum.hits, sum.signals_forwarded), (0, 1));
+}
+
+#[test]
+fn vfork_child_keeps_the_shared_bytes_and_is_let_go_at_its_exec() {
+    let s = world(&[PID]);
+    let mut events = Vec::new();
+    let mut t = tracer(&s, &mut events);
+    s.thread(300, 300);
+    s.with_thread(300, |th| th.vm = PID);
+    s.stop(PID, Stop::Vfork(300));
+    s.stop(300, Stop::Interrupted);
+    // The child runs into the probe in the shared memory: traced like a thread of ours.
+    hit(&s, 300, 9);
+    step_trap(&s, 300, MAPPED);
+    s.stop_with(300, Stop::Exec, None, |r| r.rip = 0x1000);
+    let end = t.run();
+    let sum = t.summary.clone();
+    drop(t);
+    let calls = s.calls();
+    assert_eq!(end, End::Signal(libc::SIGINT));
+    assert_eq!(sum.forks_cleaned, 0);
+    // Restoring the bytes in the child would have restored them for the parent: nothing is written until detach.
+    let exec = pos(&calls, &Call::Stopped(300, Stop::Exec));
+    assert!(!calls[..exec].iter().any(|c| matches!(c, Call::Write(PID, SITE, b) if b[..] != [INT3])));
+    assert_eq!(calls[exec + 1], Call::Detach(300, 0));
+    assert_eq!(events.len(), 1);
+    assert_eq!((events[0].tid, events[0].ret), (300, Some(MAPPED)));
+    assert_eq!(s.byte(PID, SITE), Some(WRAPPER[0]));
+}
