@@ -45,6 +45,8 @@ struct Entry {
     stop: Stop,
     code: Option<i32>,
     edit: Option<Edit>,
+    /// Not reported before the virtual clock reads this (a step that blocks in the kernel for a while).
+    at: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +157,7 @@ impl Script {
 
     /// Queues a stop of `tid`, reported once `tid` runs.
     pub fn stop(&self, tid: Tid, stop: Stop) {
-        self.w.borrow_mut().queue.push_back(Entry { tid, stop, code: None, edit: None });
+        self.w.borrow_mut().queue.push_back(Entry { tid, stop, code: None, edit: None, at: Duration::ZERO });
     }
 
     /// Queues a stop that first changes the thread's registers; `code`: its si_code, if not the usual one.
@@ -166,7 +168,12 @@ impl Script {
         code: Option<i32>,
         edit: impl Fn(&mut libc::user_regs_struct) + 'static,
     ) {
-        self.w.borrow_mut().queue.push_back(Entry { tid, stop, code, edit: Some(Box::new(edit)) });
+        self.w.borrow_mut().queue.push_back(Entry { tid, stop, code, edit: Some(Box::new(edit)), at: Duration::ZERO });
+    }
+
+    /// As [`Script::stop_with`], reported only once `at` of virtual time has passed.
+    pub fn stop_later(&self, at: Duration, tid: Tid, stop: Stop, edit: impl Fn(&mut libc::user_regs_struct) + 'static) {
+        self.w.borrow_mut().queue.push_back(Entry { tid, stop, code: None, edit: Some(Box::new(edit)), at });
     }
 
     /// Ends the script now: the tracer sees a stop signal at its next turn.
@@ -218,7 +225,7 @@ impl Script {
                     Some(Run::Detached | Run::Gone) => false,
                 }
         };
-        if let Some(i) = w.queue.iter().position(|e| ready(e.tid, e.stop, &w.threads)) {
+        if let Some(i) = w.queue.iter().position(|e| e.at <= w.clock && ready(e.tid, e.stop, &w.threads)) {
             let e = w.queue.remove(i)?;
             let t = w.threads.entry(e.tid).or_insert_with(|| FakeThread::new(e.tid));
             if let Some(edit) = &e.edit {
@@ -250,11 +257,22 @@ impl Script {
         if !alive {
             return Err(Errno::ECHILD);
         }
-        if !nohang {
-            // A real wait would block for ever: the script is over.
-            w.over = true;
+        if nohang {
+            return Ok(None);
         }
-        Ok(None)
+        // A blocking wait sleeps until the next stop due later, or for ever: then the script is over.
+        let due = w.queue.iter().filter(|e| only.is_none_or(|o| o == e.tid) && e.at > w.clock).map(|e| e.at).min();
+        match due {
+            Some(at) => {
+                w.clock = at;
+                drop(w);
+                self.wait(only, true)
+            }
+            None => {
+                w.over = true;
+                Ok(None)
+            }
+        }
     }
 }
 

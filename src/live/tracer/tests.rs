@@ -8,6 +8,8 @@ const PID: Tid = 100;
 const SITE: u64 = 0x40_1000;
 /// A plain function probe's site (`push %rbp; mov %rsp,%rbp`).
 const FUNC: u64 = 0x40_2000;
+/// A function probe's site whose first instruction (`cmp $1,%edi`) the emulator cannot run.
+const FUNC2: u64 = 0x40_3000;
 const STACK: u64 = 0x7ff0_0000;
 /// glibc's `syscall()`: the arguments moved down one register, the seventh read from the stack, then `syscall`.
 const WRAPPER: [u8; 34] = [
@@ -32,6 +34,7 @@ fn world(tids: &[Tid]) -> Script {
     }
     s.poke(PID, SITE, &code(&WRAPPER));
     s.poke(PID, FUNC, &code(&[0x55, 0x48, 0x89, 0xe5]));
+    s.poke(PID, FUNC2, &code(&[0x83, 0xff, 0x01]));
     s.poke(PID, STACK - 256, &[0; 512]);
     s
 }
@@ -43,9 +46,11 @@ fn tracer<'a>(s: &Script, sink: &'a mut Vec<Event>) -> Tracer<'a> {
         Config { pid: PID, stack_bytes: 256, python: None, python_search: false, deadline: None, live_status: false };
     let wrapper = Probe::new(None, None, Box::new(Numbers([9, 59].into())));
     let func = Probe::new(Some("f".into()), Some("libc.so.6:f".into()), Box::new(Numbers([1].into())));
+    let func2 = Probe::new(Some("g".into()), Some("libc.so.6:g".into()), Box::new(Numbers([1].into())));
     let specs = vec![
         SiteSpec { addr: SITE, code: code(&WRAPPER), wrapper: true, probes: vec![wrapper] },
         SiteSpec { addr: FUNC, code: code(&[0x55, 0x48, 0x89, 0xe5]), wrapper: false, probes: vec![func] },
+        SiteSpec { addr: FUNC2, code: code(&[0x83, 0xff, 0x01]), wrapper: false, probes: vec![func2] },
     ];
     let k: Rc<dyn Kernel> = Rc::new(s.clone());
     let mem = k.open_mem(PID).expect("the fake has the target's memory");
@@ -74,7 +79,12 @@ fn count(calls: &[Call], c: &Call) -> usize {
 }
 
 fn pos(calls: &[Call], c: &Call) -> usize {
-    calls.iter().position(|x| x == c).unwrap_or_else(|| panic!("{c:?} not in {calls:#?}"))
+    after(calls, 0, c)
+}
+
+/// The first `c` at or after `from`.
+fn after(calls: &[Call], from: usize, c: &Call) -> usize {
+    calls.iter().skip(from).position(|x| x == c).map(|i| i + from).unwrap_or_else(|| panic!("{c:?} not in {calls:#?}"))
 }
 
 #[test]
@@ -368,4 +378,54 @@ fn vfork_child_keeps_the_shared_bytes_and_is_let_go_at_its_exec() {
     assert_eq!(events.len(), 1);
     assert_eq!((events[0].tid, events[0].ret), (300, Some(MAPPED)));
     assert_eq!(s.byte(PID, SITE), Some(WRAPPER[0]));
+}
+
+/// `tid` enters [`FUNC2`] with a call that does not match.
+fn hit_func2(s: &Script, tid: Tid) {
+    s.stop_with(tid, Stop::Signal(libc::SIGTRAP), Some(SI_KERNEL), |r| (r.rip, r.rsp, r.rdi) = (FUNC2 + 1, STACK, 0));
+}
+
+#[test]
+fn an_instruction_that_cannot_be_emulated_is_stepped_with_every_other_thread_held() {
+    let s = world(&[PID, 101]);
+    let mut events = Vec::new();
+    let mut t = tracer(&s, &mut events);
+    hit_func2(&s, 101);
+    s.stop_with(101, Stop::Signal(libc::SIGTRAP), Some(TRAP_TRACE), |r| r.rip = FUNC2 + 3);
+    t.run();
+    let sum = t.summary.clone();
+    drop(t);
+    let calls = s.calls();
+    let hit_at = pos(&calls, &Call::Stopped(101, Stop::Signal(libc::SIGTRAP)));
+    let held = after(&calls, hit_at, &Call::Stopped(PID, Stop::Interrupted));
+    let back = after(&calls, hit_at, &Call::Write(PID, FUNC2, vec![0x83]));
+    let step = after(&calls, hit_at, &Call::Step(101, 0));
+    let armed = after(&calls, hit_at, &Call::Write(PID, FUNC2, vec![INT3]));
+    let released = after(&calls, hit_at, &Call::Cont(PID, 0));
+    // The original byte is back only while every other thread is held.
+    assert!(held < back && back < step && step < armed && armed < released, "{calls:#?}");
+    assert_eq!(calls[step + 1], Call::Stopped(101, Stop::Signal(libc::SIGTRAP)));
+    after(&calls, armed, &Call::Cont(101, 0));
+    assert_eq!((sum.slow_path, sum.hits), (1, 1));
+}
+
+#[test]
+fn a_step_that_blocks_lets_the_others_go_and_its_late_trap_is_swallowed() {
+    let s = world(&[PID, 101]);
+    let mut events = Vec::new();
+    let mut t = tracer(&s, &mut events);
+    hit_func2(&s, 101);
+    // The instruction blocks in the kernel (a fault on slow storage) for two seconds.
+    s.stop_later(Duration::from_secs(2), 101, Stop::Signal(libc::SIGTRAP), |r| r.rip = FUNC2 + 3);
+    t.run();
+    drop(t);
+    let calls = s.calls();
+    let step = pos(&calls, &Call::Step(101, 0));
+    let armed = after(&calls, step, &Call::Write(PID, FUNC2, vec![INT3]));
+    let released = after(&calls, step, &Call::Cont(PID, 0));
+    let late = calls.iter().rposition(|c| *c == Call::Stopped(101, Stop::Signal(libc::SIGTRAP))).unwrap_or(0);
+    assert!(step < armed && armed < released && released < late, "{calls:#?}");
+    // Our trap, not the target's: resumed without a signal.
+    assert_eq!(calls[late + 1], Call::Cont(101, 0));
+    assert!(!calls.contains(&Call::Cont(101, libc::SIGTRAP)));
 }
