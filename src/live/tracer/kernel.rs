@@ -10,7 +10,9 @@ use crate::model::regs::Regs;
 use crate::os::mem::ProcMem;
 use crate::os::ptrace::{self, Stop};
 use crate::os::{Tid, mem, procfs, sched, signals};
+use crate::python::live::PythonReader;
 use nix::errno::Errno;
+use std::collections::HashSet;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -70,6 +72,8 @@ pub(crate) trait Kernel {
     fn read_wchan(&self, tid: Tid) -> io::Result<String>;
     fn list_tasks(&self, pid: Tid) -> io::Result<Vec<Tid>>;
     fn read_maps(&self, pid: Tid) -> io::Result<String>;
+    /// A CPython among the modules of `pid` not in `seen` (which it extends); see `PythonReader::locate_new`.
+    fn locate_python(&self, pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String>;
 
     /// The stop signal syscatch received (0: none).
     fn stop_requested(&self) -> i32;
@@ -148,6 +152,9 @@ impl Kernel for Live {
     }
     fn read_maps(&self, pid: Tid) -> io::Result<String> {
         procfs::read_maps(pid)
+    }
+    fn locate_python(&self, pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String> {
+        PythonReader::locate_new(pid, seen)
     }
     fn stop_requested(&self) -> i32 {
         signals::stop_requested()

@@ -1,8 +1,8 @@
 //! The non-stop event loop: only the thread that hits a breakpoint stops, and a probe's int3 is never lifted
 //! while other threads run. Matches on [`Stop`] values. Every kernel call goes through the [`kernel::Kernel`]
 //! trait (`Live`: `os`), so the unit tests (`tests.rs`) drive this state machine over scripted stops
-//! (`script.rs`). Still outside the trait: the guardian's pipe (`live::guardian`) and the CPython reader
-//! (`python::live`), both absent in those tests.
+//! (`script.rs`). Handed in rather than called through it: the guardian (`live::guardian`, a pipe to our own
+//! child) and the CPython reader's frame walk (`python::live`); both are absent in those tests.
 //!
 //! A hit whose probes' conditions are all false is resumed after emulating the displaced instruction (one
 //! GETREGS, one SETREGS, one CONT); an instruction the emulator cannot run is single-stepped with every other
@@ -446,7 +446,7 @@ impl<'a> Tracer<'a> {
     /// said once, and the search ends.
     fn look_for_python(&mut self) {
         let Some(seen) = self.python_seen.as_mut() else { return };
-        match crate::python::live::PythonReader::locate_new(self.cfg.pid, seen) {
+        match self.k.locate_python(self.cfg.pid, seen) {
             Ok(None) => {}
             Ok(Some(p)) => {
                 self.cfg.python = Some(p);

@@ -13,9 +13,10 @@ use super::kernel::{Kernel, Mem};
 use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::ptrace::Stop;
+use crate::python::live::PythonReader;
 use nix::errno::Errno;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -409,6 +410,9 @@ impl Kernel for Script {
     }
     fn read_maps(&self, _pid: Tid) -> io::Result<String> {
         Ok(String::new())
+    }
+    fn locate_python(&self, _: Tid, _: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String> {
+        Ok(None)
     }
     fn stop_requested(&self) -> i32 {
         if self.w.borrow().over { libc::SIGINT } else { 0 }
