@@ -6,6 +6,7 @@
 //! Every method takes `&self`: the tracer calls them while other parts of itself are borrowed, and a fake keeps
 //! its record in a `RefCell`. The cost is one indirect call per operation, next to a system call of ~1 us.
 
+use crate::live::guardian::Guard;
 use crate::model::regs::Regs;
 use crate::os::mem::ProcMem;
 use crate::os::ptrace::{self, Stop};
@@ -91,6 +92,22 @@ pub(crate) trait Kernel {
 
 /// The real kernel.
 pub(crate) struct Live;
+
+/// The guardian, or why there is none (`None`: turned off, nothing to say).
+pub(super) type GuardOrWhy = Result<Guard, Option<String>>;
+
+/// The target's memory, and the guardian started on it before anything is planted; without a guardian (refused,
+/// or `SYSCATCH_NO_GUARDIAN` set by a test measuring what it saves), the reason, said once arming begins (not
+/// for a target that is gone by then).
+pub(super) fn open_live(pid: Tid, check: u64) -> Result<(Box<dyn Mem>, GuardOrWhy), Errno> {
+    let mem = ProcMem::open(pid).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    let guard = if std::env::var_os("SYSCATCH_NO_GUARDIAN").is_some() {
+        Err(None)
+    } else {
+        Guard::start(pid, &mem, check).map_err(Some)
+    };
+    Ok((Box::new(mem), guard))
+}
 
 impl Kernel for Live {
     fn seize(&self, tid: Tid) -> Result<(), Errno> {

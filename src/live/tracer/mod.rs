@@ -29,7 +29,6 @@ use crate::model::event::{End, Event, Sink, StackCapture, Summary};
 use crate::model::regs::Regs;
 use crate::model::status;
 use crate::os::Tid;
-use crate::os::mem::ProcMem;
 use crate::os::ptrace::Stop;
 use crate::x86::breakpoints::{self, Decoded, INT3, Insn, Memory};
 use kernel::{Kernel, Live, Mem};
@@ -181,25 +180,11 @@ fn own_sigtrap(k: &dyn Kernel, tid: Tid) -> i32 {
     if k.sig_code(tid).is_ok_and(|c| c <= 0) { libc::SIGTRAP } else { 0 }
 }
 
-/// The guardian, started before anything is planted; without one (refused, or `SYSCATCH_NO_GUARDIAN` set by a
-/// test measuring what it saves), the reason, said once arming begins (not for a target that is gone by then).
-fn start_guard(pid: Tid, mem: &ProcMem, check: u64) -> Result<Guard, Option<String>> {
-    if std::env::var_os("SYSCATCH_NO_GUARDIAN").is_some() {
-        return Err(None);
-    }
-    Guard::start(pid, mem, check).map_err(Some)
-}
-
-fn os_errno(e: std::io::Error) -> Errno {
-    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
-}
-
 impl<'a> Tracer<'a> {
     /// On the real kernel, with the guardian started before anything is planted.
     fn new(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
-        let mem = ProcMem::open(cfg.pid).map_err(os_errno)?;
-        let guard = start_guard(cfg.pid, &mem, specs.first().map_or(0, |s| s.addr));
-        Tracer::with_kernel(cfg, specs, sink, Rc::new(Live), Box::new(mem), guard)
+        let (mem, guard) = kernel::open_live(cfg.pid, specs.first().map_or(0, |s| s.addr))?;
+        Tracer::with_kernel(cfg, specs, sink, Rc::new(Live), mem, guard)
     }
 
     /// Over any [`Kernel`]; `guard`: the guardian, or why there is none.
@@ -209,7 +194,7 @@ impl<'a> Tracer<'a> {
         sink: &'a mut dyn Sink,
         k: Rc<dyn Kernel>,
         mem: Box<dyn Mem>,
-        guard: Result<Guard, Option<String>>,
+        guard: kernel::GuardOrWhy,
     ) -> Result<Tracer<'a>, Errno> {
         let cfg_python_search = cfg.python_search && cfg.python.is_none();
         let (guard, no_guard) = match guard {
