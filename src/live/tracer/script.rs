@@ -232,6 +232,10 @@ impl Script {
             if let Some(edit) = &e.edit {
                 edit(&mut t.regs.0);
             }
+            if let Stop::Signal(sig) = e.stop {
+                // Dequeued: no longer pending.
+                t.sig_pnd &= !(1u64 << (sig - 1));
+            }
             t.run = match e.stop {
                 Stop::Exited(_) | Stop::Killed(_) => Run::Gone,
                 s => Run::Stopped(e.code.unwrap_or_else(|| event_code(s))),

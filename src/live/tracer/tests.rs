@@ -429,3 +429,38 @@ fn a_step_that_blocks_lets_the_others_go_and_its_late_trap_is_swallowed() {
     assert_eq!(calls[late + 1], Call::Cont(101, 0));
     assert!(!calls.contains(&Call::Cont(101, libc::SIGTRAP)));
 }
+
+#[test]
+fn a_signal_that_comes_while_detaching_is_delivered_at_the_detach() {
+    let s = world(&[PID, 101]);
+    let mut events = Vec::new();
+    let mut t = tracer(&s, &mut events);
+    s.end();
+    s.stop(101, Stop::Signal(libc::SIGUSR1));
+    t.run();
+    drop(t);
+    let calls = s.calls();
+    assert_eq!(count(&calls, &Call::Detach(101, libc::SIGUSR1)), 1, "{calls:#?}");
+    assert!(!calls.iter().any(|c| matches!(c, Call::Cont(101, libc::SIGUSR1))));
+}
+
+#[test]
+fn a_trap_of_ours_still_pending_at_detach_is_drained_not_left_to_kill_the_thread() {
+    let s = world(&[PID, 101]);
+    let mut events = Vec::new();
+    let mut t = tracer(&s, &mut events);
+    s.end();
+    // 101 executed our int3, but the interrupt stop is reported first; the SIGTRAP is still queued.
+    s.with_thread(101, |th| th.sig_pnd = 1 << (libc::SIGTRAP - 1));
+    s.stop(101, Stop::Interrupted);
+    s.stop_with(101, Stop::Signal(libc::SIGTRAP), Some(SI_KERNEL), |r| r.rip = SITE + 1);
+    t.run();
+    drop(t);
+    let calls = s.calls();
+    let held = calls.iter().rposition(|c| *c == Call::Stopped(101, Stop::Interrupted)).unwrap_or(0);
+    let drained = after(&calls, held, &Call::Cont(101, 0));
+    assert_eq!(calls[drained + 1], Call::Stopped(101, Stop::Signal(libc::SIGTRAP)));
+    // Rewound onto the instruction whose byte goes back, and detached without the signal.
+    assert_eq!(calls[drained + 2], Call::SetRegs(101, SITE, 0));
+    assert!(after(&calls, drained, &Call::Write(PID, SITE, vec![WRAPPER[0]])) < pos(&calls, &Call::Detach(101, 0)));
+}
