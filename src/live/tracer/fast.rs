@@ -4,14 +4,14 @@
 //! written there, and one whole instruction of the wrapper is replaced by a jump to it. Non-matching calls then
 //! never stop; a matching call stops once, at the trampoline's int3, with rax already the result.
 
+use super::kernel::Mem;
 use super::{Late, State, Tracer};
 use crate::live::guardian::Msg;
 use crate::model::consts::MAP_FIXED_NOREPLACE;
 use crate::model::event::{Event, StackCapture};
 use crate::model::regs::Regs;
 use crate::os::Tid;
-use crate::os::mem;
-use crate::os::ptrace::{self, Stop};
+use crate::os::ptrace::Stop;
 use crate::x86::breakpoints;
 use crate::x86::trampoline::{self, PatchPlan};
 use std::collections::HashMap;
@@ -59,14 +59,14 @@ impl Tracer<'_> {
         if in_mem != code {
             return Err("the wrapper in memory differs from the file (another tool has patched it)".into());
         }
-        crate::os::sched::realtime(|| {
-            let stuck = self.hold_all(None);
+        self.realtime(|t| {
+            let stuck = t.hold_all(None);
             // Rewriting the wrapper needs every thread stopped: one that cannot stop might return into it.
             let result = match stuck.first() {
                 Some((tid, why)) => Err(format!("thread {tid} cannot be stopped ({why})")),
-                None => self.install(numbers, entry, plan),
+                None => t.install(numbers, entry, plan),
             };
-            self.release_all();
+            t.release_all();
             result
         })
     }
@@ -74,13 +74,15 @@ impl Tracer<'_> {
     fn install(&mut self, numbers: &[u64], entry: u64, plan: PatchPlan) -> Result<(), String> {
         let tid = self.injectable(true).ok_or("no thread is in a state where it can map the trampoline page")?;
         for (&t, _) in self.threads.iter() {
-            let r = ptrace::get_regs(t).map_err(|e| format!("cannot read thread {t}'s registers: {e}"))?;
+            let r = self.k.get_regs(t).map_err(|e| format!("cannot read thread {t}'s registers: {e}"))?;
             if r.ip() > plan.at && r.ip() < plan.at + plan.orig.len() as u64 {
                 return Err(format!("thread {t} is inside the instruction to patch"));
             }
         }
         // All threads are held: the maps cannot change under us but for other processes writing ours (none do).
-        let maps = crate::live::resolve::read_maps(self.cfg.pid).map_err(|e| format!("{e:#}"))?;
+        let pid = self.cfg.pid;
+        let maps = self.k.read_maps(pid).map_err(|e| format!("cannot read /proc/{pid}/maps: {e}"))?;
+        let maps = crate::model::maps::parse_maps(&maps);
         let mut page = None;
         let mut tried = 0;
         for hint in trampoline::page_candidates(&maps, &plan).into_iter().take(16) {
@@ -125,18 +127,18 @@ impl Tracer<'_> {
     /// Makes stopped thread `tid` run one system call on the `syscall` instruction at `insn`, then puts its
     /// registers back. Returns rax.
     pub(super) fn inject_syscall(&mut self, tid: Tid, insn: u64, nr: u64, a: [u64; 6]) -> Result<u64, String> {
-        let saved = ptrace::get_regs(tid).map_err(|e| e.desc().to_string())?;
+        let saved = self.k.get_regs(tid).map_err(|e| e.desc().to_string())?;
         let mut r: Regs = saved;
         r.set_ip(insn);
         let g = &mut r.0;
         (g.rax, g.rdi, g.rsi, g.rdx, g.r10, g.r8, g.r9) = (nr, a[0], a[1], a[2], a[3], a[4], a[5]);
-        ptrace::set_regs(tid, &r).map_err(|e| e.desc().to_string())?;
-        ptrace::step(tid, 0).map_err(|e| e.desc().to_string())?;
-        let give_up = Instant::now() + super::hold::HOLD_LIMIT;
+        self.k.set_regs(tid, &r).map_err(|e| e.desc().to_string())?;
+        self.k.step(tid, 0).map_err(|e| e.desc().to_string())?;
+        let give_up = self.k.now() + super::hold::HOLD_LIMIT;
         let result = loop {
-            match self.wait_bounded(tid, give_up.saturating_duration_since(Instant::now())) {
+            match self.wait_bounded(tid, give_up.saturating_duration_since(self.k.now())) {
                 Ok(Stop::Signal(libc::SIGTRAP)) => {
-                    break ptrace::get_regs(tid).map(|r| r.0.rax).map_err(|e| e.desc().to_string());
+                    break self.k.get_regs(tid).map(|r| r.0.rax).map_err(|e| e.desc().to_string());
                 }
                 Ok(Stop::Signal(s)) => {
                     // A signal came first: keep it for when the thread is let go, and give up on this try.
@@ -151,7 +153,7 @@ impl Tracer<'_> {
                 // A PTRACE_INTERRUPT of ours still pending (the thread was held while already stopped): it stops
                 // again before running anything. Step again; waiting on would wait forever.
                 Ok(Stop::Interrupted) => {
-                    if let Err(e) = ptrace::step(tid, 0) {
+                    if let Err(e) = self.k.step(tid, 0) {
                         break Err(e.desc().to_string());
                     }
                 }
@@ -169,7 +171,7 @@ impl Tracer<'_> {
                 }
             }
         };
-        let _ = ptrace::set_regs(tid, &saved);
+        let _ = self.k.set_regs(tid, &saved);
         result
     }
 
@@ -186,7 +188,7 @@ impl Tracer<'_> {
         let mut at_entry = *regs;
         at_entry.0.rip = entry;
         let stack =
-            if self.cfg.stack_bytes > 0 { mem::read_upto(tid, regs.sp(), self.cfg.stack_bytes) } else { Vec::new() };
+            if self.cfg.stack_bytes > 0 { self.k.read_upto(tid, regs.sp(), self.cfg.stack_bytes) } else { Vec::new() };
         let asked = self.cfg.stack_bytes;
         Some(Event {
             time: self.start.elapsed().as_secs_f64(),
@@ -241,7 +243,7 @@ impl Tracer<'_> {
 
     /// The original bytes a fork child must get back, and nops for the page's int3s: a child forked by a
     /// matching `syscall(SYS_fork)` returns from the kernel inside the page, just before one of them.
-    pub(super) fn fast_restore_in(&self, child: &mem::ProcMem) {
+    pub(super) fn fast_restore_in(&self, child: &dyn Mem) {
         if let Some(f) = &self.fast {
             let _ = child.write_all(f.plan.at, &f.plan.orig);
             for &a in f.int3s.keys() {

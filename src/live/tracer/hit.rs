@@ -6,11 +6,11 @@ use super::*;
 
 impl Tracer<'_> {
     pub(super) fn on_trap(&mut self, tid: Tid, seen: Instant) {
-        let Ok(mut regs) = ptrace::get_regs(tid) else { return };
+        let Ok(mut regs) = self.k.get_regs(tid) else { return };
         if let Some(Thread { state: State::Stepping { after, .. }, .. }) = self.threads.get(&tid) {
             let after = *after;
             if regs.ip() == after {
-                let sig = own_sigtrap(tid);
+                let sig = own_sigtrap(&*self.k, tid);
                 let Some(t) = self.threads.get_mut(&tid) else { return };
                 if let State::Stepping { mut ev, .. } = std::mem::replace(&mut t.state, State::Running) {
                     set_syscall_result(&mut ev, regs.0.rax);
@@ -37,7 +37,7 @@ impl Tracer<'_> {
             if self.retired.contains_key(&addr) && self.read_byte(addr) != Some(INT3) {
                 // It executed a return breakpoint's int3 just before the byte was put back: run the original.
                 regs.set_ip(addr);
-                if ptrace::set_regs(tid, &regs).is_ok() {
+                if self.k.set_regs(tid, &regs).is_ok() {
                     self.resume(tid, 0);
                 }
                 return;
@@ -96,7 +96,7 @@ impl Tracer<'_> {
         let addr = regs.ip();
         let Some(site) = self.sites.get(&addr) else {
             // The site was just retired: the original byte is back.
-            if ptrace::set_regs(tid, &regs).is_ok() {
+            if self.k.set_regs(tid, &regs).is_ok() {
                 self.resume(tid, 0);
             }
             return;
@@ -109,11 +109,11 @@ impl Tracer<'_> {
             return;
         }
         let first = site.first;
-        let m = CapturedMem { sp: regs.sp(), stack: &[], mem: &self.mem };
+        let m = CapturedMem { sp: regs.sp(), stack: &[], mem: &*self.mem };
         let mut emulated = regs;
         if breakpoints::emulate(&first, &mut emulated, &m).is_some() {
             self.summary.emulated += 1;
-            if ptrace::set_regs(tid, &emulated).is_ok() {
+            if self.k.set_regs(tid, &emulated).is_ok() {
                 self.summary.stopped += seen.elapsed();
                 self.resume(tid, 0);
             }
@@ -163,11 +163,11 @@ impl Tracer<'_> {
         let want_stack = matched.iter().any(|&i| site.probes[i].want_stack);
         let want_ret = matched.iter().any(|&i| site.probes[i].want_ret);
         let stack = if want_stack && self.cfg.stack_bytes > 0 {
-            mem::read_upto(tid, regs.sp(), self.cfg.stack_bytes)
+            self.k.read_upto(tid, regs.sp(), self.cfg.stack_bytes)
         } else {
             Vec::new()
         };
-        let m = CapturedMem { sp: regs.sp(), stack: &stack, mem: &self.mem };
+        let m = CapturedMem { sp: regs.sp(), stack: &stack, mem: &*self.mem };
         let g = &regs.0;
         let args = if is_wrapper {
             [g.rsi, g.rdx, g.rcx, g.r8, g.r9, m.read_u64(regs.sp().wrapping_add(8)).unwrap_or(0)]
@@ -230,7 +230,7 @@ impl Tracer<'_> {
         let first = site.first;
         let entry = regs;
         let stack: &[u8] = ev.capture.as_ref().map(|c| c.stack.as_slice()).unwrap_or(&[]);
-        let m = CapturedMem { sp: regs.sp(), stack, mem: &self.mem };
+        let m = CapturedMem { sp: regs.sp(), stack, mem: &*self.mem };
         let mut ok = breakpoints::emulate(&first, &mut regs, &m).is_some();
         match &w.rest {
             Some(rest) => {
@@ -240,7 +240,7 @@ impl Tracer<'_> {
             }
             None => self.summary.slow_path += 1,
         }
-        if !ok || ptrace::set_regs(tid, &regs).is_err() {
+        if !ok || self.k.set_regs(tid, &regs).is_err() {
             ev.ret_missing = Some("could not step the wrapper".into());
             self.emit(ev);
             self.step_over(tid, entry, seen);

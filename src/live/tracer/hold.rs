@@ -6,8 +6,8 @@ use crate::live::guardian::Msg;
 use crate::model::event::End;
 use crate::model::regs::Regs;
 use crate::model::status;
-use crate::os::ptrace::{self, Stop};
-use crate::os::{Tid, procfs, signals};
+use crate::os::Tid;
+use crate::os::ptrace::Stop;
 use crate::x86::breakpoints::INT3;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -30,10 +30,10 @@ impl Tracer<'_> {
     pub(super) fn hold_all(&mut self, except: Option<Tid>) -> Vec<(Tid, String)> {
         for (&tid, t) in &self.threads {
             if Some(tid) != except && !matches!(t.state, State::Held { .. }) {
-                let _ = ptrace::interrupt(tid);
+                let _ = self.k.interrupt(tid);
             }
         }
-        let started = Instant::now();
+        let started = self.k.now();
         let mut stuck: HashMap<Tid, String> = HashMap::new();
         let mut nap = Duration::from_micros(20);
         loop {
@@ -49,7 +49,7 @@ impl Tracer<'_> {
             }
             // Polled, not blocking: a blocking wait would never return if every pending thread is stuck (and the
             // SIGALRM tick that breaks waits is off during detach).
-            match ptrace::wait_any(true) {
+            match self.k.wait_any(true) {
                 Ok(Some((tid, stop))) => {
                     if Some(tid) == except {
                         // The stepping thread is stopped at its trap: only its death can be reported.
@@ -63,7 +63,7 @@ impl Tracer<'_> {
                     }
                     nap = Duration::from_micros(20);
                     // A steady stream of stops must not postpone the limit forever.
-                    if started.elapsed() < HOLD_LIMIT {
+                    if self.k.now().saturating_duration_since(started) < HOLD_LIMIT {
                         continue;
                     }
                 }
@@ -73,7 +73,7 @@ impl Tracer<'_> {
                     break;
                 }
             }
-            let waited = started.elapsed();
+            let waited = self.k.now().saturating_duration_since(started);
             for tid in pending {
                 if let Some(why) = self.cannot_stop(tid, waited) {
                     stuck.insert(tid, why);
@@ -87,7 +87,7 @@ impl Tracer<'_> {
                 }
                 break;
             }
-            std::thread::sleep(nap);
+            self.k.sleep(nap);
             nap = (nap * 2).min(Duration::from_millis(1));
         }
         let mut left: Vec<(Tid, String)> = stuck
@@ -102,15 +102,15 @@ impl Tracer<'_> {
     /// zombie, a thread in uninterruptible sleep past its grace cannot stop now) and at most `limit`. Err: why not;
     /// the thread runs on, and the caller records in `late` what its stop must settle when it comes.
     pub(super) fn wait_bounded(&self, tid: Tid, limit: Duration) -> Result<Stop, String> {
-        let started = Instant::now();
+        let started = self.k.now();
         let mut nap = Duration::from_micros(10);
         loop {
-            match ptrace::wait_for(tid, true) {
+            match self.k.wait_for(tid, true) {
                 Ok(Some((_, stop))) => return Ok(stop),
                 Ok(None) => {}
                 Err(e) => return Err(e.desc().to_string()),
             }
-            let waited = started.elapsed();
+            let waited = self.k.now().saturating_duration_since(started);
             // /proc is read only once the wait is no longer short (a step or a clone ends in microseconds).
             if waited >= Duration::from_millis(1)
                 && let Some(why) = self.cannot_stop(tid, waited)
@@ -121,9 +121,9 @@ impl Tracer<'_> {
                 return Err(format!("no stop within {} ms", limit.as_millis()));
             }
             if nap < Duration::from_micros(80) {
-                std::thread::yield_now();
+                self.k.yield_now();
             } else {
-                std::thread::sleep(nap);
+                self.k.sleep(nap);
             }
             nap = (nap * 2).min(Duration::from_millis(1));
         }
@@ -136,18 +136,18 @@ impl Tracer<'_> {
         let late = match late {
             _ if matches!(stop, Stop::Exited(_) | Stop::Killed(_)) => return Some(stop),
             Late::ForkChild => {
-                let _ = ptrace::detach(tid, 0);
+                let _ = self.k.detach(tid, 0);
                 return None;
             }
             Late::Injected(saved) => {
-                let _ = ptrace::set_regs(tid, &saved);
+                let _ = self.k.set_regs(tid, &saved);
                 Late::Trap
             }
             Late::Trap => Late::Trap,
         };
         // Our trap (a kernel-made SIGTRAP: si_code > 0) is swallowed; if another stop came first while it is
         // still pending, the next stop settles it.
-        if stop == Stop::Signal(libc::SIGTRAP) && ptrace::sig_code(tid).is_ok_and(|c| c > 0) {
+        if stop == Stop::Signal(libc::SIGTRAP) && self.k.sig_code(tid).is_ok_and(|c| c > 0) {
             return Some(Stop::Interrupted);
         }
         if self.sigtrap_pending(tid) {
@@ -161,11 +161,11 @@ impl Tracer<'_> {
         if let Some((&child, _)) = self.threads.iter().find(|(_, t)| t.vfork_parent == Some(tid)) {
             return Some(format!("a vfork parent waiting in the kernel for its child {child}"));
         }
-        let status = procfs::read_status(tid).ok().map(|s| status::parse_status(&s))?;
+        let status = self.k.read_status(tid).ok().map(|s| status::parse_status(&s))?;
         match status.state {
             'Z' | 'X' => Some(ZOMBIE.into()),
             'D' if waited >= D_GRACE => {
-                let wchan = procfs::read_wchan(tid).unwrap_or_default();
+                let wchan = self.k.read_wchan(tid).unwrap_or_default();
                 let wchan = wchan.trim();
                 Some(if wchan.is_empty() || wchan == "0" {
                     "in uninterruptible sleep".into()
@@ -181,7 +181,7 @@ impl Tracer<'_> {
     pub(super) fn hold(&mut self, tid: Tid, stop: Stop) {
         let Some(stop) = self.settle_late(tid, stop) else { return };
         if !self.threads.contains_key(&tid) {
-            let status = procfs::read_status(tid).map(|s| status::parse_status(&s)).unwrap_or_default();
+            let status = self.k.read_status(tid).map(|s| status::parse_status(&s)).unwrap_or_default();
             if status.tgid != self.cfg.pid {
                 self.early.insert(tid, stop);
                 return;
@@ -197,9 +197,9 @@ impl Tracer<'_> {
                     Some(State::Stepping { after, .. }) => Some(*after),
                     _ => None,
                 };
-                match ptrace::get_regs(tid) {
+                match self.k.get_regs(tid) {
                     Ok(r) if Some(r.ip()) == after => {
-                        sig = super::own_sigtrap(tid);
+                        sig = super::own_sigtrap(&*self.k, tid);
                         // The step is done: the event is complete, and the thread runs on (CONT, not another
                         // step whose trap would be taken for the target's own SIGTRAP) when let go.
                         if let Some(t) = self.threads.get_mut(&tid)
@@ -223,7 +223,7 @@ impl Tracer<'_> {
                     {
                         // A hit seen while holding: rewound, it hits again (or runs the original) when let go.
                         r.set_ip(r.ip() - 1);
-                        let _ = ptrace::set_regs(tid, &r);
+                        let _ = self.k.set_regs(tid, &r);
                     }
                     _ => {
                         self.settle_step(tid, libc::SIGTRAP);
@@ -241,7 +241,7 @@ impl Tracer<'_> {
                 if let Some(t) = self.threads.get(&new)
                     && t.shared_child
                 {
-                    let _ = ptrace::interrupt(new);
+                    let _ = self.k.interrupt(new);
                 }
             }
             Stop::Exec => {
@@ -273,7 +273,7 @@ impl Tracer<'_> {
             };
             t.state = *prev;
             if group {
-                let _ = ptrace::listen(tid);
+                let _ = self.k.listen(tid);
             } else {
                 self.resume(tid, sig);
             }
@@ -283,7 +283,7 @@ impl Tracer<'_> {
     /// Single-steps the instruction at `regs.ip()` (a breakpoint site) with every other thread stopped, so no
     /// thread can pass the site while its original byte is back. Correct, slow, counted.
     pub(super) fn step_alone(&mut self, tid: Tid, regs: Regs) {
-        crate::os::sched::realtime(|| self.step_alone_now(tid, regs))
+        self.realtime(|t| t.step_alone_now(tid, regs))
     }
 
     fn step_alone_now(&mut self, tid: Tid, regs: Regs) {
@@ -296,10 +296,10 @@ impl Tracer<'_> {
         if let Some(orig) = orig
             && self.mem.write_all(addr, &[orig]).is_ok()
         {
-            if ptrace::set_regs(tid, &regs).is_ok() && ptrace::step(tid, 0).is_ok() {
-                let give_up = Instant::now() + HOLD_LIMIT;
+            if self.k.set_regs(tid, &regs).is_ok() && self.k.step(tid, 0).is_ok() {
+                let give_up = self.k.now() + HOLD_LIMIT;
                 loop {
-                    match self.wait_bounded(tid, give_up.saturating_duration_since(Instant::now())) {
+                    match self.wait_bounded(tid, give_up.saturating_duration_since(self.k.now())) {
                         Ok(Stop::Signal(libc::SIGTRAP)) => break,
                         Ok(Stop::Signal(s)) => {
                             // A signal came first: the instruction did not run. Deliver the signal now; the
@@ -318,7 +318,7 @@ impl Tracer<'_> {
                         // An interrupt of ours still pending, or an event of the stepped instruction (a system
                         // call): the step goes on.
                         Ok(_) => {
-                            if ptrace::step(tid, 0).is_err() {
+                            if self.k.step(tid, 0).is_err() {
                                 break;
                             }
                         }
@@ -346,13 +346,13 @@ impl Tracer<'_> {
         if self.detached {
             return;
         }
-        crate::os::sched::realtime(|| self.detach_all_now());
+        self.realtime(|t| t.detach_all_now());
     }
 
     fn detach_all_now(&mut self) {
         self.detached = true;
         let started = Instant::now();
-        signals::stop_timer();
+        self.k.stop_timer();
         self.adopt_interrupted();
         let mut stuck = self.hold_all(None);
         let mut tids: Vec<Tid> = self.threads.keys().copied().filter(|t| !stuck.iter().any(|(s, _)| s == t)).collect();
@@ -383,7 +383,7 @@ impl Tracer<'_> {
                 Some(State::Held { sig, .. }) => *sig,
                 _ => 0,
             };
-            let _ = ptrace::detach(tid, sig);
+            let _ = self.k.detach(tid, sig);
         }
         // The bytes are back and the vfork children released: their parents wake and stop at their pending
         // interrupt, and are detached like the others. A thread that still cannot stop is detached by the kernel
@@ -403,19 +403,19 @@ impl Tracer<'_> {
         if self.threads.get(&tid).is_none_or(|t| matches!(t.state, State::Held { .. })) {
             return;
         }
-        let stopped = procfs::read_status(tid).is_ok_and(|s| status::parse_status(&s).state == 't');
-        if let Ok(Some((_, stop))) = ptrace::wait_for(tid, true) {
+        let stopped = self.k.read_status(tid).is_ok_and(|s| status::parse_status(&s).state == 't');
+        if let Ok(Some((_, stop))) = self.k.wait_for(tid, true) {
             self.hold(tid, stop);
             return;
         }
         if !stopped {
             return;
         }
-        if let Ok(mut r) = ptrace::get_regs(tid) {
+        if let Ok(mut r) = self.k.get_regs(tid) {
             let at = r.ip().wrapping_sub(1);
             if self.planted(at) || self.retired.contains_key(&at) {
                 r.set_ip(at);
-                let _ = ptrace::set_regs(tid, &r);
+                let _ = self.k.set_regs(tid, &r);
             }
         }
         if let Some(t) = self.threads.get_mut(&tid) {
@@ -427,10 +427,10 @@ impl Tracer<'_> {
     /// Waits (bounded) for the threads `hold_all` could not stop, detaching each as it stops; names those left.
     fn detach_late(&mut self, stuck: Vec<(Tid, String)>) {
         let mut stuck: HashMap<Tid, String> = stuck.into_iter().collect();
-        let give_up = Instant::now() + LATE_LIMIT;
+        let give_up = self.k.now() + LATE_LIMIT;
         let mut nap = Duration::from_micros(50);
-        while !stuck.is_empty() && Instant::now() < give_up {
-            match ptrace::wait_any(true) {
+        while !stuck.is_empty() && self.k.now() < give_up {
+            match self.k.wait_any(true) {
                 Ok(Some((tid, stop))) if stuck.contains_key(&tid) => {
                     self.hold(tid, stop);
                     if let Some(Thread { state: State::Held { .. }, .. }) = self.threads.get(&tid) {
@@ -443,7 +443,7 @@ impl Tracer<'_> {
                             Some(State::Held { sig, .. }) => *sig,
                             _ => 0,
                         };
-                        let _ = ptrace::detach(tid, sig);
+                        let _ = self.k.detach(tid, sig);
                     }
                     self.threads.remove(&tid);
                     stuck.remove(&tid);
@@ -455,8 +455,9 @@ impl Tracer<'_> {
                     }
                 }
                 Ok(None) => {
-                    stuck.retain(|&t, _| procfs::read_status(t).is_ok());
-                    std::thread::sleep(nap);
+                    let k = &self.k;
+                    stuck.retain(|&t, _| k.read_status(t).is_ok());
+                    self.k.sleep(nap);
                     nap = (nap * 2).min(Duration::from_millis(2));
                 }
                 Err(_) => stuck.clear(),
@@ -497,13 +498,13 @@ impl Tracer<'_> {
                 continue;
             }
             if self.armed
-                && !ptrace::same_vm(child, self.cfg.pid)
-                && let Ok(child_mem) = crate::os::mem::ProcMem::open(child)
+                && !self.k.same_vm(child, self.cfg.pid)
+                && let Ok(child_mem) = self.k.open_mem(child)
             {
-                self.clean_child(&child_mem);
+                self.clean_child(&*child_mem);
                 self.summary.forks_cleaned += 1;
             }
-            let _ = ptrace::detach(child, 0);
+            let _ = self.k.detach(child, 0);
         }
     }
 
@@ -534,8 +535,9 @@ impl Tracer<'_> {
     }
 
     fn sigtrap_pending(&self, tid: Tid) -> bool {
-        procfs::read_task_status(self.cfg.pid, tid)
-            .or_else(|_| procfs::read_status(tid))
+        self.k
+            .read_task_status(self.cfg.pid, tid)
+            .or_else(|_| self.k.read_status(tid))
             .map(|s| status::parse_status(&s).sig_pnd & (1 << (libc::SIGTRAP - 1)) != 0)
             .unwrap_or(false)
     }
@@ -549,7 +551,7 @@ impl Tracer<'_> {
     /// no longer held, and its next stop is handled as any stop while holding.
     fn drain_traps(&mut self, tid: Tid) -> Result<(), String> {
         for _ in 0..4 {
-            if !self.sigtrap_pending(tid) || ptrace::cont(tid, 0).is_err() {
+            if !self.sigtrap_pending(tid) || self.k.cont(tid, 0).is_err() {
                 return Ok(());
             }
             let stop = match self.wait_bounded(tid, HOLD_LIMIT) {
@@ -574,7 +576,7 @@ impl Tracer<'_> {
                     return Ok(());
                 }
                 Stop::Signal(libc::SIGTRAP) => {
-                    let Ok(mut r) = ptrace::get_regs(tid) else { return Ok(()) };
+                    let Ok(mut r) = self.k.get_regs(tid) else { return Ok(()) };
                     if self.fast_int3(r.ip().wrapping_sub(1)) {
                         if let Some(ev) = self.fast_event(tid, &r) {
                             self.emit(ev);
@@ -591,7 +593,7 @@ impl Tracer<'_> {
                         State::Stepping { after, .. } if r.ip() < *after && r.ip() >= after.saturating_sub(64) => {}
                         _ if ours => {
                             r.set_ip(r.ip() - 1);
-                            let _ = ptrace::set_regs(tid, &r);
+                            let _ = self.k.set_regs(tid, &r);
                         }
                         _ => {
                             // The target's own SIGTRAP: it gets it at detach.

@@ -1,5 +1,8 @@
 //! The non-stop event loop: only the thread that hits a breakpoint stops, and a probe's int3 is never lifted
-//! while other threads run. Matches on [`Stop`] values; all kernel calls go through `os`.
+//! while other threads run. Matches on [`Stop`] values. Every kernel call goes through the [`kernel::Kernel`]
+//! trait (`Live`: `os`), so the unit tests (`tests.rs`) drive this state machine over scripted stops
+//! (`script.rs`). Handed in rather than called through it: the guardian (`live::guardian`, a pipe to our own
+//! child) and the CPython reader's frame walk (`python::live`); both are absent in those tests.
 //!
 //! A hit whose probes' conditions are all false is resumed after emulating the displaced instruction (one
 //! GETREGS, one SETREGS, one CONT); an instruction the emulator cannot run is single-stepped with every other
@@ -13,88 +16,27 @@ mod children;
 mod fast;
 mod hit;
 mod hold;
+mod kernel;
 mod pad;
+#[cfg(test)]
+mod script;
+mod spec;
+#[cfg(test)]
+mod tests;
 
 use crate::live::guardian::{Guard, Msg};
 use crate::model::event::{End, Event, Sink, StackCapture, Summary};
-use crate::model::regs::{Reg, Regs};
+use crate::model::regs::Regs;
 use crate::model::status;
-use crate::os::mem::{self, ProcMem};
-use crate::os::ptrace::{self, Stop};
-use crate::os::{Tid, procfs, signals};
+use crate::os::Tid;
+use crate::os::ptrace::Stop;
 use crate::x86::breakpoints::{self, Decoded, INT3, Insn, Memory};
+use kernel::{Kernel, Live, Mem};
 use nix::errno::Errno;
+pub use spec::{Condition, Config, Numbers, Probe, SiteSpec};
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
-
-/// Decides, per hit, whether a probe's event counts. `arg` reads the call's argument `i` (0..6) the way the
-/// probe's location defines it (a syscall's own arguments for the wrapper, C ABI registers for a function).
-pub trait Condition: Send {
-    fn matches(&self, regs: &Regs, arg: &dyn Fn(usize) -> u64) -> bool;
-}
-
-/// `--syscall`: the syscall number (rdi at the wrapper's entry) is one of these.
-pub struct Numbers(pub HashSet<u64>);
-
-impl Condition for Numbers {
-    fn matches(&self, regs: &Regs, _: &dyn Fn(usize) -> u64) -> bool {
-        self.0.contains(&regs.0.rdi)
-    }
-}
-
-/// One probe at a site, with its own limits.
-pub struct Probe {
-    /// `None` for the `--syscall` probe (events then carry no probe name).
-    pub name: Option<Arc<str>>,
-    /// Label for function locations (`libc.so.6:munmap`); `None` at a `syscall()` wrapper.
-    pub label: Option<Arc<str>>,
-    pub cond: Box<dyn Condition>,
-    pub want_ret: bool,
-    pub want_stack: bool,
-    pub regs: Vec<Reg>,
-    pub max_events: Option<u64>,
-    pub sample_one_in: Option<u64>,
-    matched: u64,
-    emitted: u64,
-}
-
-impl Probe {
-    pub fn new(name: Option<Arc<str>>, label: Option<Arc<str>>, cond: Box<dyn Condition>) -> Probe {
-        Probe {
-            name,
-            label,
-            cond,
-            want_ret: true,
-            want_stack: true,
-            regs: Vec::new(),
-            max_events: None,
-            sample_one_in: None,
-            matched: 0,
-            emitted: 0,
-        }
-    }
-
-    fn exhausted(&self) -> bool {
-        self.max_events.is_some_and(|m| self.emitted >= m)
-    }
-
-    /// Counts a match; whether it is kept after `sample 1 in N`.
-    fn sample(&mut self) -> bool {
-        self.matched += 1;
-        self.sample_one_in.is_none_or(|n| n <= 1 || (self.matched - 1).is_multiple_of(n))
-    }
-}
-
-/// Where to plant a breakpoint and what it serves.
-pub struct SiteSpec {
-    pub addr: u64,
-    /// The file's bytes at `addr` (at least the first instruction; 64 bytes for a wrapper).
-    pub code: Vec<u8>,
-    /// A `syscall()`-style wrapper: matching hits are stepped through its `syscall` instruction.
-    pub wrapper: bool,
-    pub probes: Vec<Probe>,
-}
 
 /// How a thread gets past a wrapper's entry to just after its `syscall` instruction.
 #[derive(Debug, Clone)]
@@ -120,21 +62,6 @@ struct Site {
     waiting: Vec<(Tid, u64, Box<Event>)>,
 }
 
-/// What the tracer is asked to do, besides its sites.
-pub struct Config {
-    pub pid: Tid,
-    pub stack_bytes: usize,
-    /// The target's CPython, when it runs one: each captured stack gets the thread's Python frames.
-    pub python: Option<crate::python::live::PythonReader>,
-    /// No CPython was found at the start, and none refused: look again every second (a host may dlopen
-    /// libpython later).
-    pub python_search: bool,
-    pub deadline: Option<Instant>,
-    /// Print a one-line live status to stderr (only when stderr is a terminal).
-    pub live_status: bool,
-}
-
-#[derive(Debug)]
 enum State {
     Running,
     /// A matching wrapper call is being stepped until rip reaches `after` (just past `syscall`); `entry`: the
@@ -171,7 +98,10 @@ struct Thread {
 
 pub struct Tracer<'a> {
     cfg: Config,
-    mem: ProcMem,
+    /// Every kernel operation goes through this (the real one, or a test's script).
+    k: Rc<dyn Kernel>,
+    /// The target's memory.
+    mem: Box<dyn Mem>,
     sites: HashMap<u64, Site>,
     /// Return sites whose byte was put back while a thread may already have executed their int3 (or a fork
     /// child may still hold it), with that byte.
@@ -217,7 +147,7 @@ enum Late {
 struct CapturedMem<'m> {
     sp: u64,
     stack: &'m [u8],
-    mem: &'m ProcMem,
+    mem: &'m dyn Mem,
 }
 
 impl Memory for CapturedMem<'_> {
@@ -246,28 +176,28 @@ fn set_syscall_result(ev: &mut Event, rax: u64) {
 
 /// At a step's trap: SIGTRAP if the stop is really the target's own SIGTRAP (sent by a process, si_code <= 0),
 /// pending when the step ended, which swallowed our trap (a legacy signal is queued once); else 0.
-fn own_sigtrap(tid: Tid) -> i32 {
-    if ptrace::sig_code(tid).is_ok_and(|c| c <= 0) { libc::SIGTRAP } else { 0 }
-}
-
-/// The guardian, started before anything is planted; without one (refused, or `SYSCATCH_NO_GUARDIAN` set by a
-/// test measuring what it saves), the reason, said once arming begins (not for a target that is gone by then).
-fn start_guard(pid: Tid, mem: &ProcMem, check: u64) -> Result<Guard, Option<String>> {
-    if std::env::var_os("SYSCATCH_NO_GUARDIAN").is_some() {
-        return Err(None);
-    }
-    Guard::start(pid, mem, check).map_err(Some)
-}
-
-fn os_errno(e: std::io::Error) -> Errno {
-    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+fn own_sigtrap(k: &dyn Kernel, tid: Tid) -> i32 {
+    if k.sig_code(tid).is_ok_and(|c| c <= 0) { libc::SIGTRAP } else { 0 }
 }
 
 impl<'a> Tracer<'a> {
+    /// On the real kernel, with the guardian started before anything is planted.
     fn new(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
-        let mem = ProcMem::open(cfg.pid).map_err(os_errno)?;
+        let (mem, guard) = kernel::open_live(cfg.pid, specs.first().map_or(0, |s| s.addr))?;
+        Tracer::with_kernel(cfg, specs, sink, Rc::new(Live), mem, guard)
+    }
+
+    /// Over any [`Kernel`]; `guard`: the guardian, or why there is none.
+    fn with_kernel(
+        cfg: Config,
+        specs: Vec<SiteSpec>,
+        sink: &'a mut dyn Sink,
+        k: Rc<dyn Kernel>,
+        mem: Box<dyn Mem>,
+        guard: kernel::GuardOrWhy,
+    ) -> Result<Tracer<'a>, Errno> {
         let cfg_python_search = cfg.python_search && cfg.python.is_none();
-        let (guard, no_guard) = match start_guard(cfg.pid, &mem, specs.first().map_or(0, |s| s.addr)) {
+        let (guard, no_guard) = match guard {
             Ok(g) => (Some(g), None),
             Err(why) => (None, why),
         };
@@ -307,6 +237,7 @@ impl<'a> Tracer<'a> {
         }
         Ok(Tracer {
             cfg,
+            k,
             mem,
             sites,
             retired: HashMap::new(),
@@ -335,7 +266,7 @@ impl<'a> Tracer<'a> {
         let started = Instant::now();
         let pid = cfg.pid;
         let mut t = Tracer::new(cfg, specs, sink)?;
-        crate::os::sched::realtime(|| t.seize_all(pid, started))?;
+        t.realtime(|t| t.seize_all(pid, started))?;
         Ok(t)
     }
 
@@ -343,13 +274,13 @@ impl<'a> Tracer<'a> {
     fn seize_all(&mut self, pid: Tid, started: Instant) -> Result<(), Errno> {
         let t = self;
         loop {
-            let tids = procfs::list_tasks(pid).map_err(|_| Errno::ESRCH)?;
+            let tids = t.k.list_tasks(pid).map_err(|_| Errno::ESRCH)?;
             let mut new = 0;
             for tid in tids {
                 if t.threads.contains_key(&tid) {
                     continue;
                 }
-                match ptrace::seize(tid) {
+                match t.k.seize(tid) {
                     Ok(()) => {
                         t.add_thread(tid, false);
                         new += 1;
@@ -372,6 +303,24 @@ impl<'a> Tracer<'a> {
                 t.summary.attach = started.elapsed();
                 return Ok(());
             }
+        }
+    }
+
+    /// Runs `f` at real-time priority when permitted (attaching, detaching, a step with the others held).
+    fn realtime<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let k = Rc::clone(&self.k);
+        let mut f = Some(f);
+        let mut out = None;
+        k.realtime(&mut || {
+            if let Some(f) = f.take() {
+                out = Some(f(self));
+            }
+        });
+        // A kernel that never called `f`: run it at the current priority.
+        match (out, f) {
+            (Some(out), _) => out,
+            (None, Some(f)) => f(self),
+            (None, None) => unreachable!("f ran but gave nothing"),
         }
     }
 
@@ -438,11 +387,11 @@ impl<'a> Tracer<'a> {
             if let Some(end) = self.ended() {
                 break end;
             }
-            let sig = signals::stop_requested();
+            let sig = self.k.stop_requested();
             if sig != 0 {
                 break End::Signal(sig);
             }
-            if signals::faulted() {
+            if self.k.faulted() {
                 break End::Fault;
             }
             if self.cfg.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -456,7 +405,7 @@ impl<'a> Tracer<'a> {
                     self.print_status();
                 }
             }
-            match ptrace::wait_any(false) {
+            match self.k.wait_any(false) {
                 Ok(None) => continue,
                 Ok(Some((tid, stop))) => {
                     // Known while the stop is handled: a panic in between leaves this thread in a stop whose
@@ -482,7 +431,7 @@ impl<'a> Tracer<'a> {
     /// said once, and the search ends.
     fn look_for_python(&mut self) {
         let Some(seen) = self.python_seen.as_mut() else { return };
-        match crate::python::live::PythonReader::locate_new(self.cfg.pid, seen) {
+        match self.k.locate_python(self.cfg.pid, seen) {
             Ok(None) => {}
             Ok(Some(p)) => {
                 self.cfg.python = Some(p);
@@ -551,7 +500,7 @@ impl<'a> Tracer<'a> {
     fn resume(&mut self, tid: Tid, sig: i32) {
         let stepping = matches!(self.threads.get(&tid).map(|t| &t.state), Some(State::Stepping { .. }));
         // An error is ESRCH: killed (SIGKILL) while stopped; waitpid reports its exit.
-        let _ = if stepping { ptrace::step(tid, sig) } else { ptrace::cont(tid, sig) };
+        let _ = if stepping { self.k.step(tid, sig) } else { self.k.cont(tid, sig) };
         if sig != 0 {
             self.summary.signals_forwarded += 1;
         }
@@ -569,7 +518,7 @@ impl<'a> Tracer<'a> {
             Stop::Signal(libc::SIGTRAP) => self.on_trap(tid, seen),
             Stop::Signal(sig) => self.on_signal(tid, sig),
             Stop::GroupStop(_) => {
-                let _ = ptrace::listen(tid);
+                let _ = self.k.listen(tid);
             }
             Stop::Interrupted | Stop::VforkDone => self.resume(tid, 0),
             Stop::Clone(new) | Stop::Fork(new) | Stop::Vfork(new) => {
@@ -583,7 +532,7 @@ impl<'a> Tracer<'a> {
     /// A stop from a tid we have not seen: a new thread whose first stop beat its parent's clone event, or a
     /// child process whose parent's event is still to come. Returns whether to handle the stop now.
     fn adopt_unknown(&mut self, tid: Tid, stop: Stop) -> bool {
-        let status = procfs::read_status(tid).map(|s| status::parse_status(&s)).unwrap_or_default();
+        let status = self.k.read_status(tid).map(|s| status::parse_status(&s)).unwrap_or_default();
         if status.tgid == self.cfg.pid {
             self.add_thread(tid, false);
             return true;
@@ -664,12 +613,12 @@ impl<'a> Tracer<'a> {
             && let entry = *entry.clone()
             && let State::Stepping { mut ev, matched, .. } = std::mem::replace(&mut t.state, State::Running)
         {
-            match ptrace::get_regs(tid) {
+            match self.k.get_regs(tid) {
                 Ok(r) if r.ip() == after => {
                     set_syscall_result(&mut ev, r.0.rax);
                     self.emit(*ev);
                 }
-                Ok(r) if r.ip() < after && ptrace::set_regs(tid, &entry).is_ok() => {
+                Ok(r) if r.ip() < after && self.k.set_regs(tid, &entry).is_ok() => {
                     let _ = r;
                     // The call is caught again when the thread re-enters the wrapper: it must count then, once.
                     self.summary.matching = self.summary.matching.saturating_sub(1);

@@ -5,10 +5,9 @@
 
 use super::{State, Tracer};
 use crate::model::status;
-use crate::os::procfs;
-use crate::os::{Tid, ptrace};
+use crate::os::Tid;
 use crate::x86::trappad;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The installed pad.
 pub(super) struct Pad {
@@ -42,7 +41,7 @@ impl Tracer<'_> {
             .iter()
             .filter(|(_, t)| plain(&t.state))
             .map(|(&tid, _)| tid)
-            .partition(|&tid| !ptrace::in_syscall_event(tid));
+            .partition(|&tid| !self.k.in_syscall_event(tid));
         if let Some(&tid) = outside.first() {
             return Some(tid);
         }
@@ -58,7 +57,7 @@ impl Tracer<'_> {
         }
         let pid = self.cfg.pid;
         let only = self.threads.len() == 1 && matches!(self.threads.get(&pid).map(|t| &t.state), Some(State::Running));
-        let stopped = || procfs::read_status(pid).is_ok_and(|s| status::parse_status(&s).state == 't');
+        let stopped = || self.k.read_status(pid).is_ok_and(|s| status::parse_status(&s).state == 't');
         (arming && only && stopped()).then_some(pid)
     }
 
@@ -67,19 +66,19 @@ impl Tracer<'_> {
     /// Bounded by [`LEAVE_LIMIT`]; false if it did not get there (a thread still running is marked so, and its
     /// pending interrupt stops it later like any other).
     fn leave_syscall(&mut self, tid: Tid) -> bool {
-        if self.threads.values().any(|t| t.vfork_parent == Some(tid)) || ptrace::interrupt(tid).is_err() {
+        if self.threads.values().any(|t| t.vfork_parent == Some(tid)) || self.k.interrupt(tid).is_err() {
             return false;
         }
-        let give_up = Instant::now() + LEAVE_LIMIT;
+        let give_up = self.k.now() + LEAVE_LIMIT;
         // A call reports at most its own event and a vfork-done before it returns.
         for _ in 0..3 {
-            if ptrace::cont(tid, 0).is_err() {
+            if self.k.cont(tid, 0).is_err() {
                 return false;
             }
             let stop = loop {
-                match ptrace::wait_for(tid, true) {
+                match self.k.wait_for(tid, true) {
                     Ok(Some((_, stop))) => break stop,
-                    Ok(None) if Instant::now() < give_up => std::thread::sleep(Duration::from_micros(50)),
+                    Ok(None) if self.k.now() < give_up => self.k.sleep(Duration::from_micros(50)),
                     _ => {
                         if let Some(t) = self.threads.get_mut(&tid)
                             && let State::Held { prev, .. } = std::mem::replace(&mut t.state, State::Running)
@@ -94,7 +93,7 @@ impl Tracer<'_> {
             if !matches!(self.threads.get(&tid).map(|t| &t.state), Some(State::Held { .. })) {
                 return false;
             }
-            if !ptrace::in_syscall_event(tid) {
+            if !self.k.in_syscall_event(tid) {
                 return true;
             }
         }
@@ -130,7 +129,7 @@ impl Tracer<'_> {
     }
 
     fn try_install_pad(&mut self, syscall_at: Option<u64>) -> Result<(), String> {
-        let status = procfs::read_status(self.cfg.pid).map(|s| status::parse_status(&s)).map_err(|e| e.to_string())?;
+        let status = self.k.read_status(self.cfg.pid).map(|s| status::parse_status(&s)).map_err(|e| e.to_string())?;
         if (status.sig_cgt | status.sig_ign) & SIGTRAP_BIT != 0 {
             return Err("the target handles SIGTRAP itself".into());
         }
@@ -229,7 +228,7 @@ impl Tracer<'_> {
         let inside = self
             .threads
             .keys()
-            .any(|&t| ptrace::get_regs(t).is_ok_and(|r| r.ip() >= p.page && r.ip() < p.page + trappad::PAGES_LEN));
+            .any(|&t| self.k.get_regs(t).is_ok_and(|r| r.ip() >= p.page && r.ip() < p.page + trappad::PAGES_LEN));
         if inside {
             self.summary.warnings.push(format!("the trap pad stays mapped at {:#x} (a thread is inside it)", p.page));
             return;

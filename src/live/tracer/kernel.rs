@@ -1,0 +1,197 @@
+//! The operations of the kernel (and of syscatch's own process) that the tracer's state machine needs, as one
+//! trait: [`Live`] runs them on the real kernel through `os`, and the unit tests run the same state machine over
+//! a scripted fake (`script.rs`), so stop orders that are hard to provoke on purpose (a signal during a step, a
+//! thread's first stop before its creator's event, exec while stepping) are tested exactly.
+//!
+//! Every method takes `&self`: the tracer calls them while other parts of itself are borrowed, and a fake keeps
+//! its record in a `RefCell`. The cost is one indirect call per operation, next to a system call of ~1 us.
+
+use crate::live::guardian::Guard;
+use crate::model::regs::Regs;
+use crate::os::mem::ProcMem;
+use crate::os::ptrace::{self, Stop};
+use crate::os::{Tid, mem, procfs, sched, signals};
+use crate::python::live::PythonReader;
+use nix::errno::Errno;
+use std::collections::HashSet;
+use std::io;
+use std::time::{Duration, Instant};
+
+/// One process's memory, kept open.
+pub(crate) trait Mem {
+    /// Reads exactly `buf.len()` bytes at `addr`.
+    fn read_exact(&self, addr: u64, buf: &mut [u8]) -> io::Result<()>;
+    fn write_all(&self, addr: u64, data: &[u8]) -> io::Result<()>;
+    fn read_u64(&self, addr: u64) -> io::Result<u64> {
+        let mut b = [0u8; 8];
+        self.read_exact(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+impl Mem for ProcMem {
+    fn read_exact(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        ProcMem::read_exact(self, addr, buf)
+    }
+    fn write_all(&self, addr: u64, data: &[u8]) -> io::Result<()> {
+        ProcMem::write_all(self, addr, data)
+    }
+}
+
+/// What the tracer asks of the kernel. The ptrace requests mean what ptrace(2) says; see `os::ptrace`.
+pub(crate) trait Kernel {
+    /// PTRACE_SEIZE with the options that follow clones, forks and exec.
+    fn seize(&self, tid: Tid) -> Result<(), Errno>;
+    fn interrupt(&self, tid: Tid) -> Result<(), Errno>;
+    /// Resumes `tid`, delivering `sig` (0: none).
+    fn cont(&self, tid: Tid, sig: i32) -> Result<(), Errno>;
+    /// Resumes `tid` for one instruction, delivering `sig` (0: none).
+    fn step(&self, tid: Tid, sig: i32) -> Result<(), Errno>;
+    /// Leaves a group-stopped thread stopped (PTRACE_LISTEN).
+    fn listen(&self, tid: Tid) -> Result<(), Errno>;
+    fn detach(&self, tid: Tid, sig: i32) -> Result<(), Errno>;
+    fn get_regs(&self, tid: Tid) -> Result<Regs, Errno>;
+    fn set_regs(&self, tid: Tid, regs: &Regs) -> Result<(), Errno>;
+    /// The `si_code` of the stop `tid` is in.
+    fn sig_code(&self, tid: Tid) -> Result<i32, Errno>;
+    /// Whether `tid` is stopped at an event reported from inside a system call (see `os::ptrace`).
+    fn in_syscall_event(&self, tid: Tid) -> bool;
+    /// The next stop of any traced thread. `Ok(None)`: interrupted, or nothing yet with `nohang`.
+    fn wait_any(&self, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno>;
+    fn wait_for(&self, tid: Tid, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno>;
+    /// Whether two processes share one address space.
+    fn same_vm(&self, a: Tid, b: Tid) -> bool;
+
+    fn open_mem(&self, pid: Tid) -> io::Result<Box<dyn Mem>>;
+    /// Up to `len` bytes at `addr`, fewer if the range runs into an unmapped page.
+    fn read_upto(&self, tid: Tid, addr: u64, len: usize) -> Vec<u8>;
+
+    /// `/proc/TID/status`.
+    fn read_status(&self, tid: Tid) -> io::Result<String>;
+    /// `/proc/PID/task/TID/status`.
+    fn read_task_status(&self, pid: Tid, tid: Tid) -> io::Result<String>;
+    fn read_wchan(&self, tid: Tid) -> io::Result<String>;
+    fn list_tasks(&self, pid: Tid) -> io::Result<Vec<Tid>>;
+    fn read_maps(&self, pid: Tid) -> io::Result<String>;
+    /// A CPython among the modules of `pid` not in `seen` (which it extends); see `PythonReader::locate_new`.
+    fn locate_python(&self, pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String>;
+
+    /// The stop signal syscatch received (0: none).
+    fn stop_requested(&self) -> i32;
+    /// Whether another thread of syscatch asked the trace to end.
+    fn faulted(&self) -> bool;
+    /// Stops syscatch's interval timer (the one that breaks blocking waits).
+    fn stop_timer(&self);
+    /// Runs `f` with the calling thread at real-time priority when permitted.
+    fn realtime(&self, f: &mut dyn FnMut());
+    /// The clock the bounded waits measure against.
+    fn now(&self) -> Instant;
+    fn sleep(&self, d: Duration);
+    fn yield_now(&self);
+}
+
+/// The real kernel.
+pub(crate) struct Live;
+
+/// The guardian, or why there is none (`None`: turned off, nothing to say).
+pub(super) type GuardOrWhy = Result<Guard, Option<String>>;
+
+/// The target's memory, and the guardian started on it before anything is planted; without a guardian (refused,
+/// or `SYSCATCH_NO_GUARDIAN` set by a test measuring what it saves), the reason, said once arming begins (not
+/// for a target that is gone by then).
+pub(super) fn open_live(pid: Tid, check: u64) -> Result<(Box<dyn Mem>, GuardOrWhy), Errno> {
+    let mem = ProcMem::open(pid).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    let guard = if std::env::var_os("SYSCATCH_NO_GUARDIAN").is_some() {
+        Err(None)
+    } else {
+        Guard::start(pid, &mem, check).map_err(Some)
+    };
+    Ok((Box::new(mem), guard))
+}
+
+impl Kernel for Live {
+    fn seize(&self, tid: Tid) -> Result<(), Errno> {
+        ptrace::seize(tid)
+    }
+    fn interrupt(&self, tid: Tid) -> Result<(), Errno> {
+        ptrace::interrupt(tid)
+    }
+    fn cont(&self, tid: Tid, sig: i32) -> Result<(), Errno> {
+        ptrace::cont(tid, sig)
+    }
+    fn step(&self, tid: Tid, sig: i32) -> Result<(), Errno> {
+        ptrace::step(tid, sig)
+    }
+    fn listen(&self, tid: Tid) -> Result<(), Errno> {
+        ptrace::listen(tid)
+    }
+    fn detach(&self, tid: Tid, sig: i32) -> Result<(), Errno> {
+        ptrace::detach(tid, sig)
+    }
+    fn get_regs(&self, tid: Tid) -> Result<Regs, Errno> {
+        ptrace::get_regs(tid)
+    }
+    fn set_regs(&self, tid: Tid, regs: &Regs) -> Result<(), Errno> {
+        ptrace::set_regs(tid, regs)
+    }
+    fn sig_code(&self, tid: Tid) -> Result<i32, Errno> {
+        ptrace::sig_code(tid)
+    }
+    fn in_syscall_event(&self, tid: Tid) -> bool {
+        ptrace::in_syscall_event(tid)
+    }
+    fn wait_any(&self, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno> {
+        ptrace::wait_any(nohang)
+    }
+    fn wait_for(&self, tid: Tid, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno> {
+        ptrace::wait_for(tid, nohang)
+    }
+    fn same_vm(&self, a: Tid, b: Tid) -> bool {
+        ptrace::same_vm(a, b)
+    }
+    fn open_mem(&self, pid: Tid) -> io::Result<Box<dyn Mem>> {
+        Ok(Box::new(ProcMem::open(pid)?))
+    }
+    fn read_upto(&self, tid: Tid, addr: u64, len: usize) -> Vec<u8> {
+        mem::read_upto(tid, addr, len)
+    }
+    fn read_status(&self, tid: Tid) -> io::Result<String> {
+        procfs::read_status(tid)
+    }
+    fn read_task_status(&self, pid: Tid, tid: Tid) -> io::Result<String> {
+        procfs::read_task_status(pid, tid)
+    }
+    fn read_wchan(&self, tid: Tid) -> io::Result<String> {
+        procfs::read_wchan(tid)
+    }
+    fn list_tasks(&self, pid: Tid) -> io::Result<Vec<Tid>> {
+        procfs::list_tasks(pid)
+    }
+    fn read_maps(&self, pid: Tid) -> io::Result<String> {
+        procfs::read_maps(pid)
+    }
+    fn locate_python(&self, pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String> {
+        PythonReader::locate_new(pid, seen)
+    }
+    fn stop_requested(&self) -> i32 {
+        signals::stop_requested()
+    }
+    fn faulted(&self) -> bool {
+        signals::faulted()
+    }
+    fn stop_timer(&self) {
+        signals::stop_timer()
+    }
+    fn realtime(&self, f: &mut dyn FnMut()) {
+        sched::realtime(f)
+    }
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d)
+    }
+    fn yield_now(&self) {
+        std::thread::yield_now()
+    }
+}
