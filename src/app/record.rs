@@ -13,7 +13,7 @@ use crate::analysis::modules::ModuleSource;
 use crate::analysis::rules::ProcessFacts;
 use crate::model::Tid;
 use crate::model::event::{Event, StackCapture, Summary};
-use crate::model::modules::{Module, ModuleMap, hex};
+use crate::model::modules::{Module, ModuleMap, hex, unhex};
 use crate::model::regs::{Reg, Regs};
 use crate::model::smaps::SmapsRegion;
 use crate::model::stack::PyFrame;
@@ -110,13 +110,6 @@ pub struct RecStack {
     pub len: usize,
     pub bytes: String,
     pub python: Vec<PyFrame>,
-}
-
-pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 impl RecEvent {
@@ -487,8 +480,5 @@ mod tests {
         let line = serde_json::to_string(&Record::Event(Box::new(RecEvent::new(&ev, None, 0, false)))).unwrap();
         let Ok(Record::Event(back)) = serde_json::from_str::<Record>(&line) else { panic!("{line}") };
         assert_eq!(back.event().unwrap().time.to_bits(), ev.time.to_bits(), "{line}");
-        assert_eq!(unhex(&hex(&[0, 0xab, 0xff])), Some(vec![0, 0xab, 0xff]));
-        assert_eq!(unhex("abc"), None);
-        assert_eq!(unhex("zz"), None);
     }
 }

@@ -36,11 +36,9 @@ pub enum Msg {
     Done,
 }
 
+/// Planted bytes: one to 32 of them.
 fn parse_hex(s: &str) -> Option<Vec<u8>> {
-    if s.is_empty() || !s.len().is_multiple_of(2) || s.len() > 64 {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+    crate::model::modules::unhex(s).filter(|b| (1..=32).contains(&b.len()))
 }
 
 fn parse_addr(s: &str) -> Option<u64> {

@@ -122,8 +122,32 @@ impl Module {
     }
 }
 
+/// Bytes as lowercase hex, two digits each (build-ids, recorded stack windows, planted bytes).
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+/// The bytes of [`hex`]'s text (either case); `None` for an odd length or a non-hex digit.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    fn digit(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+    let s = s.as_bytes();
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    s.chunks_exact(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
 }
 
 /// Whether a module's file name is glibc's (`libc.so.6`, `libc-2.31.so`).
@@ -136,6 +160,18 @@ pub fn is_libc(path: &str) -> bool {
 mod tests {
     use super::*;
     use crate::model::maps::parse_maps;
+
+    #[test]
+    fn hex_round_trips_and_refuses_what_is_not_hex() {
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(hex(&[0, 0xab, 0xff]), "00abff");
+        assert_eq!(unhex(&hex(&all)), Some(all));
+        assert_eq!(unhex("ABff"), Some(vec![0xab, 0xff]));
+        assert_eq!(unhex(""), Some(vec![]));
+        for bad in ["abc", "zz", "0g", "+1", " 1", "é0"] {
+            assert_eq!(unhex(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn groups_by_path() {
