@@ -260,6 +260,13 @@ pub struct SharedSymbolizer {
 }
 
 impl SharedSymbolizer {
+    /// How many modules' symbol tables have been parsed, by the prefetch or by [`Self::symbolize`].
+    pub fn parsed(&self) -> usize {
+        self.syms.len()
+    }
+}
+
+impl SharedSymbolizer {
     pub fn new(modules: SharedModules) -> SharedSymbolizer {
         let mut pending: Vec<Arc<ModuleInfo>> = modules.lock().loaded().iter().map(|l| l.info.clone()).collect();
         pending.dedup_by_key(|i| Arc::as_ptr(i));

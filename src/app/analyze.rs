@@ -46,7 +46,8 @@ pub struct Costs {
     cached_frames: u64,
     cached_time: Duration,
     /// Events handled, and each stage's CPU time on them: unwinding, then interning, symbolizing and rendering
-    /// (module loading at the start, the symbol prefetch and smaps samples not counted).
+    /// (module loading, at the start or for the first stack that meets a module, the symbol prefetch and smaps
+    /// samples not counted).
     events: u64,
     unwinding: Duration,
     handling: Duration,
@@ -65,7 +66,8 @@ impl Costs {
     pub fn symbolize_cached_ns_per_frame(&self) -> Option<f64> {
         Self::per(self.cached_time, self.cached_frames)
     }
-    /// What the two-stage pipeline sustains on two CPUs: events over the busier stage's CPU time.
+    /// What the two-stage pipeline sustains on two CPUs: events over the busier stage's CPU time (loading a
+    /// module's symbol tables, once, is not counted: see `handling`).
     pub fn events_per_s(&self) -> Option<f64> {
         let busiest = self.unwinding.max(self.handling).as_secs_f64();
         (self.events > 0 && busiest > 0.0).then(|| self.events as f64 / busiest)
@@ -94,7 +96,7 @@ type StackKey = (Unwound, Vec<crate::model::stack::PyFrame>, Option<usize>);
 /// Distinct stacks, each symbolized once, by id.
 #[derive(Default)]
 struct Interned {
-    ids: HashMap<StackKey, usize>,
+    ids: crate::model::addrmap::AddrMap<StackKey, usize>,
     stacks: Vec<Stack>,
 }
 
@@ -269,7 +271,12 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
                 costs.cached_time += t1.elapsed();
                 return id;
             }
+            let (parsed, c0) = (resolver.parsed(), crate::os::sched::thread_cpu());
             let mut s: Stack = resolver.symbolize(&key.0);
+            if resolver.parsed() > parsed {
+                // A module's symbol tables were loaded for this stack: a one-time cost, set aside as the prefetch.
+                aside += crate::os::sched::thread_cpu().saturating_sub(c0);
+            }
             crate::python::merge_python(&mut s, &key.1);
             let new = s.frames.iter().filter(|f| seen.insert(f.addr)).count() as u64;
             if new > 0 {

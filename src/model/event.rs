@@ -91,7 +91,7 @@ pub struct Summary {
     pub symbolize_first_ns_per_frame: Option<f64>,
     pub symbolize_cached_ns_per_frame: Option<f64>,
     /// Events per second the two analysis threads sustain, from their busy time per event (the slower stage
-    /// bounds the pipeline; waiting for events and the prefetch are not counted).
+    /// bounds the pipeline; waiting for events, the prefetch and loading a module's symbol tables are not counted).
     pub analysis_events_per_s: Option<f64>,
     /// Time to read a captured thread's Python frames, per event, while it was stopped (CPython targets).
     pub python_us_per_event: Option<f64>,
