@@ -8,11 +8,11 @@
 //! frame-pointer chain (marked [`How::FramePointer`]). Every value read from the stack or a file goes through
 //! checked arithmetic: a corrupt table or stack ends the walk with a reason, it never panics or invents a frame.
 
+use crate::model::addrmap::AddrMap;
 use gimli::{
     BaseAddresses, CfaRule, DebugFrame, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, Register, RegisterRule,
     UnwindContext, UnwindSection, UnwindTableRow,
 };
-use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -122,7 +122,7 @@ pub struct ModuleCfi {
     exec: Vec<(Range<u64>, usize)>,
     eh_index: OnceLock<Vec<(u64, u64, usize)>>,
     debug_index: OnceLock<Vec<(u64, u64, usize)>>,
-    rows: Mutex<HashMap<u64, Lookup>>,
+    rows: Mutex<AddrMap<u64, Lookup>>,
 }
 
 /// The result of looking up one address, cached.
@@ -221,7 +221,7 @@ impl ModuleCfi {
             exec,
             eh_index: OnceLock::new(),
             debug_index: OnceLock::new(),
-            rows: Mutex::new(HashMap::new()),
+            rows: Mutex::new(AddrMap::default()),
             data,
         })
     }
@@ -245,7 +245,7 @@ impl ModuleCfi {
             exec,
             eh_index: OnceLock::new(),
             debug_index: OnceLock::new(),
-            rows: Mutex::new(HashMap::new()),
+            rows: Mutex::new(AddrMap::default()),
             data,
         }
     }
@@ -436,7 +436,7 @@ pub struct Unwound {
 
 /// Unwinds from `regs` over the captured `stack`, at most `max_depth` frames.
 pub fn unwind(regs: UnwindRegs, stack: &StackWindow, modules: &mut dyn ModuleLookup, max_depth: usize) -> Unwound {
-    let mut frames = Vec::new();
+    let mut frames = Vec::with_capacity(32);
     let end = walk(regs, stack, modules, max_depth, &mut frames);
     Unwound { frames, end }
 }
@@ -452,7 +452,11 @@ fn walk(
         return End::Truncated("no rip".into());
     };
     let mut frame = RawFrame { pc, lookup: pc, how: How::Regs };
-    let mut seen = HashSet::new();
+    // The stack pointer of each frame so far, and the highest: the walk is in a loop when a (pc, sp) repeats, which
+    // needs an sp no higher than one seen (it rises at every step but a signal frame's), so only then are they
+    // compared (no hashing per frame).
+    let mut sps: Vec<u64> = Vec::with_capacity(32);
+    let mut highest = None;
     loop {
         if frames.len() >= max_depth {
             return End::Truncated(format!("--stack-depth {max_depth} reached"));
@@ -462,9 +466,11 @@ fn walk(
             Some(sp) => sp,
             None => return End::Truncated("stack pointer unknown".into()),
         };
-        if !seen.insert((frame.pc, sp)) {
+        if highest.is_some_and(|h| sp <= h) && frames.iter().zip(&sps).any(|(f, &s)| f.pc == frame.pc && s == sp) {
             return End::Truncated(format!("loop: frame {:#x} with sp {sp:#x} seen before", frame.pc));
         }
+        sps.push(sp);
+        highest = highest.max(Some(sp));
         let step = match step(&regs, frame, stack, modules) {
             Ok(s) => s,
             Err(end) => return end,

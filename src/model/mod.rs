@@ -2,6 +2,7 @@
 //! `/proc` maps, smaps and status text, ELF modules, syscall and mmap constants. No I/O, and no knowledge of the
 //! live process or of any layer above.
 
+pub mod addrmap;
 pub mod consts;
 pub mod duration;
 pub mod event;

@@ -24,6 +24,25 @@ pub fn hex(v: u64) -> String {
     format!("{v:#x}")
 }
 
+/// `v` as a JSON string of [`hex`]'s text, without formatting machinery (several per event).
+fn write_hex_str(w: &mut impl Write, v: u64) -> std::io::Result<()> {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 20];
+    let mut i = buf.len() - 1;
+    buf[i] = b'"';
+    let mut rest = v;
+    loop {
+        i -= 1;
+        buf[i] = DIGITS[(rest & 15) as usize];
+        rest >>= 4;
+        if rest == 0 {
+            break;
+        }
+    }
+    buf[i - 3..i].copy_from_slice(b"\"0x");
+    w.write_all(&buf[i - 3..])
+}
+
 pub fn frame_json(f: &Frame) -> Value {
     if f.kind != FrameKind::Native {
         return json!({
@@ -78,8 +97,11 @@ fn event_json_with(ev: &Event, stack: Option<Value>, truncated: Option<String>) 
 fn write_event(w: &mut impl Write, ev: &Event, stack: Option<&str>, truncated: Option<&str>) -> std::io::Result<()> {
     let js = |w: &mut dyn Write, v: &dyn erased::Ser| v.write(w);
     w.write_all(b"{\"data\":{\"args\":[")?;
-    for (i, a) in ev.args.iter().enumerate() {
-        write!(w, "{}\"{a:#x}\"", if i > 0 { "," } else { "" })?;
+    for (i, &a) in ev.args.iter().enumerate() {
+        if i > 0 {
+            w.write_all(b",")?;
+        }
+        write_hex_str(w, a)?;
     }
     w.write_all(b"],\"errno\":")?;
     js(w, &ev.ret.and_then(errno_of).map(errno_name))?;
@@ -94,7 +116,10 @@ fn write_event(w: &mut impl Write, ev: &Event, stack: Option<&str>, truncated: O
         ev.regs.iter().map(|(r, v)| (format!("{r:?}").to_lowercase(), Value::from(hex(*v)))).collect();
     js(w, &regs)?;
     w.write_all(b",\"ret\":")?;
-    js(w, &ev.ret.map(hex))?;
+    match ev.ret {
+        Some(v) => write_hex_str(w, v)?,
+        None => w.write_all(b"null")?,
+    }
     w.write_all(b",\"ret_missing\":")?;
     js(w, &ev.ret_missing.as_deref())?;
     w.write_all(b",\"stack\":")?;
@@ -194,5 +219,17 @@ impl<W: Write> Renderer for Json<W> {
             }),
         )?;
         self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hex_strings_are_what_format_gives() {
+        for v in [0u64, 1, 9, 10, 0xf, 0x10, 0x7fff_1234_abcd, u64::MAX] {
+            let mut out = Vec::new();
+            super::write_hex_str(&mut out, v).unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), format!("\"{v:#x}\""));
+        }
     }
 }
