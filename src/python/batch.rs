@@ -164,12 +164,16 @@ impl Batched<'_> {
 
 impl Memory for Batched<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+        // The batch first: it never holds the local copy's ranges (they are not logged), and most reads are in it.
+        if let Some(src) = self.find(addr, buf.len()) {
+            buf.copy_from_slice(src);
+            self.log.push((addr, buf.len() as u64));
+            return true;
+        }
         if buf.is_empty() || self.inner.is_local(addr, buf.len()) {
             return self.inner.read(addr, buf);
         }
-        if self.serve(addr, buf) {
-            return true;
-        }
+        self.log.push((addr, buf.len() as u64));
         self.reads += 1;
         self.inner.read(addr, buf)
     }
