@@ -82,3 +82,34 @@ fn a_wrong_code_type_or_a_cycle_fails_the_walk() {
     cyc[at..at + 8].copy_from_slice(&f1.to_le_bytes());
     assert!(walk(Vec::leak(cyc), "python3.11").unwrap_err().contains("cycle"));
 }
+
+#[test]
+fn a_thread_that_moved_gets_new_frames() {
+    let image: &'static [u8] = include_bytes!("../../fuzz/corpus/python/walk-3.11");
+    let l = layout_for(3, 11).unwrap();
+    let rt = Runtime {
+        layout: l.clone(),
+        runtime: u64_at(image, 1),
+        code_type: u64_at(image, 9),
+        unicode_type: 0,
+        bytes_type: 0,
+        frame_type: 0,
+    };
+    let mut w = Walker::new(rt);
+    let fs_base = u64_at(image, 17);
+    let first = w.read_frames(&mut Image(image), 1, fs_base).unwrap();
+    assert_eq!(first.len(), 2);
+    // The inner frame returned: the C frame's current frame is now the outer one.
+    let interp = u64_at(image, u64_at(image, 1) + l.runtime_interpreters_head);
+    let ts = u64_at(image, interp + l.interp_threads_head);
+    let cframe = u64_at(image, ts + l.ts_cframe.unwrap());
+    let f1 = u64_at(image, cframe + l.cframe_current_frame);
+    let f2 = u64_at(image, f1 + l.frame_back);
+    let mut moved = image.to_vec();
+    let at = (cframe + l.cframe_current_frame) as usize;
+    moved[at..at + 8].copy_from_slice(&f2.to_le_bytes());
+    let second = w.read_frames(&mut Image(Vec::leak(moved)), 1, fs_base).unwrap();
+    assert_eq!(&second[..], &first[1..]);
+    // And back: equal to the first frames again, not the last ones.
+    assert_eq!(w.read_frames(&mut Image(image), 1, fs_base).unwrap(), first);
+}
