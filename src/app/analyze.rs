@@ -91,7 +91,7 @@ pub const QUEUED_RECORDS: usize = 4096;
 
 /// What a stack is known by before it is symbolized: its unwound frames, its Python frames, and a probe's own
 /// depth limit.
-type StackKey = (Unwound, Vec<crate::model::stack::PyFrame>, Option<usize>);
+type StackKey = (Unwound, std::sync::Arc<[crate::model::stack::PyFrame]>, Option<usize>);
 
 /// Distinct stacks, each symbolized once, by id.
 #[derive(Default)]
@@ -116,7 +116,7 @@ struct Unwinding {
     ev: Event,
     unwound: Option<Unwound>,
     /// The thread's Python frames, read at the stop.
-    python: Vec<crate::model::stack::PyFrame>,
+    python: std::sync::Arc<[crate::model::stack::PyFrame]>,
     /// Time spent unwinding it.
     took: Duration,
     /// The call as recorded (`--record`), with the part of its window the walk read.
@@ -151,7 +151,7 @@ fn unwinder(
             }
         };
         let t0 = Instant::now();
-        let mut python = Vec::new();
+        let mut python = Default::default();
         let mut recorded = None;
         let unwound = match ev.capture.take() {
             Some(c) => {

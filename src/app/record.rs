@@ -132,7 +132,7 @@ impl RecEvent {
                 asked: c.asked,
                 len: c.stack.len(),
                 bytes: hex(&c.stack[..seen.min(c.stack.len())]),
-                python: c.python.clone(),
+                python: c.python.to_vec(),
             }),
             stack_dropped,
         }
@@ -156,7 +156,7 @@ impl RecEvent {
                     return Err("an event's stack window is longer than its recorded length".into());
                 }
                 stack.resize(s.len, 0);
-                Some(StackCapture { regs, stack, asked: s.asked, python: s.python.clone() })
+                Some(StackCapture { regs, stack, asked: s.asked, python: s.python.as_slice().into() })
             }
         };
         Ok(Event {

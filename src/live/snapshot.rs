@@ -87,7 +87,7 @@ pub fn read_thread_with(
     };
     let py = match (&regs, python) {
         (Ok(r), Some(p)) => p.read_frames(tid, r, &stack),
-        _ => Vec::new(),
+        _ => Default::default(),
     };
     let sig = match seen {
         Seen::Signal(s) => s,

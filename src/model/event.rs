@@ -16,8 +16,9 @@ pub struct StackCapture {
     /// How many bytes were asked for.
     pub asked: usize,
     /// The thread's Python frames, innermost first, read at the same stop (empty for a thread not running
-    /// CPython).
-    pub python: Vec<crate::model::stack::PyFrame>,
+    /// CPython). Shared: a thread caught again in the same frames gets the same list (one reference count
+    /// instead of two per frame while the thread is stopped).
+    pub python: std::sync::Arc<[crate::model::stack::PyFrame]>,
 }
 
 /// One captured call.

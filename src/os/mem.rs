@@ -68,27 +68,44 @@ pub fn read_upto(pid: Tid, addr: u64, len: usize) -> Vec<u8> {
     buf
 }
 
-/// Copies several remote ranges with one process_vm_readv per 1024 of them (IOV_MAX). Returns how many of
-/// `reqs`, from the first, were filled completely: the kernel stops at the first range it cannot read.
-pub fn read_vectored(pid: Tid, reqs: &mut [(u64, &mut [u8])]) -> usize {
+/// Copies the remote `ranges` (address, length) into `buf`, one after the other, with one process_vm_readv per
+/// 64 of them (the iovecs live on the stack: this runs at every Python event). Returns how many ranges, from the
+/// first, were filled completely: the kernel stops at the first range it cannot read. Ranges that do not fit in
+/// `buf` are not read.
+pub fn read_ranges(pid: Tid, ranges: &[(u64, u64)], buf: &mut [u8]) -> usize {
+    use std::mem::MaybeUninit;
+    const BATCH: usize = 64;
     let mut done = 0;
-    for chunk in reqs.chunks_mut(1024) {
-        let local: Vec<libc::iovec> =
-            chunk.iter_mut().map(|(_, b)| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
-        let remote: Vec<libc::iovec> =
-            chunk.iter().map(|(a, b)| libc::iovec { iov_base: *a as *mut libc::c_void, iov_len: b.len() }).collect();
-        // SAFETY: each local iovec describes a distinct `&mut [u8]` borrowed for the whole call; the remote
-        // iovecs are addresses in the other process and are never dereferenced here.
-        let n = unsafe {
-            libc::process_vm_readv(pid, local.as_ptr(), local.len() as _, remote.as_ptr(), remote.len() as _, 0)
-        };
-        let mut left = n.max(0) as usize;
+    let mut rest = buf;
+    for chunk in ranges.chunks(BATCH) {
+        // Not initialised: only the first `n` entries are filled and passed (no 2 KiB of zeroes per call).
+        let mut local = [const { MaybeUninit::<libc::iovec>::uninit() }; BATCH];
+        let mut remote = [const { MaybeUninit::<libc::iovec>::uninit() }; BATCH];
+        let mut n = 0;
+        for &(addr, len) in chunk {
+            let Some(len) = usize::try_from(len).ok().filter(|&l| l <= rest.len()) else { break };
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            local[n].write(libc::iovec { iov_base: head.as_mut_ptr().cast(), iov_len: len });
+            remote[n].write(libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len });
+            rest = tail;
+            n += 1;
+        }
+        if n == 0 {
+            break;
+        }
+        // SAFETY: the first `n` entries of both arrays were written above (MaybeUninit<iovec> has iovec's layout)
+        // and the kernel reads no more; the local iovecs describe disjoint parts of `buf`, borrowed mutably for
+        // the whole call; the remote iovecs are addresses in the other process and are never dereferenced here.
+        let got =
+            unsafe { libc::process_vm_readv(pid, local.as_ptr().cast(), n as _, remote.as_ptr().cast(), n as _, 0) };
+        let mut left = got.max(0) as usize;
         let mut full = 0;
-        for (_, b) in chunk.iter() {
-            if left < b.len() {
+        for &(_, len) in &chunk[..n] {
+            let len = len as usize;
+            if left < len {
                 break;
             }
-            left -= b.len();
+            left -= len;
             full += 1;
         }
         done += full;

@@ -23,6 +23,7 @@ pub struct Prefetcher {
     /// Per thread: the ranges to read, and how many walks they served without being merged again.
     hints: std::collections::HashMap<i32, (Vec<(u64, u64)>, u32)>,
     buf: Vec<u8>,
+    ok: Vec<bool>,
     spans: Vec<(u64, usize, usize)>,
     log: Vec<(u64, u64)>,
     /// Reads that went to `inner` during walks (batches included), for the bench and tests.
@@ -35,28 +36,30 @@ impl Prefetcher {
         self.spans.clear();
         self.log.clear();
         if let Some((ranges, _)) = self.hints.get(&key) {
-            let total: u64 = ranges.iter().map(|r| r.1).sum();
-            self.buf.clear();
-            self.buf.resize(total as usize, 0);
-            let mut reqs: Vec<(u64, &mut [u8])> = Vec::with_capacity(ranges.len());
-            let mut rest = self.buf.as_mut_slice();
-            for &(addr, len) in ranges {
-                let (head, tail) = rest.split_at_mut(len as usize);
-                reqs.push((addr, head));
-                rest = tail;
+            // At most MAX_BYTES (see `merge`). Not zeroed: only the bytes of ranges read are ever served.
+            let total = ranges.iter().map(|r| r.1 as usize).sum::<usize>();
+            if self.buf.len() < total {
+                self.buf.resize(total, 0);
             }
-            let ok = inner.read_each(&mut reqs);
+            inner.read_ranges(ranges, &mut self.buf[..total], &mut self.ok);
             self.reads += 1;
             let mut off = 0usize;
-            for (&(addr, len), ok) in ranges.iter().zip(ok) {
+            for (&(addr, len), &ok) in ranges.iter().zip(&self.ok) {
                 if ok {
                     self.spans.push((addr, off, len as usize));
                 }
                 off += len as usize;
             }
         }
-        let mut m =
-            Batched { inner, buf: &self.buf, spans: &self.spans, extra: Vec::new(), log: &mut self.log, reads: 0 };
+        let mut m = Batched {
+            inner,
+            buf: &self.buf,
+            spans: &self.spans,
+            next: 0,
+            extra: Vec::new(),
+            log: &mut self.log,
+            reads: 0,
+        };
         let out = walk(&mut m);
         self.reads += m.reads;
         // All served from the batch: the same ranges will do next time (merged again now and then, to drop
@@ -114,6 +117,8 @@ struct Batched<'a> {
     buf: &'a [u8],
     /// (address, offset into `buf`, length), sorted by address, not overlapping.
     spans: &'a [(u64, usize, usize)],
+    /// The span that served the last read: the walk reads mostly upwards through each span.
+    next: usize,
     extra: Vec<(u64, Vec<u8>)>,
     log: &'a mut Vec<(u64, u64)>,
     reads: u64,
@@ -121,18 +126,26 @@ struct Batched<'a> {
 
 impl Batched<'_> {
     /// The bytes at `addr..addr + len` if the batch or a prefetched copy holds them all.
-    fn find(&self, addr: u64, len: usize) -> Option<&[u8]> {
-        let i = self.spans.partition_point(|s| s.0 <= addr);
-        let from_span = i.checked_sub(1).and_then(|i| {
-            let (a, off, l) = self.spans[i];
-            let start = usize::try_from(addr - a).ok()?;
-            (start.checked_add(len)? <= l).then(|| &self.buf[off + start..off + start + len])
-        });
-        from_span.or_else(|| {
-            self.extra.iter().find_map(|(a, b)| {
-                let start = usize::try_from(addr.checked_sub(*a)?).ok()?;
-                b.get(start..start.checked_add(len)?)
-            })
+    fn find(&mut self, addr: u64, len: usize) -> Option<&[u8]> {
+        let within = |&(a, _, l): &(u64, usize, usize)| {
+            let start = usize::try_from(addr.checked_sub(a)?).ok()?;
+            (start.checked_add(len)? <= l).then_some(start)
+        };
+        let hit = match self.spans.get(self.next).and_then(within) {
+            Some(start) => Some((self.next, start)),
+            None => {
+                let i = self.spans.partition_point(|s| s.0 <= addr).checked_sub(1);
+                i.and_then(|i| Some((i, within(&self.spans[i])?)))
+            }
+        };
+        if let Some((i, start)) = hit {
+            self.next = i;
+            let off = self.spans[i].1 + start;
+            return self.buf.get(off..off + len);
+        }
+        self.extra.iter().find_map(|(a, b)| {
+            let start = usize::try_from(addr.checked_sub(*a)?).ok()?;
+            b.get(start..start.checked_add(len)?)
         })
     }
 
@@ -151,35 +164,59 @@ impl Batched<'_> {
 
 impl Memory for Batched<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+        // The batch first: it never holds the local copy's ranges (they are not logged), and most reads are in it.
+        if let Some(src) = self.find(addr, buf.len()) {
+            buf.copy_from_slice(src);
+            self.log.push((addr, buf.len() as u64));
+            return true;
+        }
         if buf.is_empty() || self.inner.is_local(addr, buf.len()) {
             return self.inner.read(addr, buf);
         }
-        if self.serve(addr, buf) {
-            return true;
-        }
+        self.log.push((addr, buf.len() as u64));
         self.reads += 1;
         self.inner.read(addr, buf)
     }
 
-    fn read_each(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<bool> {
-        let mut ok = vec![true; reqs.len()];
-        let mut missing: Vec<(u64, &mut [u8])> = Vec::new();
-        let mut which = Vec::new();
-        for (i, (addr, buf)) in reqs.iter_mut().enumerate() {
-            if buf.is_empty() || self.inner.is_local(*addr, buf.len()) {
-                ok[i] = self.inner.read(*addr, buf);
-            } else if !self.serve(*addr, buf) {
-                missing.push((*addr, &mut **buf));
-                which.push(i);
+    fn read_ranges(&mut self, ranges: &[(u64, u64)], buf: &mut [u8], ok: &mut Vec<bool>) {
+        ok.clear();
+        // (index, offset into `buf`) of the ranges no copy has.
+        let mut missing: Vec<(usize, usize)> = Vec::new();
+        let mut off = 0usize;
+        for (i, &(addr, len)) in ranges.iter().enumerate() {
+            let Some(b) = usize::try_from(len).ok().and_then(|n| buf.get_mut(off..off.checked_add(n)?)) else {
+                ok.push(false);
+                off = buf.len();
+                continue;
+            };
+            off += b.len();
+            if b.is_empty() || self.inner.is_local(addr, b.len()) {
+                ok.push(self.inner.read(addr, b));
+            } else if self.serve(addr, b) {
+                ok.push(true);
+            } else {
+                ok.push(false);
+                missing.push((i, off - b.len()));
             }
         }
-        if !missing.is_empty() {
-            self.reads += 1;
-            for (i, got) in which.into_iter().zip(self.inner.read_each(&mut missing)) {
-                ok[i] = got;
-            }
+        if missing.is_empty() {
+            return;
         }
-        ok
+        // Rare (a walk that went somewhere new): read them all in one go, then copy them into place.
+        self.reads += 1;
+        let want: Vec<(u64, u64)> = missing.iter().map(|&(i, _)| ranges[i]).collect();
+        let mut tmp = vec![0u8; want.iter().map(|r| r.1 as usize).sum()];
+        let mut got = Vec::new();
+        self.inner.read_ranges(&want, &mut tmp, &mut got);
+        let mut from = 0usize;
+        for (k, (&(i, at), &(_, len))) in missing.iter().zip(&want).enumerate() {
+            let len = len as usize;
+            if got.get(k).copied().unwrap_or(false) {
+                buf[at..at + len].copy_from_slice(&tmp[from..from + len]);
+                ok[i] = true;
+            }
+            from += len;
+        }
     }
 
     fn prefetch(&mut self, addr: u64, len: u64) {
@@ -221,10 +258,16 @@ mod tests {
             buf.copy_from_slice(src);
             true
         }
-        fn read_each(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<bool> {
-            let r = reqs.iter_mut().map(|(a, b)| self.read(*a, b)).collect();
-            self.reads -= reqs.len() - 1;
-            r
+        fn read_ranges(&mut self, ranges: &[(u64, u64)], buf: &mut [u8], ok: &mut Vec<bool>) {
+            let before = self.reads;
+            let mut rest = buf;
+            ok.clear();
+            for &(a, len) in ranges {
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut(len as usize);
+                ok.push(self.read(a, head));
+                rest = tail;
+            }
+            self.reads = before + 1;
         }
     }
 
@@ -236,11 +279,11 @@ mod tests {
                 assert!(m.read(a, &mut b), "{a:#x}");
                 out.extend(b);
             }
-            let mut reqs_buf = [[0u8; 4]; 2];
-            let [x, y] = &mut reqs_buf;
-            let ok = m.read_each(&mut [(0x1100, x.as_mut_slice()), (0x1800, y.as_mut_slice())]);
+            let mut buf = [0u8; 8];
+            let mut ok = Vec::new();
+            m.read_ranges(&[(0x1100, 4), (0x1800, 4)], &mut buf, &mut ok);
             assert_eq!(ok, [true, true]);
-            out.extend(reqs_buf.concat());
+            out.extend(buf);
             out
         })
     }
@@ -251,7 +294,7 @@ mod tests {
         let mut p = Prefetcher::default();
         let at = [0x1000, 0x1010, 0x1400, 0x1ff0];
         let first = walk(&mut p, &mut mem, &at);
-        assert_eq!(mem.reads, 5, "four reads and one read_each");
+        assert_eq!(mem.reads, 5, "four reads and one read_ranges");
         mem.reads = 0;
         assert_eq!(walk(&mut p, &mut mem, &at), first);
         assert_eq!(mem.reads, 1, "the batch alone");

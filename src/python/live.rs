@@ -13,19 +13,19 @@ use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::mem::{self, ProcMem};
 use std::collections::HashSet;
+use std::sync::Arc;
 
-/// Reads the target's memory, serving ranges from local copies first.
+/// Reads the target's memory, serving ranges from the local copy of the stack first.
 struct LiveMem<'a> {
     pid: Tid,
-    copies: Vec<(u64, &'a [u8])>,
+    copy: (u64, &'a [u8]),
 }
 
 impl LiveMem<'_> {
     fn copied(&self, addr: u64, len: usize) -> Option<&[u8]> {
-        self.copies.iter().find_map(|&(base, bytes)| {
-            let off = usize::try_from(addr.checked_sub(base)?).ok()?;
-            bytes.get(off..off.checked_add(len)?)
-        })
+        let (base, bytes) = self.copy;
+        let off = usize::try_from(addr.checked_sub(base)?).ok()?;
+        bytes.get(off..off.checked_add(len)?)
     }
 }
 
@@ -35,19 +35,25 @@ impl Memory for LiveMem<'_> {
             buf.copy_from_slice(b);
             return true;
         }
-        mem::read_vectored(self.pid, &mut [(addr, buf)]) == 1
+        mem::read_ranges(self.pid, &[(addr, buf.len() as u64)], buf) == 1
     }
 
-    fn read_each(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<bool> {
-        let mut ok = vec![false; reqs.len()];
+    fn read_ranges(&mut self, ranges: &[(u64, u64)], buf: &mut [u8], ok: &mut Vec<bool>) {
+        ok.clear();
+        let mut off = 0usize;
         let mut i = 0;
-        while i < reqs.len() {
-            let done = mem::read_vectored(self.pid, &mut reqs[i..]);
-            ok[i..i + done].iter_mut().for_each(|o| *o = true);
+        while i < ranges.len() {
+            let done = mem::read_ranges(self.pid, &ranges[i..], buf.get_mut(off..).unwrap_or_default());
+            for &(_, len) in &ranges[i..i + done] {
+                ok.push(true);
+                off += len as usize;
+            }
             // The kernel stops at the first unreadable range: skip it and go on with the rest.
+            let Some(&(_, len)) = ranges.get(i + done) else { break };
+            ok.push(false);
+            off = off.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
             i += done + 1;
         }
-        ok
     }
 
     fn is_local(&self, addr: u64, len: usize) -> bool {
@@ -72,6 +78,7 @@ impl PythonReader {
     /// Forgets what was remembered about thread `tid`'s frames (it exited).
     pub fn forget_thread(&mut self, tid: Tid) {
         self.batch.forget(tid);
+        self.walker.forget(tid);
     }
 
     /// Finds the interpreter of process `pid`: `Ok(None)` if no mapped module defines `_PyRuntime`; `Err` names
@@ -136,9 +143,9 @@ impl PythonReader {
 
     /// The Python frames of stopped thread `tid`, innermost first; `stack` is the copy of its stack taken at
     /// `regs.sp()` (shim frames and C frames live there). A failed check gives no frames and one warning.
-    pub fn read_frames(&mut self, tid: Tid, regs: &Regs, stack: &[u8]) -> Vec<PyFrame> {
+    pub fn read_frames(&mut self, tid: Tid, regs: &Regs, stack: &[u8]) -> Arc<[PyFrame]> {
         let t0 = std::time::Instant::now();
-        let mut m = LiveMem { pid: self.pid, copies: vec![(regs.sp(), stack)] };
+        let mut m = LiveMem { pid: self.pid, copy: (regs.sp(), stack) };
         let walker = &mut self.walker;
         let walked = self.batch.walk(tid, &mut m, |m| walker.read_frames(m, tid, regs.0.fs_base));
         self.walks += 1;
@@ -152,7 +159,7 @@ impl PythonReader {
                 if !self.warnings.contains(&w) && self.warnings.len() < 8 {
                     self.warnings.push(w);
                 }
-                Vec::new()
+                Arc::default()
             }
         }
     }

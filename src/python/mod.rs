@@ -18,9 +18,20 @@ use crate::model::stack::{Frame, FrameKind, Stack};
 pub trait Memory {
     /// Fills `buf` from `addr`; false when any byte of it cannot be read.
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool;
-    /// Several reads at once (live memory does them in one system call).
-    fn read_each(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<bool> {
-        reqs.iter_mut().map(|(a, b)| self.read(*a, b)).collect()
+    /// Several reads at once (live memory does them in one system call): range `i` (address, length) goes to the
+    /// next `length` bytes of `buf`, and `ok` gets one flag per range (false for one that does not fit in `buf`).
+    fn read_ranges(&mut self, ranges: &[(u64, u64)], buf: &mut [u8], ok: &mut Vec<bool>) {
+        ok.clear();
+        let mut rest = buf;
+        for &(addr, len) in ranges {
+            let Some(n) = usize::try_from(len).ok().filter(|&n| n <= rest.len()) else {
+                ok.push(false);
+                continue;
+            };
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            ok.push(self.read(addr, head));
+            rest = tail;
+        }
     }
     /// A hint that `len` bytes at `addr` are about to be read piecewise.
     fn prefetch(&mut self, _addr: u64, _len: u64) {}

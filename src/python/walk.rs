@@ -109,7 +109,12 @@ struct Raw {
     instr: u64,
     owner: u8,
     call: u32,
+    /// Index of `code` among the walk's distinct code objects.
+    slot: u32,
 }
+
+/// Distinct code objects of a walk looked up linearly up to this many, then through a map.
+const LINEAR_CODES: usize = 16;
 
 /// Walks the frames of threads of one process, caching thread states and code objects between walks.
 pub struct Walker {
@@ -120,10 +125,21 @@ pub struct Walker {
     /// The line of each (code load, instruction offset) seen: most events come from a few call sites.
     lines: AddrMap<(u64, i64), Option<u32>>,
     tstates: AddrMap<i32, u64>,
-    /// Reused between walks: the frames found, the code addresses and headers of a walk.
+    /// Reused between walks (a walk allocates only what it returns): the thread state and frame read, the frames
+    /// found, the distinct code objects with their slots, header ranges, headers and read flags, and their codes.
+    ts: Vec<u8>,
+    frame: Vec<u8>,
     raw: Vec<Raw>,
     addrs: Vec<u64>,
+    slots: AddrMap<u64, u32>,
+    ranges: Vec<(u64, u64)>,
     headers: Vec<u8>,
+    ok: Vec<bool>,
+    codes: Vec<Option<Arc<Code>>>,
+    /// Each frame's slot, line and call, before they become `PyFrame`s.
+    named: Vec<(u32, Option<u32>, u32)>,
+    /// Each thread's last frames: given again (one reference count) when the walk finds the same ones.
+    last: AddrMap<i32, Arc<[PyFrame]>>,
 }
 
 fn u64_at(b: &[u8], off: u64) -> u64 {
@@ -153,6 +169,35 @@ fn read_vec(mem: &mut dyn Memory, addr: u64, len: u64) -> Option<Vec<u8>> {
     mem.read(addr, &mut v).then_some(v)
 }
 
+/// Reads `len` bytes at `addr` into `buf` (resized, so zeroed only when it grows).
+fn read_into(mem: &mut dyn Memory, addr: u64, len: u64, buf: &mut Vec<u8>) -> bool {
+    let Ok(len) = usize::try_from(len) else { return false };
+    buf.resize(len, 0);
+    mem.read(addr, buf)
+}
+
+/// The index of `code` in `addrs` (distinct code addresses of a walk), added if new; `map` indexes `addrs` once
+/// it has more than [`LINEAR_CODES`] entries.
+fn slot_of(addrs: &mut Vec<u64>, map: &mut AddrMap<u64, u32>, code: u64) -> u32 {
+    if addrs.len() <= LINEAR_CODES {
+        if let Some(i) = addrs.iter().position(|&a| a == code) {
+            return i as u32;
+        }
+        if addrs.len() == LINEAR_CODES {
+            map.clear();
+            map.extend(addrs.iter().enumerate().map(|(i, &a)| (a, i as u32)));
+        }
+    } else if let Some(&i) = map.get(&code) {
+        return i;
+    }
+    let i = addrs.len() as u32;
+    addrs.push(code);
+    if addrs.len() > LINEAR_CODES {
+        map.insert(code, i);
+    }
+    i
+}
+
 impl Walker {
     pub fn new(rt: Runtime) -> Walker {
         Walker {
@@ -162,25 +207,76 @@ impl Walker {
             serial: 0,
             lines: AddrMap::default(),
             tstates: AddrMap::default(),
+            ts: Vec::new(),
+            frame: Vec::new(),
             raw: Vec::new(),
             addrs: Vec::new(),
+            slots: AddrMap::default(),
+            ranges: Vec::new(),
             headers: Vec::new(),
+            ok: Vec::new(),
+            codes: Vec::new(),
+            named: Vec::new(),
+            last: AddrMap::default(),
         }
     }
 
     /// The Python frames of thread `tid` (whose `fs_base`, i.e. `pthread_self()`, is given), innermost first.
     /// Empty when the thread has no Python thread state or no frames; `Err` names what failed a check.
-    pub fn read_frames(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64) -> Result<Vec<PyFrame>, String> {
-        let Some(ts) = self.find_tstate(mem, tid, fs_base)? else { return Ok(Vec::new()) };
+    pub fn read_frames(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64) -> Result<Arc<[PyFrame]>, String> {
+        let mut ts = std::mem::take(&mut self.ts);
+        let found = self.find_tstate(mem, tid, fs_base, &mut ts);
         let mut raw = std::mem::take(&mut self.raw);
+        let mut f = std::mem::take(&mut self.frame);
         raw.clear();
-        let chained = match self.rt.layout.frames {
-            FrameKind::Objects => self.chain_objects(mem, &ts, &mut raw),
-            FrameKind::Entry311 | FrameKind::Shim312 => self.chain_interpreter(mem, &ts, &mut raw),
+        let chained = match found {
+            Ok(true) => match self.rt.layout.frames {
+                FrameKind::Objects => self.chain_objects(mem, &ts, &mut raw, &mut f),
+                FrameKind::Entry311 | FrameKind::Shim312 => self.chain_interpreter(mem, &ts, &mut raw, &mut f),
+            },
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
         };
-        let named = chained.and_then(|()| self.name(mem, &raw));
-        self.raw = raw;
-        named
+        let named = chained.and_then(|()| self.name(mem, &mut raw));
+        (self.ts, self.raw, self.frame) = (ts, raw, f);
+        named?;
+        Ok(self.frames_of(tid))
+    }
+
+    /// Forgets thread `tid`'s last frames (it exited).
+    pub fn forget(&mut self, tid: i32) {
+        self.last.remove(&tid);
+    }
+
+    /// The `PyFrame`s of `self.named`: thread `tid`'s last ones when they are the same frames (same code loads,
+    /// lines and calls), else new ones, remembered for its next walk.
+    fn frames_of(&mut self, tid: i32) -> Arc<[PyFrame]> {
+        let code = |slot: u32| self.codes.get(slot as usize).and_then(|c| c.as_ref());
+        if let Some(last) = self.last.get(&tid) {
+            let same = last.len() == self.named.len()
+                && last.iter().zip(&self.named).all(|(p, &(slot, line, call))| {
+                    p.line == line
+                        && p.call == call
+                        && code(slot)
+                            .is_some_and(|c| Arc::ptr_eq(&c.function, &p.function) && Arc::ptr_eq(&c.file, &p.file))
+                });
+            if same {
+                return last.clone();
+            }
+        }
+        let frames: Arc<[PyFrame]> = self
+            .named
+            .iter()
+            .filter_map(|&(slot, line, call)| {
+                let c = code(slot)?;
+                Some(PyFrame { function: c.function.clone(), file: c.file.clone(), line, call })
+            })
+            .collect();
+        if self.last.len() >= MAX_THREADS {
+            self.last.clear();
+        }
+        self.last.insert(tid, frames.clone());
+        frames
     }
 
     fn matches(&self, ts: &[u8], tid: i32, fs_base: u64) -> bool {
@@ -191,18 +287,21 @@ impl Walker {
         }
     }
 
-    fn find_tstate(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64) -> Result<Option<Vec<u8>>, String> {
-        let l = self.rt.layout.clone();
+    /// Reads thread `tid`'s state into `ts`; false when it has none.
+    fn find_tstate(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64, ts: &mut Vec<u8>) -> Result<bool, String> {
+        let l = &self.rt.layout;
+        let (ts_size, ts_next) = (l.ts_size, l.ts_next);
+        let (head_at, threads_head, interp_next) =
+            (self.rt.runtime.wrapping_add(l.runtime_interpreters_head), l.interp_threads_head, l.interp_next);
         if let Some(&addr) = self.tstates.get(&tid) {
-            if let Some(ts) = read_vec(mem, addr, l.ts_size).filter(|ts| self.matches(ts, tid, fs_base)) {
-                return Ok(Some(ts));
+            if read_into(mem, addr, ts_size, ts) && self.matches(ts, tid, fs_base) {
+                return Ok(true);
             }
             self.tstates.remove(&tid);
         }
         let mut head = [0u8; 8];
-        let at = self.rt.runtime.wrapping_add(l.runtime_interpreters_head);
-        if !mem.read(at, &mut head) {
-            return Err(format!("cannot read _PyRuntime at {at:#x}"));
+        if !mem.read(head_at, &mut head) {
+            return Err(format!("cannot read _PyRuntime at {head_at:#x}"));
         }
         let mut interp = u64::from_le_bytes(head);
         let mut seen = HashSet::new();
@@ -211,63 +310,75 @@ impl Walker {
                 break;
             }
             let mut p = [0u8; 8];
-            if !mem.read(interp.wrapping_add(l.interp_threads_head), &mut p) {
+            if !mem.read(interp.wrapping_add(threads_head), &mut p) {
                 return Err(format!("cannot read the interpreter state at {interp:#x}"));
             }
-            let mut ts = u64::from_le_bytes(p);
+            let mut at = u64::from_le_bytes(p);
             for _ in 0..MAX_THREADS {
-                if ts == 0 || !seen.insert(ts) {
+                if at == 0 || !seen.insert(at) {
                     break;
                 }
-                let Some(data) = read_vec(mem, ts, l.ts_size) else {
-                    return Err(format!("cannot read the thread state at {ts:#x}"));
-                };
-                if self.matches(&data, tid, fs_base) {
+                if !read_into(mem, at, ts_size, ts) {
+                    return Err(format!("cannot read the thread state at {at:#x}"));
+                }
+                if self.matches(ts, tid, fs_base) {
                     // Threads come and go: a bounded cache, emptied when full.
                     if self.tstates.len() >= MAX_THREADS {
                         self.tstates.clear();
                     }
-                    self.tstates.insert(tid, ts);
-                    return Ok(Some(data));
+                    self.tstates.insert(tid, at);
+                    return Ok(true);
                 }
-                ts = u64_at(&data, l.ts_next);
+                at = u64_at(ts, ts_next);
             }
-            if !mem.read(interp.wrapping_add(l.interp_next), &mut p) {
+            if !mem.read(interp.wrapping_add(interp_next), &mut p) {
                 break;
             }
             interp = u64::from_le_bytes(p);
         }
-        Ok(None)
+        Ok(false)
     }
 
     /// 3.9/3.10: frame objects linked by `f_back`, each run by its own eval call.
-    fn chain_objects(&self, mem: &mut dyn Memory, ts: &[u8], out: &mut Vec<Raw>) -> Result<(), String> {
+    fn chain_objects(
+        &self,
+        mem: &mut dyn Memory,
+        ts: &[u8],
+        out: &mut Vec<Raw>,
+        f: &mut Vec<u8>,
+    ) -> Result<(), String> {
         let l = &self.rt.layout;
         let mut frame = u64_at(ts, l.ts_frame.unwrap_or(0));
         let mut cycle = Cycle::new();
-        let mut f = vec![0u8; usize::try_from(l.frame_size).map_err(|_| "frame size")?];
         while frame != 0 {
             if out.len() >= MAX_FRAMES || !cycle.step(frame) {
                 return Err(format!("the frame chain has a cycle or more than {MAX_FRAMES} frames"));
             }
-            if !mem.read(frame, &mut f) {
+            if !read_into(mem, frame, l.frame_size, f) {
                 return Err(format!("cannot read the frame at {frame:#x}"));
             }
-            if self.rt.frame_type != 0 && u64_at(&f, 8) != self.rt.frame_type {
+            if self.rt.frame_type != 0 && u64_at(f, 8) != self.rt.frame_type {
                 return Err(format!("the object at {frame:#x} in the frame chain is not a frame"));
             }
-            let lasti = u32_at(&f, l.frame_instr) as i32 as i64;
+            let lasti = u32_at(f, l.frame_instr) as i32 as i64;
             // Stored as the instruction pointer: the byte offset of the last instruction (3.10 counts units).
             let bytes = if l.version >= (3, 10) { lasti.saturating_mul(2) } else { lasti };
-            out.push(Raw { code: u64_at(&f, l.frame_code), instr: bytes as u64, owner: 0, call: out.len() as u32 });
-            frame = u64_at(&f, l.frame_back);
+            let call = out.len() as u32;
+            out.push(Raw { code: u64_at(f, l.frame_code), instr: bytes as u64, owner: 0, call, slot: 0 });
+            frame = u64_at(f, l.frame_back);
         }
         Ok(())
     }
 
     /// 3.11+: interpreter frames, most in the thread's data stack (prefetched in one read), shims and entry
     /// frames on the C stack.
-    fn chain_interpreter(&self, mem: &mut dyn Memory, ts: &[u8], out: &mut Vec<Raw>) -> Result<(), String> {
+    fn chain_interpreter(
+        &self,
+        mem: &mut dyn Memory,
+        ts: &[u8],
+        out: &mut Vec<Raw>,
+        f: &mut Vec<u8>,
+    ) -> Result<(), String> {
         let l = &self.rt.layout;
         let mut frame = match (l.ts_cframe, l.ts_frame) {
             (Some(cf), _) => {
@@ -294,24 +405,23 @@ impl Walker {
         let mut cycle = Cycle::new();
         let mut steps = 0usize;
         let mut call = 0u32;
-        let mut f = vec![0u8; usize::try_from(l.frame_size).map_err(|_| "frame size")?];
         while frame != 0 {
             steps += 1;
             if steps > MAX_FRAMES || !cycle.step(frame) {
                 return Err(format!("the frame chain has a cycle or more than {MAX_FRAMES} frames"));
             }
-            if !mem.read(frame, &mut f) {
+            if !read_into(mem, frame, l.frame_size, f) {
                 return Err(format!("cannot read the frame at {frame:#x}"));
             }
-            let owner = l.frame_owner.map(|o| u8_at(&f, o)).unwrap_or(0);
-            let back = u64_at(&f, l.frame_back);
+            let owner = l.frame_owner.map(|o| u8_at(f, o)).unwrap_or(0);
+            let back = u64_at(f, l.frame_back);
             if l.frames == FrameKind::Shim312 && owner == FRAME_OWNED_BY_CSTACK {
                 call += 1;
                 frame = back;
                 continue;
             }
-            out.push(Raw { code: u64_at(&f, l.frame_code), instr: u64_at(&f, l.frame_instr), owner, call });
-            if l.frame_is_entry.is_some_and(|o| u8_at(&f, o) != 0) {
+            out.push(Raw { code: u64_at(f, l.frame_code), instr: u64_at(f, l.frame_instr), owner, call, slot: 0 });
+            if l.frame_is_entry.is_some_and(|o| u8_at(f, o) != 0) {
                 call += 1;
             }
             frame = back;
@@ -319,33 +429,44 @@ impl Walker {
         Ok(())
     }
 
-    /// Names each frame from its code object: the headers of all of them in one read, the cached names when the
-    /// header is the same as when they were read.
-    fn name(&mut self, mem: &mut dyn Memory, raw: &[Raw]) -> Result<Vec<PyFrame>, String> {
-        let l = self.rt.layout.clone();
-        let size = usize::try_from(l.code_size).map_err(|_| "code size")?;
+    /// Names each frame from its code object into `self.named` (slots of `self.codes`): the headers of all of them
+    /// in one read, the cached names when the header is the same as when they were read.
+    fn name(&mut self, mem: &mut dyn Memory, raw: &mut [Raw]) -> Result<(), String> {
+        let size = self.rt.layout.code_size;
         let mut addrs = std::mem::take(&mut self.addrs);
-        let mut headers = std::mem::take(&mut self.headers);
         addrs.clear();
-        addrs.extend(raw.iter().map(|r| r.code));
-        addrs.sort_unstable();
-        addrs.dedup();
-        headers.clear();
-        headers.resize(addrs.len() * size, 0);
-        let ok = if size == 0 {
-            vec![true; addrs.len()]
+        let mut last: Option<(u64, u32)> = None;
+        for r in raw.iter_mut() {
+            r.slot = match last {
+                // Recursion: the same code object frame after frame.
+                Some((code, slot)) if code == r.code => slot,
+                _ => slot_of(&mut addrs, &mut self.slots, r.code),
+            };
+            last = Some((r.code, r.slot));
+        }
+        let mut ranges = std::mem::take(&mut self.ranges);
+        let mut headers = std::mem::take(&mut self.headers);
+        let mut ok = std::mem::take(&mut self.ok);
+        ranges.clear();
+        ranges.extend(addrs.iter().map(|&a| (a, size)));
+        let total = usize::try_from(size).ok().and_then(|s| s.checked_mul(addrs.len())).ok_or("code size")?;
+        headers.resize(total, 0);
+        if size == 0 {
+            ok.clear();
+            ok.resize(addrs.len(), true);
         } else {
-            let mut reqs: Vec<(u64, &mut [u8])> = addrs.iter().copied().zip(headers.chunks_exact_mut(size)).collect();
-            mem.read_each(&mut reqs)
-        };
-        let codes = self.codes_of(mem, &addrs, &headers, size, &ok);
-        self.addrs = addrs;
-        self.headers = headers;
-        let codes = codes?;
-        let mut out = Vec::with_capacity(raw.len());
-        for r in raw {
-            let Ok(i) = codes.binary_search_by_key(&r.code, |c| c.0) else { continue };
-            let Some(code) = &codes[i].1 else { continue };
+            mem.read_ranges(&ranges, &mut headers[..total], &mut ok);
+        }
+        let loaded = self.codes_of(mem, &addrs, &headers, size as usize, &ok);
+        (self.addrs, self.ranges, self.headers, self.ok) = (addrs, ranges, headers, ok);
+        loaded?;
+        let l = &self.rt.layout;
+        let out = &mut self.named;
+        out.clear();
+        // The last frame's (slot, offset) and line: recursion repeats them.
+        let mut memo: Option<(u32, i64, Option<u32>)> = None;
+        for r in raw.iter() {
+            let Some(Some(code)) = self.codes.get(r.slot as usize) else { continue };
             let offset = match l.code_adaptive {
                 Some(adaptive) => {
                     let start = r.code.wrapping_add(adaptive);
@@ -358,25 +479,31 @@ impl Walker {
                 }
                 None => r.instr as i64,
             };
-            let line = match self.lines.get(&(code.serial, offset)) {
-                Some(&line) => line,
-                None => {
-                    let line = parse_line(l.lines, &code.table, code.first, offset);
-                    if self.lines.len() >= MAX_LINES {
-                        self.lines.clear();
-                    }
-                    self.lines.insert((code.serial, offset), line);
+            let line = match memo {
+                Some((slot, off, line)) if slot == r.slot && off == offset => line,
+                _ => {
+                    let line = match self.lines.get(&(code.serial, offset)) {
+                        Some(&line) => line,
+                        None => {
+                            let line = parse_line(l.lines, &code.table, code.first, offset);
+                            if self.lines.len() >= MAX_LINES {
+                                self.lines.clear();
+                            }
+                            self.lines.insert((code.serial, offset), line);
+                            line
+                        }
+                    };
+                    memo = Some((r.slot, offset, line));
                     line
                 }
             };
-            out.push(PyFrame { function: code.function.clone(), file: code.file.clone(), line, call: r.call });
+            out.push((r.slot, line, r.call));
         }
-        Ok(out)
+        Ok(())
     }
 
-    /// The code objects at `addrs` (sorted), from their headers: cached when the header is the one they were read
-    /// with; `None` for a 3.13 frame that runs something else.
-    #[allow(clippy::type_complexity)]
+    /// Fills `self.codes` with the code objects at `addrs`, from their headers: cached when the header is the one
+    /// they were read with; `None` for a 3.13 frame that runs something else.
     fn codes_of(
         &mut self,
         mem: &mut dyn Memory,
@@ -384,9 +511,12 @@ impl Walker {
         headers: &[u8],
         size: usize,
         ok: &[bool],
-    ) -> Result<Vec<(u64, Option<Arc<Code>>)>, String> {
-        let l = self.rt.layout.clone();
-        let mut codes = Vec::with_capacity(addrs.len());
+    ) -> Result<(), String> {
+        let l = &self.rt.layout;
+        let (version, qualname) = (l.version, l.code_qualname);
+        let fields = [l.code_filename, l.code_name, l.code_linetable];
+        let firstlineno = l.code_firstlineno;
+        self.codes.clear();
         for (i, &addr) in addrs.iter().enumerate() {
             if !ok.get(i).copied().unwrap_or(false) {
                 return Err(format!("cannot read the code object at {addr:#x}"));
@@ -395,19 +525,19 @@ impl Walker {
             let ty = u64_at(hdr, 8);
             if self.rt.code_type != 0 && ty != self.rt.code_type {
                 // 3.13: a frame may run something other than a code object (a trampoline); it is not shown.
-                if l.version >= (3, 13) {
-                    codes.push((addr, None));
+                if version >= (3, 13) {
+                    self.codes.push(None);
                     continue;
                 }
                 return Err(format!("the code object at {addr:#x} is not a code object (type {ty:#x})"));
             }
             let fingerprint = [
                 ty,
-                u64_at(hdr, l.code_filename),
-                u64_at(hdr, l.code_name),
-                l.code_qualname.map(|o| u64_at(hdr, o)).unwrap_or(0),
-                u64_at(hdr, l.code_linetable),
-                u32_at(hdr, l.code_firstlineno) as u64,
+                u64_at(hdr, fields[0]),
+                u64_at(hdr, fields[1]),
+                qualname.map(|o| u64_at(hdr, o)).unwrap_or(0),
+                u64_at(hdr, fields[2]),
+                u32_at(hdr, firstlineno) as u64,
             ];
             let cached = self.code.get(&addr).filter(|c| c.fingerprint == fingerprint).cloned();
             let code = match cached {
@@ -425,9 +555,9 @@ impl Walker {
                     c
                 }
             };
-            codes.push((addr, Some(code)));
+            self.codes.push(Some(code));
         }
-        Ok(codes)
+        Ok(())
     }
 
     fn load_code(&self, mem: &mut dyn Memory, addr: u64, hdr: &[u8], fingerprint: [u64; 6]) -> Result<Code, String> {
@@ -497,90 +627,5 @@ impl Walker {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::python::layout::{layout_for, parse_version_from_name};
-
-    /// Memory images of two-frame threads, one per version (the fuzz corpus seeds): byte 0 picks the version,
-    /// bytes 1..9 are `_PyRuntime`, 9..17 `PyCode_Type`, 17..25 the thread's fs_base; addresses are offsets.
-    struct Image(&'static [u8]);
-
-    impl Memory for Image {
-        fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-            let Some(src) = usize::try_from(addr).ok().and_then(|a| self.0.get(a..a.checked_add(buf.len())?)) else {
-                return false;
-            };
-            buf.copy_from_slice(src);
-            true
-        }
-    }
-
-    fn walk(image: &'static [u8], version: &str) -> Result<Vec<(String, Option<u32>, u32)>, String> {
-        let (maj, min) = parse_version_from_name(version).unwrap();
-        let rt = Runtime {
-            layout: layout_for(maj, min).unwrap(),
-            runtime: u64_at(image, 1),
-            code_type: u64_at(image, 9),
-            unicode_type: 0,
-            bytes_type: 0,
-            frame_type: 0,
-        };
-        let mut w = Walker::new(rt);
-        let mut mem = Image(image);
-        let first = w.read_frames(&mut mem, 1, u64_at(image, 17))?;
-        // The second walk goes through both caches and must agree.
-        assert_eq!(w.read_frames(&mut mem, 1, u64_at(image, 17))?, first);
-        assert!(w.read_frames(&mut mem, 2, 0)?.is_empty(), "another thread has no frames");
-        Ok(first.into_iter().map(|f| (f.function.to_string(), f.line, f.call)).collect())
-    }
-
-    fn v(f: &[(&str, u32, u32)]) -> Vec<(String, Option<u32>, u32)> {
-        f.iter().map(|&(n, l, c)| (n.to_string(), Some(l), c)).collect()
-    }
-
-    #[test]
-    fn walks_each_version_layout() {
-        let img: [(&[u8], &str, _); 4] = [
-            (include_bytes!("../../fuzz/corpus/python/walk-3.9"), "python3.9", v(&[("grow", 10, 0), ("serve", 12, 1)])),
-            (
-                include_bytes!("../../fuzz/corpus/python/walk-3.10"),
-                "python3.10",
-                v(&[("grow", 12, 0), ("serve", 12, 1)]),
-            ),
-            (
-                include_bytes!("../../fuzz/corpus/python/walk-3.11"),
-                "python3.11",
-                v(&[("Pool.grow", 12, 0), ("Pool.serve", 12, 0)]),
-            ),
-            (
-                include_bytes!("../../fuzz/corpus/python/walk-3.12"),
-                "python3.12",
-                v(&[("Pool.grow", 12, 0), ("Pool.serve", 12, 0)]),
-            ),
-        ];
-        for (image, version, want) in img {
-            assert_eq!(walk(image, version).unwrap(), want, "{version}");
-        }
-    }
-
-    #[test]
-    fn a_wrong_code_type_or_a_cycle_fails_the_walk() {
-        let image: &'static [u8] = include_bytes!("../../fuzz/corpus/python/walk-3.11");
-        let mut bad = image.to_vec();
-        bad[9] ^= 1;
-        let bad: &'static [u8] = Vec::leak(bad);
-        assert!(walk(bad, "python3.11").unwrap_err().contains("not a code object"));
-        // Point the outer frame's `previous` back at the inner frame.
-        let l = layout_for(3, 11).unwrap();
-        let rt = u64_at(image, 1);
-        let interp = u64_at(image, rt + l.runtime_interpreters_head);
-        let ts = u64_at(image, interp + l.interp_threads_head);
-        let cframe = u64_at(image, ts + l.ts_cframe.unwrap());
-        let f1 = u64_at(image, cframe + l.cframe_current_frame);
-        let f2 = u64_at(image, f1 + l.frame_back);
-        let mut cyc = image.to_vec();
-        let at = (f2 + l.frame_back) as usize;
-        cyc[at..at + 8].copy_from_slice(&f1.to_le_bytes());
-        assert!(walk(Vec::leak(cyc), "python3.11").unwrap_err().contains("cycle"));
-    }
-}
+#[path = "walk_tests.rs"]
+mod tests;

@@ -29,6 +29,24 @@ pub fn require_ptrace() {
     );
 }
 
+/// An external tool the tests compare against, from the PATH (scripts/test.sh puts target/test-venv/bin, where
+/// it installs tests/requirements.txt, first) or that venv. Missing: a failure when CI or SYSCATCH_REQUIRE_ALL is
+/// set, else `None` after saying why the caller skips.
+pub fn optional_tool(name: &str, what: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let venv = repo().join("target/test-venv/bin");
+    let found = std::env::split_paths(&path).chain([venv]).map(|d| d.join(name)).find(|p| p.is_file());
+    if found.is_none() {
+        let set = |v: &str| std::env::var(v).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        assert!(
+            !set("CI") && !set("SYSCATCH_REQUIRE_ALL"),
+            "{name} is not installed ({what}): scripts/test.sh installs tests/requirements.txt into target/test-venv"
+        );
+        eprintln!("SKIPPED: {name} is not installed ({what}); CI=1 or SYSCATCH_REQUIRE_ALL=1 make this a failure");
+    }
+    found
+}
+
 fn tmpdir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }

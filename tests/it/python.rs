@@ -201,6 +201,58 @@ fn stack_command_shows_python_frames() {
     }
 }
 
+/// py-spy as a second oracle: `syscatch stack` and `py-spy dump --native` give a parked thread the same Python
+/// frames (function, file, line), in order, on every version, under 30 nested calls. They run one after the other
+/// on a thread blocked in read() (py-spy stops the process while it reads; syscatch has detached by then).
+#[test]
+fn stack_command_agrees_with_py_spy() {
+    require_ptrace();
+    let Some(py_spy) = optional_tool("py-spy", "the py-spy comparison") else { return };
+    let script = repo().join("testprogs/py_frames.py");
+    for minor in 9..=13 {
+        let mut t = Target::start(&pyenv(minor), &[script.to_str().unwrap(), "park30"]);
+        t.send("go");
+        let line = t.out.next();
+        let js = line.strip_prefix("expect 0 ").unwrap_or_else(|| panic!("3.{minor}: {line}"));
+        let want: PyFrames = serde_json::from_str(js).unwrap();
+        assert!(want.len() > 30, "3.{minor}: {want:?}");
+        crate::stack::wait_blocked_in_read(t.pid, t.pid, 0);
+        let (code, out, err) = run_syscatch(&["stack", "--pid", &t.pid.to_string(), "--json"]);
+        assert_eq!(code, 0, "3.{minor}: {err}");
+        let values = json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>());
+        let main = values.iter().find(|v| v["type"] == "thread" && v["data"]["tid"] == t.pid).unwrap();
+        let ours = python_frames(&main["data"]["stack"]);
+        assert_eq!(ours, want, "3.{minor}: syscatch against the target's own view");
+        // Still parked in the same frame: syscatch let it go and nothing woke it.
+        crate::stack::wait_blocked_in_read(t.pid, t.pid, 0);
+        let dump = std::process::Command::new(&py_spy)
+            .args(["dump", "--native", "--json", "--pid", &t.pid.to_string()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&dump.stdout);
+        assert!(dump.status.success(), "3.{minor}: py-spy: {text} {}", String::from_utf8_lossy(&dump.stderr));
+        let threads: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("3.{minor}: py-spy: {e}: {text}"));
+        let thread = threads.as_array().unwrap().iter().find(|th| th["os_thread_id"] == t.pid).unwrap();
+        // Python frames have no module (native ones name their library).
+        let theirs: PyFrames = thread["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["module"].is_null())
+            .map(|f| {
+                (
+                    f["name"].as_str().unwrap().into(),
+                    f["filename"].as_str().unwrap().into(),
+                    f["line"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(ours, theirs, "3.{minor}: syscatch against py-spy");
+        t.send("exit");
+        assert_eq!(t.wait().code(), Some(0));
+    }
+}
+
 /// A Python this syscatch cannot read (3.8) costs its frames and says why, once; the trace goes on.
 #[test]
 fn unsupported_python_gives_native_frames_and_one_warning() {
