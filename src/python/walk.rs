@@ -6,8 +6,8 @@
 use super::layout::{FRAME_OWNED_BY_CSTACK, FRAME_OWNED_BY_GENERATOR, FrameKind, Layout};
 use super::lines::parse_line;
 use super::{Memory, PyFrame};
-use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use crate::model::addrmap::AddrMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// More frames than this is a corrupt chain (the default recursion limit is 1000).
@@ -35,34 +35,6 @@ pub struct Runtime {
     pub bytes_type: u64,
     pub frame_type: u64,
 }
-
-/// Hashes addresses: SipHash costs more than the rest of a cached walk. Keys are target addresses and small
-/// integers, not chosen to collide by anyone who could gain from it (a target that wanted to slow syscatch down
-/// has cheaper ways).
-#[derive(Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-    fn write_i64(&mut self, v: i64) {
-        self.write_u64(v as u64);
-    }
-    fn write_i32(&mut self, v: i32) {
-        self.write_u64(v as u32 as u64);
-    }
-}
-
-type AddrMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 
 /// Follows a chain of addresses and tells a cycle (Brent's algorithm: constant memory, found within about
 /// twice the cycle's reach), so a walk neither loops nor hashes every frame.
