@@ -1,6 +1,7 @@
 //! From a live process to probe sites: which libc it mapped, whether the file read is the one mapped
 //! (build-id), where `syscall()` is at run time, and how to step over its first instruction.
 
+use crate::live::modules::ModuleCache;
 use crate::model::maps::{self, Mapping};
 use crate::model::modules::{self, Module, ModuleMap};
 use crate::os::mem::ProcMem;
@@ -17,9 +18,15 @@ pub fn read_maps(pid: Tid) -> Result<Vec<Mapping>> {
 pub use crate::model::modules::is_libc;
 
 /// Reads and parses a mapped module as the target sees it, and checks that the notes (build-id) mapped in
-/// memory are the file's, so a library replaced on disk is never trusted. Each place the file may be read
-/// ([`procfs::mapped_file_candidates`]) is tried in turn; the first whose notes match what is mapped wins.
+/// memory are the file's, so a library replaced on disk is never trusted. The file is read once per command
+/// (see [`ModuleCache`]): every later call for the same mapping gets the same bytes, checked again.
 pub fn read_module(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<Module> {
+    ModuleCache::shared().read(pid, map, mem)
+}
+
+/// [`read_module`] without the cache. Each place the file may be read ([`procfs::mapped_file_candidates`]) is
+/// tried in turn; the first whose notes match what is mapped wins.
+pub(super) fn read_module_file(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<Module> {
     let mut mismatch = false;
     let mut last_err = None;
     for path in procfs::mapped_file_candidates(pid, map.first.start, map.first.end, &map.path) {
@@ -56,7 +63,7 @@ pub fn read_module(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<M
 }
 
 /// Whether every PT_NOTE segment of the file (the build-id among them) equals what is mapped.
-fn notes_match(module: &Module, mem: &ProcMem) -> bool {
+pub(super) fn notes_match(module: &Module, mem: &ProcMem) -> bool {
     module.notes().iter().all(|(addr, note)| {
         let mut got = vec![0u8; note.len()];
         // An unreadable note (not mapped) proves nothing either way; equal notes are required where readable.
