@@ -10,6 +10,8 @@ use std::path::Path;
 /// `syscatch run FILE --pid N`: resolves every probe, then traces as `--syscall` does. The command line's
 /// `--for` and `--json` override the script's settings; `set smaps_every` turns on leak tracking.
 pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
+    // As for a trace: a stop request while getting ready is kept (see `trace::trace`).
+    crate::os::signals::install_stop_handlers();
     let (file, script) = load(&args.file)?;
     let pid = args.pid;
     trace::check_target(pid)?;

@@ -278,6 +278,10 @@ fn leak_plan(pid: Tid, numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Resu
 
 /// Runs a trace as the command line asks. Returns the exit status.
 pub fn trace(args: &TraceArgs) -> Result<i32> {
+    // First of all: a stop request while syscatch gets ready (reading modules can take a while) must not be lost.
+    // Without this, a syscatch started in the background by a script, which inherits SIGINT ignored, ignored a
+    // `kill -INT` that came before attaching and traced on until the end.
+    signals::install_stop_handlers();
     let mut numbers = syscall_numbers(&args.syscall)?;
     let out = Output::from_trace(args)?;
     if out.leaks.is_some() {
@@ -355,6 +359,13 @@ pub enum Start {
 
 /// Attach (or adopt), arm, trace, detach; the analysis thread renders as events arrive, then the leak report
 /// and the summary.
+/// A stop request that came before attaching: said, and nothing to undo.
+fn stopped_before_attaching(pid: Tid) -> End {
+    let sig = signals::stop_requested();
+    eprintln!("syscatch: stopped by signal {sig} before attaching; process {pid} was not touched");
+    End::Signal(sig)
+}
+
 pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let (pid, spawned) = match start {
         Start::Attach(p) => (p, false),
@@ -418,6 +429,13 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     };
     signals::install_handlers(50);
     let mut sink = ChannelSink { tx, dropped: 0, windows_dropped: 0, stalled: false };
+    // Asked to stop while getting ready (the handlers are in place from the start, see `trace`): not attached yet,
+    // so nothing to undo.
+    if signals::stop_requested() != 0 && !spawned {
+        drop(sink);
+        let _ = worker.join();
+        return Ok(stopped_before_attaching(pid));
+    }
     crate::app::crash::contain();
     // The tracer's own panic is caught here: unwinding drops the tracer, whose `Drop` detaches with whatever
     // state is left (the thread caught mid-stop included), so the target is never left with our bytes.

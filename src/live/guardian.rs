@@ -11,10 +11,12 @@
 //! A message is written before the byte is planted and after it is taken back, so at every moment the list
 //! covers memory; a message about a byte that never got planted is harmless, because the guardian checks.
 
+use crate::model::maps::{Mapping, parse_maps};
 use crate::model::modules::hex;
 use crate::os::Tid;
 use crate::os::guard::{self, Wake};
 use crate::os::mem::ProcMem;
+use crate::os::procfs;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 
@@ -116,6 +118,36 @@ impl Ledger {
         }
     }
 
+    /// Puts back the original bytes in a forked copy of the target's memory (`child_maps` are the copy's maps,
+    /// `maps` the target's): only where the copy maps the same file at the same place, so a child that has exec'd
+    /// another program is never written, and only where it holds what we planted. The trampoline's int3s are
+    /// left: the copy's trap pad steps over them, and its anonymous page cannot be told from another program's.
+    pub fn restore_copy(
+        &self,
+        maps: &[Mapping],
+        child_maps: &[Mapping],
+        read: &mut dyn FnMut(u64, &mut [u8]) -> bool,
+        write: &mut dyn FnMut(u64, &[u8]) -> bool,
+    ) -> Restored {
+        let same_file = |addr: u64| {
+            let (Some(a), Some(b)) =
+                (maps.iter().find(|m| m.contains(addr)), child_maps.iter().find(|m| m.contains(addr)))
+            else {
+                return false;
+            };
+            a.is_file()
+                && a.inode != 0
+                && (&a.path, &a.dev, a.inode, a.start, a.end, a.offset)
+                    == (&b.path, &b.dev, b.inode, b.start, b.end, b.offset)
+        };
+        let copy = Ledger {
+            plants: self.plants.iter().filter(|(a, _)| same_file(**a)).map(|(&a, p)| (a, p.clone())).collect(),
+            nops: BTreeSet::new(),
+            done: false,
+        };
+        copy.restore(read, write)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.plants.is_empty() && self.nops.is_empty()
     }
@@ -189,6 +221,39 @@ impl Guard {
     }
 }
 
+/// A fork child gets a copy of the target's memory with our bytes in it; syscatch takes them out and lets the
+/// child go at its first stop, but a child forked just before syscatch died still has them, and its trap pad
+/// would wait for a restore that never comes. Walks the target's descendants (twice: a fork under way during the
+/// first walk shows in the second) and restores each copy. Returns (children written, bytes put back).
+fn restore_children(pid: Tid, ledger: &Ledger) -> (usize, usize) {
+    let Ok(maps) = procfs::read_maps(pid).map(|t| parse_maps(&t)) else { return (0, 0) };
+    let mut seen = BTreeSet::new();
+    let (mut copies, mut bytes) = (0, 0);
+    for pass in 0..2 {
+        if pass > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let mut todo = procfs::list_children(pid);
+        while let Some(child) = todo.pop() {
+            if seen.len() >= 4096 || !seen.insert(child) {
+                continue;
+            }
+            todo.extend(procfs::list_children(child));
+            let (Ok(child_maps), Ok(mem)) = (procfs::read_maps(child).map(|t| parse_maps(&t)), ProcMem::open(child))
+            else {
+                continue;
+            };
+            let r =
+                ledger.restore_copy(&maps, &child_maps, &mut read_mem(&mem), &mut |a, b| mem.write_all(a, b).is_ok());
+            if r.put_back > 0 {
+                copies += 1;
+                bytes += r.put_back;
+            }
+        }
+    }
+    (copies, bytes)
+}
+
 /// Reads `/proc/PID/mem` the guardian's way.
 fn read_mem(mem: &ProcMem) -> impl FnMut(u64, &mut [u8]) -> bool + '_ {
     move |a, b| mem.read_exact(a, b).is_ok()
@@ -250,10 +315,14 @@ pub fn main(args: &[String]) -> i32 {
         return 0;
     }
     let r = ledger.restore(&mut read_mem(&mem), &mut |a, b| mem.write_all(a, b).is_ok());
+    let (copies, in_copies) = restore_children(pid, &ledger);
     let mut line = format!(
         "syscatch: guardian: syscatch ended without detaching; put back {} original byte(s) in process {pid}",
         r.put_back
     );
+    if copies > 0 {
+        line += &format!(" and {in_copies} in {copies} forked child(ren)");
+    }
     if r.nopped > 0 {
         line += &format!(", made {} trampoline int3(s) nops", r.nopped);
     }
@@ -314,5 +383,37 @@ mod tests {
         assert_eq!(mem[&0x500], 0x90);
         l.apply(Msg::Exec);
         assert!(l.is_empty());
+    }
+
+    #[test]
+    fn a_forked_copy_is_restored_only_where_it_maps_the_same_file() {
+        let mut l = Ledger::default();
+        l.apply(Msg::Plant { addr: 0x7000_0100, orig: vec![0x48], planted: vec![0xcc] });
+        l.apply(Msg::Nop(0x5000_0000));
+        let line = |s: &str| crate::model::maps::parse_maps_line(s).unwrap();
+        let libc = "70000000-70100000 r-xp 00028000 08:01 4242 /usr/lib/libc.so.6".to_string();
+        let maps = vec![line(&libc), line("50000000-50001000 r-xp 00000000 00:00 0")];
+        let cases: [(&str, usize); 4] = [
+            // The fork child: the same file at the same place.
+            (&libc, 1),
+            // After exec: another file there, or the same file elsewhere in it, or anonymous memory.
+            ("70000000-70100000 r-xp 00028000 08:01 4343 /usr/bin/other", 0),
+            ("70000000-70100000 r-xp 00029000 08:01 4242 /usr/lib/libc.so.6", 0),
+            ("70000000-70100000 rw-p 00000000 00:00 0", 0),
+        ];
+        for (child, want) in cases {
+            let mut mem: HashMap<u64, u8> = [(0x7000_0100, 0xcc), (0x5000_0000, 0xcc)].into();
+            let snapshot = mem.clone();
+            let r = l.restore_copy(
+                &maps,
+                &[line(child), line("50000000-50001000 r-xp 00000000 00:00 0")],
+                &mut |a, b| snapshot.get(&a).map(|&v| b[0] = v).is_some(),
+                &mut |a, b| mem.insert(a, b[0]).is_some(),
+            );
+            assert_eq!(r.put_back, want, "{child}");
+            assert_eq!(mem[&0x7000_0100], if want == 1 { 0x48 } else { 0xcc }, "{child}");
+            // The trampoline's int3 stays: the copy's pad steps over it.
+            assert_eq!((r.nopped, mem[&0x5000_0000]), (0, 0xcc));
+        }
     }
 }

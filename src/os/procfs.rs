@@ -48,6 +48,18 @@ pub fn list_tasks(pid: Tid) -> io::Result<Vec<Tid>> {
     Ok(tids)
 }
 
+/// The processes forked by any thread of `pid` and still alive (`/proc/PID/task/TID/children`; empty on a kernel
+/// without it).
+pub fn list_children(pid: Tid) -> Vec<Tid> {
+    let mut kids = Vec::new();
+    for tid in list_tasks(pid).unwrap_or_default() {
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) {
+            kids.extend(text.split_ascii_whitespace().filter_map(|p| p.parse::<Tid>().ok()));
+        }
+    }
+    kids
+}
+
 /// Where a file the target has mapped may be read, best first. `/proc/PID/map_files/START-END` opens the very
 /// inode that is mapped, so a container's file or one replaced on disk is read correctly; it needs
 /// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE, which a tracer holding only CAP_SYS_PTRACE lacks. Without it: the

@@ -79,6 +79,18 @@ pub fn set_regs(tid: Tid, regs: &Regs) -> Result<(), Errno> {
     raw(libc::PTRACE_SETREGS, tid, 0, &regs.0 as *const _ as usize).map(drop)
 }
 
+/// The blocked-signal mask of stopped thread `tid` (bit `n - 1` for signal `n`).
+pub fn sigmask(tid: Tid) -> Result<u64, Errno> {
+    let mut mask = 0u64;
+    raw(libc::PTRACE_GETSIGMASK, tid, 8, &mut mask as *mut u64 as usize)?;
+    Ok(mask)
+}
+
+/// Sets the blocked-signal mask of stopped thread `tid` (the kernel never blocks SIGKILL and SIGSTOP).
+pub fn set_sigmask(tid: Tid, mask: u64) -> Result<(), Errno> {
+    raw(libc::PTRACE_SETSIGMASK, tid, 8, &mask as *const u64 as usize).map(drop)
+}
+
 /// The `si_code` of the signal behind a signal-delivery-stop.
 pub fn sig_code(tid: Tid) -> Result<i32, Errno> {
     // SAFETY: siginfo_t is plain data; all-zero is valid, and GETSIGINFO fills at most its size.

@@ -23,11 +23,30 @@ fn install(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
     }
 }
 
-/// Installs the handlers and starts a `tick_ms` interval timer.
-pub fn install_handlers(tick_ms: u64) {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+/// Whether `sig` is ignored now (as inherited from whoever started syscatch).
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: a null new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// SIGINT and SIGTERM ask for a clean detach, whatever their inherited disposition (a script's background job
+/// inherits SIGINT ignored, yet `kill -INT` must stop the trace); SIGHUP too, unless it is ignored: under `nohup`
+/// the trace outlives the terminal. Safe to call again.
+pub fn install_stop_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
         install(sig, on_stop);
     }
+    if !ignored(libc::SIGHUP) {
+        install(libc::SIGHUP, on_stop);
+    }
+}
+
+/// Installs the stop handlers and starts a `tick_ms` interval timer.
+pub fn install_handlers(tick_ms: u64) {
+    install_stop_handlers();
     install(libc::SIGALRM, on_alarm);
     let tv = libc::timeval { tv_sec: (tick_ms / 1000) as _, tv_usec: ((tick_ms % 1000) * 1000) as _ };
     let it = libc::itimerval { it_interval: tv, it_value: tv };

@@ -528,3 +528,27 @@ impl Target {
         writeln!(w, "{line}").and_then(|_| w.flush()).is_ok()
     }
 }
+
+/// Queues real-time signal `sig` with rt_sigqueueinfo: unlike kill(2), which silently coalesces a real-time signal
+/// when root's queue (RLIMIT_SIGPENDING, shared with every test running) is full, this fails with EAGAIN.
+pub fn sigqueue(pid: i32, sig: i32) -> bool {
+    // SAFETY: a zeroed siginfo_t is valid; the kernel copies it in and keeps no reference.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        info.si_signo = sig;
+        info.si_code = libc::SI_QUEUE;
+        libc::syscall(libc::SYS_rt_sigqueueinfo, pid, sig, &info as *const libc::siginfo_t) == 0
+    }
+}
+
+/// Polls (bounded, no sleep) until `pred` holds; false on timeout.
+pub fn poll(mut pred: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while std::time::Instant::now() < deadline {
+        if pred() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}

@@ -250,3 +250,96 @@ fn sigkill_of_syscatch_mid_trace_busy_target_with_fast() {
     let (rounds, deaths) = busy_rounds(5, &["--fast"]);
     assert!(deaths.len() <= 1, "{} of {rounds} busy targets died", deaths.len());
 }
+
+/// A child forked while syscatch cannot run (here: SIGSTOPped, so the fork's event waits for it) has our int3 in
+/// its copy of memory; syscatch, killed then, never takes it out. The guardian restores the copy too, and the
+/// child, waiting in the trap pad at its first `syscall()`, goes on.
+#[test]
+fn a_fork_child_that_still_holds_our_int3_when_syscatch_dies_is_restored() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("torture"), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start_cmd(syscatch_cmd().args(["--syscall", "mmap", "--pid", pid.as_str()]));
+    sc.wait_attached();
+    // A call caught and answered: every thread runs freely now (the tracer's loop has let them go).
+    t.send("mmap 1");
+    t.out.until(|l| l == "ok");
+    // A failed check must not leave a stopped syscatch behind (the suite would wait on it).
+    struct KillOnPanic(i32);
+    impl Drop for KillOnPanic {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                // SAFETY: a signal to the syscatch process this test started.
+                unsafe { libc::kill(self.0, libc::SIGKILL) };
+            }
+        }
+    }
+    let _guard = KillOnPanic(sc.child.id() as i32);
+    sc.signal(libc::SIGSTOP);
+    t.send("fork 1");
+    // The child exists (stopped at its first stop, held by the stopped tracer), with the parent's bytes.
+    let children = || std::fs::read_to_string(format!("/proc/{}/task/{}/children", t.pid, t.pid)).unwrap_or_default();
+    assert!(poll(|| !children().trim().is_empty()), "the target forked");
+    let child: i32 = children().split_whitespace().next().unwrap().parse().unwrap();
+    let site = attached_site(&sc.err.seen).expect("the site is printed");
+    assert_eq!(read_mem(child, site, 1), [0xcc], "the child's copy holds the int3");
+    let err = kill(sc);
+    let line = err.iter().find(|l| l.contains("guardian: syscatch ended without detaching"));
+    let line = line.unwrap_or_else(|| panic!("the guardian reports what it restored: {err:#?}"));
+    assert!(line.contains("and 1 in 1 forked child(ren)"), "{line}");
+    // The child did its iteration of syscall() calls and exited 40 (1000 + signal if it had died).
+    let lines = t.out.until(|l| l == "ok");
+    assert!(lines.iter().any(|l| l == "child 0 status 40"), "{lines:#?}");
+    assert_text_pristine(t.pid, "after the guardian");
+    t.send("quit");
+    assert_eq!(t.wait().code(), Some(23));
+}
+
+/// The trap pad is set up and taken down by system calls run on a held thread. Under a signal storm, a signal
+/// arriving meanwhile used to abort the set-up (most tries), leaving threads caught in a breakpoint at our death
+/// to die; and at detach every held thread had a signal to deliver, so none was chosen and the pad's handler
+/// stayed in the target (and kept the next syscatch from placing its own). Signals are now blocked for the
+/// injected calls and delivered afterwards, and a thread holding a signal may run them.
+#[test]
+fn the_trap_pad_is_placed_under_a_signal_storm() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("torture"), &[]);
+    t.send("start 3");
+    t.out.until(|l| l == "ok");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (pid, flag) = (t.pid, stop.clone());
+    let sender = std::thread::spawn(move || {
+        let mut sent = 0u64;
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            sent += u64::from(sigqueue(pid, libc::SIGRTMIN()));
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        sent
+    });
+    let pid_s = t.pid.to_string();
+    for round in 0..3 {
+        let mut sc = Syscatch::start_cmd(syscatch_cmd().args(["--syscall", "mmap", "--pid", pid_s.as_str()]));
+        sc.wait_attached();
+        assert!(sigtrap_caught(t.pid), "round {round}: the trap pad is in place while armed: {:#?}", sc.err.seen);
+        sc.signal(libc::SIGINT);
+        let (status, _, err) = sc.finish();
+        assert!(status.success(), "{err:#?}");
+        assert!(!err.iter().any(|l| l.contains("no trap pad") || l.contains("WARNING")), "round {round}: {err:#?}");
+        assert!(!sigtrap_caught(t.pid), "round {round}: the pad's handler is gone after the detach: {err:#?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let sent = sender.join().unwrap();
+    // Not one of the signals held back during the set-up is lost.
+    let mut got = 0;
+    for _ in 0..2000 {
+        t.send("signals");
+        got = t.out.until(|l| l == "ok")[0].strip_prefix("signals ").and_then(|n| n.parse().ok()).unwrap();
+        if got >= sent {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(got, sent, "every queued signal was handled");
+    t.send("finish");
+    assert_eq!(t.wait().code(), Some(23));
+}

@@ -140,7 +140,9 @@ impl Tracer<'_> {
                 return None;
             }
             Late::Injected(saved) => {
-                let _ = self.k.set_regs(tid, &saved);
+                let (regs, mask) = *saved;
+                let _ = self.k.set_regs(tid, &regs);
+                let _ = self.k.set_sigmask(tid, mask);
                 Late::Trap
             }
             Late::Trap => Late::Trap,

@@ -52,6 +52,9 @@ pub(crate) trait Kernel {
     fn detach(&self, tid: Tid, sig: i32) -> Result<(), Errno>;
     fn get_regs(&self, tid: Tid) -> Result<Regs, Errno>;
     fn set_regs(&self, tid: Tid, regs: &Regs) -> Result<(), Errno>;
+    /// The blocked-signal mask of stopped thread `tid`.
+    fn sigmask(&self, tid: Tid) -> Result<u64, Errno>;
+    fn set_sigmask(&self, tid: Tid, mask: u64) -> Result<(), Errno>;
     /// The `si_code` of the stop `tid` is in.
     fn sig_code(&self, tid: Tid) -> Result<i32, Errno>;
     /// Whether `tid` is stopped at an event reported from inside a system call (see `os::ptrace`).
@@ -133,6 +136,12 @@ impl Kernel for Live {
     }
     fn set_regs(&self, tid: Tid, regs: &Regs) -> Result<(), Errno> {
         ptrace::set_regs(tid, regs)
+    }
+    fn sigmask(&self, tid: Tid) -> Result<u64, Errno> {
+        ptrace::sigmask(tid)
+    }
+    fn set_sigmask(&self, tid: Tid, mask: u64) -> Result<(), Errno> {
+        ptrace::set_sigmask(tid, mask)
     }
     fn sig_code(&self, tid: Tid) -> Result<i32, Errno> {
         ptrace::sig_code(tid)

@@ -139,8 +139,9 @@ enum Late {
     ForkChild,
     /// Our single step, or the system call we injected, has not trapped yet: that trap is ours.
     Trap,
-    /// A system call we injected is still running: these registers go back at its next stop.
-    Injected(Box<Regs>),
+    /// A system call we injected is still running: these registers and this signal mask go back at its next
+    /// stop.
+    Injected(Box<(Regs, u64)>),
 }
 
 /// Reads through the captured stack first, then the target's memory (for the emulator's loads).

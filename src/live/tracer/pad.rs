@@ -19,7 +19,7 @@ pub(super) struct Pad {
     old: [u8; 32],
 }
 
-const SIGTRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
+pub(super) const SIGTRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
 /// How long a thread stopped inside a system call is given to finish it (clone and fork return at once).
 const LEAVE_LIMIT: Duration = Duration::from_millis(100);
 
@@ -33,15 +33,18 @@ impl Tracer<'_> {
     /// creates the thread a second time, on the same stack (seen under thread churn, the target died).
     /// A thread held at such an event is brought out of its call first if no other will do (a single-threaded
     /// target that forks all the time).
+    ///
+    /// A thread held at a signal-delivery-stop will do (at detach under a signal storm, every thread may be): the
+    /// step suppresses nothing of its own, and the signal it holds is delivered when it is let go. Threads without
+    /// one come first.
     pub(super) fn injectable(&mut self, arming: bool) -> Option<Tid> {
-        let plain =
-            |t: &State| matches!(t, State::Held { sig: 0, group: false, prev } if matches!(**prev, State::Running));
-        let (outside, inside): (Vec<Tid>, Vec<Tid>) = self
-            .threads
-            .iter()
-            .filter(|(_, t)| plain(&t.state))
-            .map(|(&tid, _)| tid)
-            .partition(|&tid| !self.k.in_syscall_event(tid));
+        let plain = |t: &State| matches!(t, State::Held { group: false, prev, .. } if matches!(**prev, State::Running));
+        let quiet = |t: &State| matches!(t, State::Held { sig: 0, .. });
+        let mut held: Vec<(bool, Tid)> =
+            self.threads.iter().filter(|(_, t)| plain(&t.state)).map(|(&tid, t)| (!quiet(&t.state), tid)).collect();
+        held.sort_unstable();
+        let (outside, inside): (Vec<Tid>, Vec<Tid>) =
+            held.into_iter().map(|(_, tid)| tid).partition(|&tid| !self.k.in_syscall_event(tid));
         if let Some(&tid) = outside.first() {
             return Some(tid);
         }

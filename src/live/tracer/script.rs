@@ -32,6 +32,8 @@ pub(super) enum Call {
     Detach(Tid, i32),
     /// The registers set: (rip, rax).
     SetRegs(Tid, u64, u64),
+    /// The blocked-signal mask set.
+    SetMask(Tid, u64),
     /// A memory write: (address space, address, bytes).
     Write(Tid, u64, Vec<u8>),
     /// Not a request: the stop a wait reported, logged in its place among the requests.
@@ -71,6 +73,8 @@ pub(super) struct FakeThread {
     /// Whether an interrupt can stop it (false: asleep in the kernel for good, as far as the test goes).
     pub can_stop: bool,
     pub sig_pnd: u64,
+    /// The blocked-signal mask.
+    pub mask: u64,
     interrupt: bool,
 }
 
@@ -85,6 +89,7 @@ impl FakeThread {
             wchan: "0".into(),
             can_stop: true,
             sig_pnd: 0,
+            mask: 0,
             interrupt: false,
         }
     }
@@ -351,6 +356,23 @@ impl Kernel for Script {
         match w.threads.get_mut(&tid) {
             Some(t) if matches!(t.run, Run::Stopped(_)) => {
                 t.regs = *regs;
+                Ok(())
+            }
+            _ => Err(Errno::ESRCH),
+        }
+    }
+    fn sigmask(&self, tid: Tid) -> Result<u64, Errno> {
+        match self.w.borrow().threads.get(&tid) {
+            Some(t) if matches!(t.run, Run::Stopped(_)) => Ok(t.mask),
+            _ => Err(Errno::ESRCH),
+        }
+    }
+    fn set_sigmask(&self, tid: Tid, mask: u64) -> Result<(), Errno> {
+        self.log(Call::SetMask(tid, mask));
+        let mut w = self.w.borrow_mut();
+        match w.threads.get_mut(&tid) {
+            Some(t) if matches!(t.run, Run::Stopped(_)) => {
+                t.mask = mask;
                 Ok(())
             }
             _ => Err(Errno::ESRCH),

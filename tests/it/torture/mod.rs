@@ -90,18 +90,6 @@ fn spin(n: u64) {
     }
 }
 
-/// Polls (bounded, no sleep) until `pred` holds; false on timeout.
-fn poll(mut pred: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + TIMEOUT;
-    while Instant::now() < deadline {
-        if pred() {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    false
-}
-
 /// Sends a command; returns the answer lines without the final "ok".
 fn cmd(t: &mut Target, c: &str) -> Vec<String> {
     t.send(c);
@@ -402,18 +390,6 @@ fn stop_with(sc: Syscatch, sig: i32, ctx: &str) -> (Vec<serde_json::Value>, Vec<
     assert_no_panic(&err, ctx);
     assert!(status.success(), "{ctx}: syscatch {status:?}: {err:#?}");
     (json_lines(&out), err)
-}
-
-/// Queues real-time signal `sig` with rt_sigqueueinfo: unlike kill(2), which silently coalesces a real-time signal
-/// when root's queue (RLIMIT_SIGPENDING, shared with every test running) is full, this fails with EAGAIN.
-fn sigqueue(pid: i32, sig: i32) -> bool {
-    // SAFETY: a zeroed siginfo_t is valid; the kernel copies it in and keeps no reference.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        info.si_signo = sig;
-        info.si_code = libc::SI_QUEUE;
-        libc::syscall(libc::SYS_rt_sigqueueinfo, pid, sig, &info as *const libc::siginfo_t) == 0
-    }
 }
 
 fn all_stopped(pid: i32) -> bool {

@@ -81,3 +81,46 @@ fn target_killed_mid_trace_is_reported() {
         }
     }
 }
+
+/// A script's background job inherits SIGINT ignored. syscatch takes SIGINT (and SIGTERM) itself from its first
+/// moment, so a `kill -INT` that comes while it is still getting ready is not lost (it used to be ignored, and the
+/// trace ran on until the end): here it is held up opening its recording, a FIFO nobody reads yet, when the signal
+/// comes. It ends without having touched the target.
+#[test]
+fn a_stop_request_while_getting_ready_is_kept_even_with_sigint_inherited_ignored() {
+    use std::os::unix::process::CommandExt;
+    require_ptrace();
+    let mut t = Target::start(&testprog("target"), &[]);
+    let fifo = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rec-{}.fifo", t.pid));
+    let _ = std::fs::remove_file(&fifo);
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path in our own temporary directory.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let pid = t.pid.to_string();
+    let mut cmd = syscatch_cmd();
+    cmd.args(["--syscall", "mmap", "--pid", pid.as_str(), "--record", fifo.to_str().unwrap()]);
+    // SAFETY: only signal(2) between fork and exec, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        })
+    };
+    let sc = Syscatch::start_cmd(&mut cmd);
+    let me = sc.child.id() as i32;
+    // Blocked opening the FIFO.
+    assert!(poll(|| std::fs::read_to_string(format!("/proc/{me}/wchan"))
+        .is_ok_and(|w| w.contains("fifo") || w == "wait_for_partner")));
+    sc.signal(libc::SIGINT);
+    // Now a reader comes: syscatch goes on getting ready, and must then remember that it was asked to stop.
+    let path = fifo.clone();
+    let reader = std::thread::spawn(move || std::io::copy(&mut std::fs::File::open(path)?, &mut std::io::sink()));
+    let (status, _, err) = sc.finish_within(std::time::Duration::from_secs(20), t.pid);
+    assert!(reader.join().unwrap().is_ok());
+    assert!(err.iter().any(|l| l.contains("before attaching")), "{status:?} {err:#?}");
+    assert_eq!(tracer_pid(t.pid), Some(0));
+    assert_text_pristine(t.pid, "after a stop before attaching");
+    t.send("exit 0");
+    assert_eq!(t.wait().code(), Some(0));
+    let _ = std::fs::remove_file(&fifo);
+}

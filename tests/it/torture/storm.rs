@@ -76,7 +76,7 @@ fn storm_round(rng: &mut Rng, kill: Kill, ctx: &str) -> RoundOutcome {
     let second = (kill == Kill::Interrupt && rng.below(3) == 0).then(|| sigs[rng.below(2) as usize]);
     let wait_events = rng.below(80);
     let pause = rng.below(200_000);
-    let ctx = format!("{ctx} {moment:?} {first}/{second:?}");
+    let ctx = format!("{ctx} pid {pid} {moment:?} {first}/{second:?}");
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut sc = TOOLS[0].start(pid);
         match moment {
