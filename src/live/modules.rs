@@ -45,7 +45,7 @@ impl ModuleSource for LiveModules {
             return Module::parse(g.clone(), image.into()).map_err(|e| e.to_string());
         }
         let mem = ProcMem::open(self.pid).ok();
-        resolve::read_module(self.pid, g, mem.as_ref()).map_err(|e| format!("{e:#}"))
+        resolve::read_module(self.pid, g, mem.as_ref()).map_err(|e| e.to_string())
     }
 
     fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)> {
@@ -141,7 +141,7 @@ impl ModuleCache {
     /// [`resolve::read_module`]: the module mapped as `map`, its file read from disk only the first time. A
     /// caller that finds the same file being read by another thread waits for that read rather than repeating
     /// it (it would take as long); the read itself holds no lock.
-    pub fn read(&self, pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> anyhow::Result<Module> {
+    pub fn read(&self, pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<Module, crate::live::Error> {
         let key = FileKey::of(pid, map);
         loop {
             match self.claim(&key) {
