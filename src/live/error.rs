@@ -1,4 +1,4 @@
-//! What can go wrong reading a live process's maps and module files, and finding a `syscall()`-style wrapper
+//! What can go wrong reading a live process's maps, smaps and module files, and finding a `syscall()`-style wrapper
 //! in them. Each variant's text is one complete line (the cause included), as users see it.
 
 use crate::os::Tid;
@@ -6,8 +6,16 @@ use std::io;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("no process with pid {pid}")]
+    NoProcess { pid: Tid },
     #[error("cannot read /proc/{pid}/maps: {error}")]
     Maps { pid: Tid, error: io::Error },
+    #[error("permission denied reading /proc/{pid}/smaps: run as the process's user or as root")]
+    SmapsDenied { pid: Tid },
+    #[error("cannot read /proc/{pid}/smaps: {error}")]
+    Smaps { pid: Tid, error: io::Error },
+    #[error("process {pid} has no memory mapped (it is exiting)")]
+    NothingMapped { pid: Tid },
     /// Every place the file may be read holds another file (or none parses as the mapped ELF).
     #[error(
         "{path}: the file on disk is not the one mapped by process {pid} (build-id differs); was it replaced after \
