@@ -12,8 +12,9 @@ use crate::os::Tid;
 use crate::os::mem::ProcMem;
 use std::collections::HashSet;
 
-/// A rule broken by a probe.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A rule broken by a probe, at its position (shown as a [`super::ParseError`] with the offending line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}:{}: {message}", span.line, span.col)]
 pub struct CheckError {
     pub span: Span,
     pub message: String,
