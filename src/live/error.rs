@@ -26,6 +26,10 @@ pub enum Error {
     Unreadable { pid: Tid, path: String, error: io::Error },
     #[error("cannot read {path} (mapped by process {pid}): no path to try")]
     NoPath { pid: Tid, path: String },
+    #[error("vdso too large")]
+    VdsoTooLarge,
+    #[error("cannot read the vDSO image from the target's memory")]
+    VdsoUnreadable,
     #[error("{path}: no symbol `{symbol}` in its symbol tables; is this glibc?")]
     NoSymbol { path: String, symbol: String },
     #[error("{path}: `{symbol}` at {addr:#x} is outside the file's segments")]

@@ -6,9 +6,9 @@
 //! [`ModuleCache`] is the one reader of module files for a command: the probe sites, the facts, the hooks, the
 //! Python runtime and the stacks all get a mapped file's bytes from it, read from disk once.
 
-use crate::analysis::modules::ModuleSource;
+use crate::analysis::modules::{ModuleSource, SourceError};
 use crate::analysis::symbolize;
-use crate::live::resolve;
+use crate::live::{Error, resolve};
 use crate::model::maps::Mapping;
 use crate::model::modules::{Module, ModuleMap};
 use crate::os::mem::{self, ProcMem};
@@ -35,17 +35,17 @@ impl ModuleSource for LiveModules {
         procfs::read_maps(self.pid).ok()
     }
 
-    fn module(&mut self, g: &ModuleMap) -> Result<Module, String> {
+    fn module(&mut self, g: &ModuleMap) -> Result<Module, SourceError> {
         if g.path == "[vdso]" {
-            let len = usize::try_from(g.end - g.start).map_err(|_| "vdso too large")?;
+            let len = usize::try_from(g.end - g.start).map_err(|_| Error::VdsoTooLarge)?;
             let image = mem::read_upto(self.pid, g.start, len);
             if image.len() != len {
-                return Err("cannot read the vDSO image from the target's memory".into());
+                return Err(Error::VdsoUnreadable.into());
             }
-            return Module::parse(g.clone(), image.into()).map_err(|e| e.to_string());
+            return Ok(Module::parse(g.clone(), image.into())?);
         }
         let mem = ProcMem::open(self.pid).ok();
-        resolve::read_module(self.pid, g, mem.as_ref()).map_err(|e| e.to_string())
+        Ok(resolve::read_module(self.pid, g, mem.as_ref())?)
     }
 
     fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)> {
