@@ -32,13 +32,25 @@ pub struct Loaded {
     pub info: Arc<ModuleInfo>,
 }
 
+/// What a [`ModuleSource`] says when it cannot give a module: its own error (a live read, a recording's miss).
+pub type SourceError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a module is not used: its frames are shown as addresses only.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Source(SourceError),
+    #[error("not a readable ELF file ({0})")]
+    NotElf(object::Error),
+}
+
 /// Where a process's modules come from: its memory map, each module's file (or the vDSO's image) and debug
 /// file. Implementations may read a live process or a recording; everything here works on what they return.
 pub trait ModuleSource: Send {
     /// The memory map now (the text of `/proc/PID/maps`); `None` when it cannot be read (the process is gone).
     fn maps(&mut self) -> Option<String>;
     /// A module's file as mapped, build-id checked, or the vDSO's image (`g.path == "[vdso]"`).
-    fn module(&mut self, g: &ModuleMap) -> Result<Module, String>;
+    fn module(&mut self, g: &ModuleMap) -> Result<Module, SourceError>;
     /// The separate debug file of a module (`path`, its file's `data`), if one is found.
     fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)>;
 }
@@ -49,7 +61,7 @@ pub struct Modules {
     loaded: Vec<Loaded>,
     by_id: HashMap<Vec<u8>, Arc<ModuleInfo>>,
     /// Why a module could not be loaded, by path and start (shown once, not retried).
-    pub failed: HashMap<(String, u64), String>,
+    pub failed: HashMap<(String, u64), LoadError>,
     /// Addresses that a fresh reload did not cover either: not worth another reload.
     misses: HashSet<u64>,
     pub reloads: u64,
@@ -101,13 +113,14 @@ impl Modules {
         self.loaded = next;
     }
 
-    fn load(&mut self, g: &ModuleMap) -> Result<Loaded, String> {
-        let module = self.source.module(g)?;
+    fn load(&mut self, g: &ModuleMap) -> Result<Loaded, LoadError> {
+        let module = self.source.module(g).map_err(LoadError::Source)?;
         let info = match module.build_id.as_ref().and_then(|id| self.by_id.get(id)) {
             Some(info) => info.clone(),
             None => {
                 let debug = if g.path.starts_with('/') { self.source.debug_file(&g.path, &module.data) } else { None };
-                let cfi = ModuleCfi::parse(module.data.clone(), debug.as_ref().map(|(_, d)| d.clone()))?;
+                let cfi = ModuleCfi::parse(module.data.clone(), debug.as_ref().map(|(_, d)| d.clone()))
+                    .map_err(LoadError::NotElf)?;
                 let info = Arc::new(ModuleInfo { data: module.data.clone(), debug, cfi: Arc::new(cfi) });
                 if let Some(id) = &module.build_id {
                     self.by_id.insert(id.clone(), info.clone());

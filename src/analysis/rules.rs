@@ -169,16 +169,28 @@ pub struct Finding {
     pub fix: Vec<Fix>,
 }
 
+/// Why a rules file is refused: not the JSON shape (serde's message has the line and column), or a rule that
+/// cannot work, by its id.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("rule `{0}`: needs an id and at least one fix")]
+    NoIdOrFix(String),
+    #[error("rule `{0}`: `when` needs frames, class_growth or class_size (a growth pattern)")]
+    NoPattern(String),
+}
+
 /// Parses a rules file; a problem names the rule and field.
-pub fn parse_rules(text: &str) -> Result<Vec<Rule>, String> {
-    let file: RuleFile = serde_json::from_str(text).map_err(|e| e.to_string())?;
+pub fn parse_rules(text: &str) -> Result<Vec<Rule>, RulesError> {
+    let file: RuleFile = serde_json::from_str(text)?;
     for r in &file.rules {
         if r.id.is_empty() || r.fix.is_empty() {
-            return Err(format!("rule `{}`: needs an id and at least one fix", r.id));
+            return Err(RulesError::NoIdOrFix(r.id.clone()));
         }
         let w = &r.when;
         if w.frames.is_empty() && w.class_growth.is_none() && w.class_size.is_none() {
-            return Err(format!("rule `{}`: `when` needs frames, class_growth or class_size (a growth pattern)", r.id));
+            return Err(RulesError::NoPattern(r.id.clone()));
         }
     }
     Ok(file.rules)
@@ -495,14 +507,15 @@ mod tests {
         };
         let found = evaluate(&rules, &facts);
         assert_eq!(found.iter().map(|f| f.rule.as_str()).collect::<Vec<_>>(), ["mine"]);
-        assert!(
-            parse_rules(r#"{"rules": [{"id": "x", "title": "t", "when": {}, "why": "w", "fix": [{"action": "a"}]}]}"#)
-                .is_err()
-        );
-        assert!(
-            parse_rules(r#"{"rules": [{"id": "x", "title": "t", "when": {"framez": []}, "why": "w", "fix": []}]}"#)
-                .is_err()
-        );
+        let no_pattern =
+            parse_rules(r#"{"rules": [{"id": "x", "title": "t", "when": {}, "why": "w", "fix": [{"action": "a"}]}]}"#);
+        assert!(matches!(&no_pattern, Err(RulesError::NoPattern(id)) if id == "x"), "{no_pattern:?}");
+        let no_fix =
+            parse_rules(r#"{"rules": [{"id": "x", "title": "t", "when": {"frames": []}, "why": "w", "fix": []}]}"#);
+        assert!(matches!(no_fix, Err(RulesError::NoIdOrFix(_))));
+        let unknown =
+            parse_rules(r#"{"rules": [{"id": "x", "title": "t", "when": {"framez": []}, "why": "w", "fix": []}]}"#);
+        assert!(matches!(unknown, Err(RulesError::Json(_))));
     }
 
     #[test]

@@ -163,10 +163,11 @@ where
 
 impl ModuleCfi {
     /// Reads the unwind sections of an ELF file (`data`); `debug` is a separate debug file, used for its
-    /// `.debug_frame` when the module has none.
-    pub fn parse(data: Arc<[u8]>, debug: Option<Arc<[u8]>>) -> Result<ModuleCfi, String> {
+    /// `.debug_frame` when the module has none. Only a file that is not ELF at all is refused; a corrupt or
+    /// missing section leaves that part of the CFI empty.
+    pub fn parse(data: Arc<[u8]>, debug: Option<Arc<[u8]>>) -> Result<ModuleCfi, object::Error> {
         use object::{Object, ObjectSection, ObjectSegment};
-        let file = object::File::parse(&*data).map_err(|e| format!("not a readable ELF file ({e})"))?;
+        let file = object::File::parse(&*data)?;
         let sect = |name: &str| -> Option<Sect> {
             let s = file.section_by_name(name)?;
             let (off, size) = s.file_range()?;

@@ -9,13 +9,14 @@
 //! `located`, `stack_regions`), `allocator` (`name`, `library`), `env`, `advice[]`; with `--watch` also `sample`
 //! (1-based) and `growth[]` (`start`, `end` (hex), `perms`, `path`, `class`, `rss_swap_kb`, `growth_kb`, `new`).
 
-use crate::analysis::memclass::{self, Allocator, ArenaSummary, Class, ClassTotal, Threads};
+use crate::analysis::memclass::{self, Allocator, ArenaSummary, Class};
 use crate::cli::MemArgs;
-use crate::model::smaps::{SmapsRegion, parse_smaps};
+use crate::live::memory::{Sample, read_sample};
+use crate::model::smaps::SmapsRegion;
 use crate::os::{Tid, mem::ProcMem, procfs, signals};
 use crate::report::json::{hex, line};
 use crate::report::memplot::{self, Series};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -25,16 +26,6 @@ use std::time::{Duration, Instant};
 const TOP_REGIONS: usize = 20;
 
 /// One look at the process.
-struct Sample {
-    time: f64,
-    regions: Vec<SmapsRegion>,
-    classes: Vec<Class>,
-    by_class: BTreeMap<Class, ClassTotal>,
-    total: ClassTotal,
-    arenas: ArenaSummary,
-    threads: Threads,
-}
-
 pub fn run(args: &MemArgs) -> Result<i32> {
     if args.watch.is_none() && (args.duration.is_some() || args.plot.is_some()) {
         return Err(crate::app::trace::usage("--for and --plot go with --watch INTERVAL (e.g. --watch 2s)"));
@@ -125,16 +116,6 @@ fn advice_for(
     out
 }
 
-/// Rss+Swap in KiB by class name, the number of glibc thread arenas, and the allocator's name: the memory facts
-/// the findings rules take. `None` when the process cannot be read.
-pub fn read_class_facts(pid: Tid) -> Option<(BTreeMap<String, i64>, usize, String)> {
-    let mem = ProcMem::open(pid).ok();
-    let s = read_sample(pid, mem.as_ref(), 0.0).ok()?;
-    let alloc = memclass::detect_allocator(&s.regions);
-    let kb = s.by_class.iter().map(|(c, t)| (c.name().to_string(), t.rss_swap() as i64)).collect();
-    Some((kb, s.arenas.arenas.len().max(usize::from(s.arenas.unread > 0)), alloc.name.to_string()))
-}
-
 /// Sleeps until `start + at`; false when a stop signal arrived first.
 fn sleep_until(start: Instant, at: Duration) -> bool {
     loop {
@@ -147,37 +128,6 @@ fn sleep_until(start: Instant, at: Duration) -> bool {
         }
         std::thread::sleep(left.min(Duration::from_millis(50)));
     }
-}
-
-fn read_sample(pid: Tid, mem: Option<&ProcMem>, time: f64) -> Result<Sample> {
-    let text = procfs::read_smaps(pid).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => anyhow!("no process with pid {pid}"),
-        std::io::ErrorKind::PermissionDenied => {
-            anyhow!("permission denied reading /proc/{pid}/smaps: run as the process's user or as root")
-        }
-        _ => anyhow!("cannot read /proc/{pid}/smaps: {e}"),
-    })?;
-    let regions = parse_smaps(&text);
-    if regions.is_empty() {
-        bail!("process {pid} has no memory mapped (it is exiting)");
-    }
-    let cands = memclass::find_heap_candidates(&regions);
-    let ptrs: Vec<Option<u64>> = cands.iter().map(|c| mem.and_then(|m| m.read_u64(c.start).ok())).collect();
-    let (arenas, members) = memclass::resolve_arenas(&regions, &cands, &ptrs);
-    let threads = read_threads(pid);
-    let classes = memclass::classify(&regions, &members, &threads);
-    let (by_class, total) = memclass::totals(&regions, &classes);
-    Ok(Sample { time, regions, classes, by_class, total, arenas, threads })
-}
-
-fn read_threads(pid: Tid) -> Threads {
-    let tids = procfs::list_tasks(pid).unwrap_or_default();
-    let sps = tids
-        .iter()
-        .filter_map(|&t| procfs::read_task_syscall(pid, t).ok())
-        .filter_map(|s| memclass::parse_task_syscall(&s))
-        .collect();
-    Threads { count: tids.len(), sps }
 }
 
 /// `12.3 MiB` from kB.

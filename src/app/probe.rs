@@ -3,7 +3,7 @@
 
 use crate::app::trace::{self, usage};
 use crate::cli::{CheckArgs, RunArgs};
-use crate::probe::{self, ParseError, ResolveError, Script, Span, print};
+use crate::probe::{self, ParseError, Script, Span, print};
 use anyhow::anyhow;
 use std::path::Path;
 
@@ -15,10 +15,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
     let (file, script) = load(&args.file)?;
     let pid = args.pid;
     trace::check_target(pid)?;
-    let resolved = probe::resolve_locations(pid, &script).map_err(|e| match e {
-        ResolveError::Process(e) => e,
-        ResolveError::Location { span, .. } => anyhow!("{file}:{}:{}: {e}", span.line, span.col),
-    })?;
+    let resolved = probe::resolve_locations(pid, &script).map_err(|e| at_probe(&file, e))?;
     let mem = trace::open_mem(pid)?;
     let needs_wrapper = script.probes.iter().any(|p| matches!(p.location, probe::Location::Syscall { .. }));
     let wrapper = if needs_wrapper { Some(trace::syscall_site(pid, &mem)?) } else { None };
@@ -43,13 +40,18 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// A location error names its place in the script (`FILE:LINE:COL: probe `p`: ...`); the others stand alone.
+fn at_probe(file: &str, e: probe::Error) -> anyhow::Error {
+    match &e {
+        probe::Error::Location { span, .. } => anyhow!("{file}:{}:{}: {e}", span.line, span.col),
+        _ => e.into(),
+    }
+}
+
 pub fn check(args: &CheckArgs) -> anyhow::Result<i32> {
     let (file, script) = load(&args.file)?;
     let resolved = match args.pid {
-        Some(pid) => Some(probe::resolve_locations(pid, &script).map_err(|e| match e {
-            ResolveError::Process(e) => e,
-            ResolveError::Location { span, .. } => anyhow!("{file}:{}:{}: {e}", span.line, span.col),
-        })?),
+        Some(pid) => Some(probe::resolve_locations(pid, &script).map_err(|e| at_probe(&file, e))?),
         None => None,
     };
     for (i, p) in script.probes.iter().enumerate() {

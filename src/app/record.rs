@@ -9,7 +9,7 @@
 //! limits and watched paths; the trace's summary. Modules and debug files are read again on the machine that
 //! reports, and used only if their build-ids match the recorded ones; those missing are named.
 
-use crate::analysis::modules::ModuleSource;
+use crate::analysis::modules::{ModuleSource, SourceError};
 use crate::analysis::rules::ProcessFacts;
 use crate::model::Tid;
 use crate::model::event::{Event, StackCapture, Summary};
@@ -241,7 +241,7 @@ impl ModuleSource for Recording {
         Some(text)
     }
 
-    fn module(&mut self, g: &ModuleMap) -> Result<Module, String> {
+    fn module(&mut self, g: &ModuleMap) -> Result<Module, SourceError> {
         let m = self.inner.module(g)?;
         if g.path == "[vdso]" {
             self.rec.write(&Record::Vdso { start: g.start, image: hex(&m.data) });
@@ -429,24 +429,26 @@ impl ModuleSource for Replay {
         Some(text)
     }
 
-    fn module(&mut self, g: &ModuleMap) -> Result<Module, String> {
+    fn module(&mut self, g: &ModuleMap) -> Result<Module, SourceError> {
         if g.path == "[vdso]" {
             let image = self.vdso.get(&g.start).and_then(|h| unhex(h)).ok_or("the vDSO image was not recorded")?;
-            return Module::parse(g.clone(), image.into()).map_err(|e| e.to_string());
+            return Ok(Module::parse(g.clone(), image.into())?);
         }
         let Some(want) = self.modules.get(&(g.path.clone(), g.start)).cloned() else {
-            return Err(format!("{}: not loaded while recording", g.path));
+            return Err(format!("{}: not loaded while recording", g.path).into());
         };
         let data = std::fs::read(&g.path).map_err(|e| self.miss(format!("{}: {e}", g.path)))?;
         let m = Module::parse(g.clone(), data.into()).map_err(|e| self.miss(format!("{}: {e}", g.path)))?;
         let have = m.build_id.as_deref().map(hex);
         if have != want {
-            return Err(self.miss(format!(
-                "{}: the file here is not the one recorded (build-id {} here, {} recorded)",
-                g.path,
-                have.as_deref().unwrap_or("none"),
-                want.as_deref().unwrap_or("none")
-            )));
+            return Err(self
+                .miss(format!(
+                    "{}: the file here is not the one recorded (build-id {} here, {} recorded)",
+                    g.path,
+                    have.as_deref().unwrap_or("none"),
+                    want.as_deref().unwrap_or("none")
+                ))
+                .into());
         }
         Ok(m)
     }

@@ -3,6 +3,7 @@
 
 use crate::app::record::{Record, Recorder, Recording};
 use crate::cli::TraceArgs;
+use crate::live::plan::{Plan, Wrapper};
 use crate::live::tracer::{Config, Numbers, Probe, SiteSpec, Tracer};
 use crate::model::event::{End, Event, Sink, Summary};
 use crate::os::{Tid, procfs, ptrace, signals};
@@ -15,7 +16,6 @@ use nix::errno::Errno;
 use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -85,12 +85,6 @@ pub fn syscall_numbers(list: &[String]) -> Result<HashSet<u64>> {
 }
 
 /// The `syscall()` wrapper of the libc mapped by `pid`.
-pub struct Wrapper {
-    pub addr: u64,
-    /// The file's code bytes at `addr`.
-    pub code: Vec<u8>,
-}
-
 pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Wrapper> {
     let maps = resolve::read_maps(pid)?;
     let Some(libc) = resolve::find_libc(&maps) else {
@@ -193,19 +187,6 @@ pub struct Output {
     pub record: Option<PathBuf>,
     /// How often smaps is sampled when leaks are tracked or a recording is made.
     pub smaps_every: Duration,
-}
-
-/// Where to stop and what for.
-pub struct Plan {
-    pub specs: Vec<SiteSpec>,
-    /// `--fast`: the wanted syscall numbers on this wrapper.
-    pub fast: Option<(Vec<u64>, Wrapper)>,
-    /// Says what was planted, in the "attached" line.
-    pub what: String,
-    /// A probe's own `stack(N)` limit, by probe name.
-    pub depths: HashMap<Arc<str>, usize>,
-    /// The paths to a mapping that are watched (`--leaks`), for the report.
-    pub watched: crate::live::mappaths::Watched,
 }
 
 impl Output {

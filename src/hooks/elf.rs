@@ -91,8 +91,8 @@ fn in_ranges(ranges: &[(u64, u64)], addr: u64) -> bool {
 
 impl ElfInfo {
     /// Parses a 64-bit little-endian ELF file.
-    pub fn parse(data: &[u8]) -> Result<ElfInfo, String> {
-        let file = ElfFile64::<Endianness>::parse(data).map_err(|e| e.to_string())?;
+    pub fn parse(data: &[u8]) -> Result<ElfInfo, object::Error> {
+        let file = ElfFile64::<Endianness>::parse(data)?;
         let endian = file.endian();
         let mut info = ElfInfo::default();
         for ph in file.elf_program_headers() {
@@ -114,7 +114,7 @@ impl ElfInfo {
                 info.plt.push((a, a.saturating_add(sh.sh_size(endian))));
             }
         }
-        let dynamic = sections.dynamic_table(endian, data).map_err(|e| e.to_string())?;
+        let dynamic = sections.dynamic_table(endian, data)?;
         for d in dynamic.iter() {
             match d.tag {
                 elf::DT_NEEDED => info.needed.extend(dynamic.string(d).ok().map(s)),
@@ -125,7 +125,7 @@ impl ElfInfo {
             }
         }
 
-        let dynsym = sections.symbols(endian, data, elf::SHT_DYNSYM).map_err(|e| e.to_string())?;
+        let dynsym = sections.symbols(endian, data, elf::SHT_DYNSYM)?;
         let versions = sections.versions(endian, data).ok().flatten();
         let version_of = |i: SymbolIndex| -> (Option<String>, bool) {
             let Some(v) = &versions else { return (None, false) };
@@ -158,7 +158,7 @@ impl ElfInfo {
             });
         }
 
-        let symtab = sections.symbols(endian, data, elf::SHT_SYMTAB).map_err(|e| e.to_string())?;
+        let symtab = sections.symbols(endian, data, elf::SHT_SYMTAB)?;
         for table in [&dynsym, &symtab] {
             for sym in table.iter() {
                 let ty = sym.st_type();

@@ -8,9 +8,12 @@
 //! over that snapshot and a [`Memory`] trait, and is tested without a process.
 
 pub mod elf;
+pub mod error;
 pub mod inline;
 pub mod read;
 pub mod render;
+
+pub use error::Error;
 
 use crate::model::maps::Mapping;
 use crate::model::modules::{self, Module};

@@ -4,12 +4,11 @@
 //! program's dynamic section in memory, else ld.so's `_r_debug`).
 
 use super::elf::{self, ElfInfo, LinkMapEntry, abi};
-use super::{Image, Memory, Process};
+use super::{Error, Image, Memory, Process};
 use crate::model::modules::{self, ModuleMap};
 use crate::os::mem::ProcMem;
 use crate::os::{Tid, procfs};
 use crate::{live::resolve, model::status};
-use anyhow::{Context, Result, anyhow, bail};
 use std::collections::HashSet;
 
 /// Most entries walked in the link map and in a dynamic section: a corrupt list ends, it never loops.
@@ -98,45 +97,41 @@ fn find_r_debug(images: &[Image], main: usize, mem: &dyn Memory) -> Option<u64> 
 }
 
 /// Takes the snapshot. Errors are one line naming the problem.
-pub fn read_process(pid: Tid) -> Result<(Process, ProcMemory)> {
-    let status = procfs::read_status(pid).map_err(|_| anyhow!("no process with pid {pid}"))?;
+pub fn read_process(pid: Tid) -> Result<(Process, ProcMemory), Error> {
+    let status = procfs::read_status(pid).map_err(|_| Error::NoProcess { pid })?;
     let st = status::parse_status(&status);
+    let name = || st.name.clone();
     if st.state == 'Z' || st.state == 'X' {
-        bail!("process {pid} ({}) is a zombie: it has exited and has no memory left", st.name);
+        return Err(Error::Zombie { pid, name: name() });
     }
     if !st.has_vm {
-        bail!("process {pid} ({}) is a kernel thread: it has no user memory", st.name);
+        return Err(Error::KernelThread { pid, name: name() });
     }
     let maps = resolve::read_maps(pid)?;
-    let mem = ProcMem::open(pid)
-        .map_err(|e| anyhow!("cannot open /proc/{pid}/mem ({e}): run as root or with CAP_SYS_PTRACE"))?;
+    let mem = ProcMem::open(pid).map_err(|error| Error::Memory { pid, error })?;
     let memory = ProcMemory(mem);
     let mut images = Vec::new();
     for map in modules::group_modules(&maps) {
         if !is_elf_image(&memory, &map) {
             continue;
         }
-        let module = resolve::read_module(pid, &map, Some(&memory.0))
-            .with_context(|| format!("process {pid}: a mapped module cannot be checked"))?;
-        let info = ElfInfo::parse(&module.data)
-            .map_err(|e| anyhow!("{}: corrupt ELF file ({e}); cannot check its GOT", map.path))?;
+        let module = resolve::read_module(pid, &map, Some(&memory.0)).map_err(|error| Error::Module { pid, error })?;
+        let info = ElfInfo::parse(&module.data).map_err(|error| Error::CorruptElf { path: map.path.clone(), error })?;
         images.push(Image { module, info, link_name: String::new() });
     }
-    let auxv = procfs::read_auxv(pid).with_context(|| format!("cannot read /proc/{pid}/auxv"))?;
+    let auxv = procfs::read_auxv(pid).map_err(|error| Error::Auxv { pid, error })?;
     let phdr = elf::parse_auxv(&auxv)
         .into_iter()
         .find(|&(t, _)| t == elf::AT_PHDR)
         .map(|(_, v)| v)
-        .ok_or_else(|| anyhow!("process {pid} ({}): no AT_PHDR in its auxiliary vector", st.name))?;
+        .ok_or_else(|| Error::NoProgramHeaders { pid, name: name() })?;
     let Some(main) = images.iter().position(|i| i.contains(phdr)) else {
-        bail!("process {pid} ({}): its program headers ({phdr:#x}) are in no mapped ELF file", st.name);
+        return Err(Error::ProgramUnmapped { pid, name: name(), phdr });
     };
     if !images[main].info.interp || images[main].info.dynamic.is_none() {
-        bail!("process {pid} ({}) is statically linked: it has no dynamic linker and no GOT to check", st.name);
+        return Err(Error::Static { pid, name: name() });
     }
-    let r_debug = find_r_debug(&images, main, &memory).ok_or_else(|| {
-        anyhow!("process {pid} ({}): the dynamic linker's r_debug is not set (is it still starting?)", st.name)
-    })?;
+    let r_debug = find_r_debug(&images, main, &memory).ok_or_else(|| Error::NoRDebug { pid, name: name() })?;
     let mut link_order = Vec::new();
     for entry in read_link_map(&memory, r_debug) {
         // l_ld is the object's dynamic section: an address inside exactly one mapped image.
@@ -148,11 +143,7 @@ pub fn read_process(pid: Tid) -> Result<(Process, ProcMemory)> {
         }
     }
     if !link_order.contains(&main) {
-        bail!(
-            "process {pid} ({}): the dynamic linker's list of objects does not contain the program; is it still \
-             starting?",
-            st.name
-        );
+        return Err(Error::ProgramNotListed { pid, name: name() });
     }
     Ok((Process { images, main, link_order, maps }, memory))
 }

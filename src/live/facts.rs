@@ -14,7 +14,7 @@ pub fn read_process_facts(pid: Tid, class_before: Option<BTreeMap<String, i64>>)
 /// [`read_process_facts`] without the hook scan, for a caller that has the hooks already.
 pub fn read_facts_but_hooks(pid: Tid, class_before: Option<BTreeMap<String, i64>>) -> ProcessFacts {
     let mut f = ProcessFacts { class_before, ..ProcessFacts::default() };
-    if let Some((kb, arenas, alloc)) = crate::app::mem::read_class_facts(pid) {
+    if let Some((kb, arenas, alloc)) = crate::live::memory::read_class_facts(pid) {
         f.class_kb = Some(kb);
         f.arenas = arenas;
         f.allocator = alloc;
@@ -26,7 +26,7 @@ pub fn read_facts_but_hooks(pid: Tid, class_before: Option<BTreeMap<String, i64>
 
 /// Memory by class now (Rss+Swap KiB by class name), for the growth by class.
 pub fn read_class_kb(pid: Tid) -> Option<BTreeMap<String, i64>> {
-    crate::app::mem::read_class_facts(pid).map(|(kb, _, _)| kb)
+    crate::live::memory::read_class_facts(pid).map(|(kb, _, _)| kb)
 }
 
 /// The environment as it is now: the strings libc's `__environ` points at, in the target's memory (a server

@@ -2,10 +2,15 @@
 //! a live process's modules for its stacks, and one-shot stack snapshots. Talks to the kernel only through
 //! `os`; uses `model`, `x86` and `analysis`.
 
+pub mod error;
 pub mod facts;
 pub mod guardian;
 pub mod mappaths;
+pub mod memory;
 pub mod modules;
+pub mod plan;
 pub mod resolve;
 pub mod snapshot;
 pub mod tracer;
+
+pub use error::Error;

@@ -6,9 +6,9 @@
 //! [`ModuleCache`] is the one reader of module files for a command: the probe sites, the facts, the hooks, the
 //! Python runtime and the stacks all get a mapped file's bytes from it, read from disk once.
 
-use crate::analysis::modules::ModuleSource;
+use crate::analysis::modules::{ModuleSource, SourceError};
 use crate::analysis::symbolize;
-use crate::live::resolve;
+use crate::live::{Error, resolve};
 use crate::model::maps::Mapping;
 use crate::model::modules::{Module, ModuleMap};
 use crate::os::mem::{self, ProcMem};
@@ -35,17 +35,17 @@ impl ModuleSource for LiveModules {
         procfs::read_maps(self.pid).ok()
     }
 
-    fn module(&mut self, g: &ModuleMap) -> Result<Module, String> {
+    fn module(&mut self, g: &ModuleMap) -> Result<Module, SourceError> {
         if g.path == "[vdso]" {
-            let len = usize::try_from(g.end - g.start).map_err(|_| "vdso too large")?;
+            let len = usize::try_from(g.end - g.start).map_err(|_| Error::VdsoTooLarge)?;
             let image = mem::read_upto(self.pid, g.start, len);
             if image.len() != len {
-                return Err("cannot read the vDSO image from the target's memory".into());
+                return Err(Error::VdsoUnreadable.into());
             }
-            return Module::parse(g.clone(), image.into()).map_err(|e| e.to_string());
+            return Ok(Module::parse(g.clone(), image.into())?);
         }
         let mem = ProcMem::open(self.pid).ok();
-        resolve::read_module(self.pid, g, mem.as_ref()).map_err(|e| format!("{e:#}"))
+        Ok(resolve::read_module(self.pid, g, mem.as_ref())?)
     }
 
     fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)> {
@@ -141,7 +141,7 @@ impl ModuleCache {
     /// [`resolve::read_module`]: the module mapped as `map`, its file read from disk only the first time. A
     /// caller that finds the same file being read by another thread waits for that read rather than repeating
     /// it (it would take as long); the read itself holds no lock.
-    pub fn read(&self, pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> anyhow::Result<Module> {
+    pub fn read(&self, pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<Module, crate::live::Error> {
         let key = FileKey::of(pid, map);
         loop {
             match self.claim(&key) {

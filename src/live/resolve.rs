@@ -1,17 +1,17 @@
 //! From a live process to probe sites: which libc it mapped, whether the file read is the one mapped
 //! (build-id), where `syscall()` is at run time, and how to step over its first instruction.
 
+use crate::live::Error;
 use crate::live::modules::ModuleCache;
 use crate::model::maps::{self, Mapping};
 use crate::model::modules::{self, Module, ModuleMap};
 use crate::os::mem::ProcMem;
 use crate::os::{Tid, procfs};
 use crate::x86::breakpoints::{self, Insn};
-use anyhow::{Context, Result, anyhow, bail};
 
 /// The process's maps, parsed.
-pub fn read_maps(pid: Tid) -> Result<Vec<Mapping>> {
-    let text = procfs::read_maps(pid).with_context(|| format!("cannot read /proc/{pid}/maps"))?;
+pub fn read_maps(pid: Tid) -> Result<Vec<Mapping>, Error> {
+    let text = procfs::read_maps(pid).map_err(|error| Error::Maps { pid, error })?;
     Ok(maps::parse_maps(&text))
 }
 
@@ -20,13 +20,13 @@ pub use crate::model::modules::is_libc;
 /// Reads and parses a mapped module as the target sees it, and checks that the notes (build-id) mapped in
 /// memory are the file's, so a library replaced on disk is never trusted. The file is read once per command
 /// (see [`ModuleCache`]): every later call for the same mapping gets the same bytes, checked again.
-pub fn read_module(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<Module> {
+pub fn read_module(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<Module, Error> {
     ModuleCache::shared().read(pid, map, mem)
 }
 
 /// [`read_module`] without the cache. Each place the file may be read ([`procfs::mapped_file_candidates`]) is
 /// tried in turn; the first whose notes match what is mapped wins.
-pub(super) fn read_module_file(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<Module> {
+pub(super) fn read_module_file(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>) -> Result<Module, Error> {
     let mut mismatch = false;
     let mut last_err = None;
     for path in procfs::mapped_file_candidates(pid, map.first.start, map.first.end, &map.path) {
@@ -37,29 +37,23 @@ pub(super) fn read_module_file(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>)
                 continue;
             }
         };
-        let module = match Module::parse(map.clone(), data.into()) {
-            Ok(m) => m,
-            Err(e) => {
-                // Another file now at that path (not even this ELF's layout): try the next place.
-                mismatch = true;
-                last_err = Some(std::io::Error::other(e.to_string()));
-                continue;
-            }
+        let Ok(module) = Module::parse(map.clone(), data.into()) else {
+            // Another file now at that path (not even this ELF's layout): try the next place.
+            mismatch = true;
+            continue;
         };
         if mem.is_none_or(|mem| notes_match(&module, mem)) {
             return Ok(module);
         }
         mismatch = true;
     }
-    if mismatch {
-        bail!(
-            "{}: the file on disk is not the one mapped by process {pid} (build-id differs); was it replaced after \
-             the process started? (/proc/{pid}/map_files, which reads the mapped file itself, needs CAP_SYS_ADMIN)",
-            map.path
-        );
-    }
-    Err(anyhow!("{}", last_err.map_or_else(|| "no path to try".to_string(), |e| e.to_string())))
-        .with_context(|| format!("cannot read {} (mapped by process {pid})", map.path))
+    let path = map.path.clone();
+    Err(match last_err {
+        // A file was found but was not the mapped one: that, not an unreadable other place, is the news.
+        _ if mismatch => Error::Replaced { pid, path },
+        Some(error) => Error::Unreadable { pid, path, error },
+        None => Error::NoPath { pid, path },
+    })
 }
 
 /// Whether every PT_NOTE segment of the file (the build-id among them) equals what is mapped.
@@ -78,23 +72,17 @@ pub fn find_libc(maps: &[Mapping]) -> Option<ModuleMap> {
 
 /// The address and the file's code bytes of a `syscall()`-style wrapper `symbol` in `module`; checks that a
 /// `syscall` instruction follows its entry, which a matching hit is stepped through.
-pub fn wrapper_code(module: &Module, symbol: &str) -> Result<(u64, Vec<u8>)> {
-    let (addr, _) = module
-        .find_symbol(symbol)
-        .ok_or_else(|| anyhow!("{}: no symbol `{symbol}` in its symbol tables; is this glibc?", module.map.path))?;
+pub fn wrapper_code(module: &Module, symbol: &str) -> Result<(u64, Vec<u8>), Error> {
+    let (path, sym) = (|| module.map.path.clone(), || symbol.to_string());
+    let (addr, _) = module.find_symbol(symbol).ok_or_else(|| Error::NoSymbol { path: path(), symbol: sym() })?;
     let code = module
         .file_bytes(addr, 64)
         .or_else(|| module.file_bytes(addr, 16))
-        .ok_or_else(|| anyhow!("{}: `{symbol}` at {addr:#x} is outside the file's segments", module.map.path))?;
-    let cs = breakpoints::disassembler().ok_or_else(|| anyhow!("capstone failed to initialise"))?;
+        .ok_or_else(|| Error::OutsideFile { path: path(), symbol: sym(), addr })?;
+    let cs = breakpoints::disassembler().ok_or(Error::Disassembler)?;
     let decoded = breakpoints::decode(&cs, code, addr, 16);
     match decoded.iter().position(|d| d.insn == Some(Insn::Syscall)) {
-        Some(0) | None => {
-            bail!(
-                "{}: `{symbol}` does not look like a syscall() wrapper (no `syscall` instruction after its entry)",
-                module.map.path
-            )
-        }
+        Some(0) | None => Err(Error::NotAWrapper { path: path(), symbol: sym() }),
         Some(_) => Ok((addr, code.to_vec())),
     }
 }

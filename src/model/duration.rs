@@ -2,12 +2,25 @@
 
 use std::time::Duration;
 
+/// A duration that does not parse; each holds the text as given (trimmed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("bad duration `{0}`: expected a number and a unit (500ms, 1.5s, 2m, 1h)")]
+    Syntax(String),
+    #[error("bad duration `{text}`: unknown unit `{unit}` (use ns, us, ms, s, m or h)")]
+    Unit { text: String, unit: String },
+    #[error("bad duration `{0}`: too long")]
+    TooLong(String),
+    #[error("bad duration `{0}`: must be more than zero")]
+    Zero(String),
+}
+
 /// Parses `500ms`, `1.5s`, `2m`, `1h`, `250us`, `10ns`, or a plain number of seconds. More than zero.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let s = text.trim();
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let bad = || format!("bad duration `{s}`: expected a number and a unit (500ms, 1.5s, 2m, 1h)");
+    let bad = || DurationError::Syntax(s.to_string());
     let (int, frac) = num.split_once('.').unwrap_or((num, ""));
     if int.is_empty() || (num.contains('.') && frac.is_empty()) || frac.contains('.') {
         return Err(bad());
@@ -19,10 +32,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "" | "s" => 1_000_000_000,
         "m" => 60_000_000_000,
         "h" => 3_600_000_000_000,
-        _ => return Err(format!("bad duration `{s}`: unknown unit `{unit}` (use ns, us, ms, s, m or h)")),
+        _ => return Err(DurationError::Unit { text: s.to_string(), unit: unit.to_string() }),
     };
     // Exact decimal arithmetic in nanoseconds: `7ns` and `1.5s` must print back as they were written.
-    let too_long = || format!("bad duration `{s}`: too long");
+    let too_long = || DurationError::TooLong(s.to_string());
     let whole: u128 = int.parse().map_err(|_| too_long())?;
     let mut nanos = whole.checked_mul(unit_ns).ok_or_else(too_long)?;
     let mut scale = unit_ns;
@@ -35,7 +48,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     let d = Duration::from_nanos(u64::try_from(nanos).map_err(|_| too_long())?);
     if d.is_zero() {
-        return Err(format!("bad duration `{s}`: must be more than zero"));
+        return Err(DurationError::Zero(s.to_string()));
     }
     Ok(d)
 }
@@ -57,5 +70,11 @@ mod tests {
         for bad in ["10x", "", "0s", "-1s", ".5s", "1.s", "1..2s", "s", "1e3s", "99999999999h"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+        let unit = parse_duration(" 10x ").unwrap_err();
+        assert_eq!(unit, DurationError::Unit { text: "10x".into(), unit: "x".into() });
+        assert_eq!(unit.to_string(), "bad duration `10x`: unknown unit `x` (use ns, us, ms, s, m or h)");
+        assert_eq!(parse_duration("0s"), Err(DurationError::Zero("0s".into())));
+        assert_eq!(parse_duration("99999999999h"), Err(DurationError::TooLong("99999999999h".into())));
+        assert_eq!(parse_duration("1.s"), Err(DurationError::Syntax("1.s".into())));
     }
 }

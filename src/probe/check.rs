@@ -4,16 +4,17 @@
 //! checks a script built by other means, at the probe's position).
 
 use super::ast::*;
+use super::error::{Error, LocationError};
 use super::parse::syscall_label;
 use crate::live::resolve;
 use crate::model::modules::{self, Module, ModuleMap};
 use crate::os::Tid;
 use crate::os::mem::ProcMem;
-use std::collections::{HashMap, HashSet};
-use std::fmt;
+use std::collections::HashSet;
 
-/// A rule broken by a probe.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A rule broken by a probe, at its position (shown as a [`super::ParseError`] with the offending line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}:{}: {message}", span.line, span.col)]
 pub struct CheckError {
     pub span: Span,
     pub message: String,
@@ -176,50 +177,25 @@ impl ResolvedProbe {
     }
 }
 
-/// Why locations could not be resolved.
-#[derive(Debug)]
-pub enum ResolveError {
-    /// The process could not be read (gone, not permitted).
-    Process(anyhow::Error),
-    /// A location matches nothing, or more than one thing.
-    Location { probe: String, span: Span, message: String },
-}
-
-impl fmt::Display for ResolveError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ResolveError::Process(e) => write!(f, "{e:#}"),
-            ResolveError::Location { probe, message, .. } => write!(f, "probe `{probe}`: {message}"),
-        }
-    }
-}
-
-impl std::error::Error for ResolveError {}
-
 /// Resolves every location of `script` in process `pid`, in probe order, reading its maps and the files it
 /// mapped (through /proc/PID/root, build-id checked) without attaching.
-pub fn resolve_locations(pid: Tid, script: &Script) -> Result<Vec<ResolvedProbe>, ResolveError> {
+pub fn resolve_locations(pid: Tid, script: &Script) -> Result<Vec<ResolvedProbe>, Error> {
     if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        return Err(ResolveError::Process(anyhow::anyhow!("no process with pid {pid}")));
+        return Err(Error::NoProcess(pid));
     }
-    let maps = resolve::read_maps(pid).map_err(ResolveError::Process)?;
-    let mut r = Resolver {
+    let maps = resolve::read_maps(pid)?;
+    let r = Resolver {
         pid,
         // Reading memory needs no attach; without it (no permission) the build-id check is skipped.
         mem: ProcMem::open(pid).ok(),
         mods: modules::group_modules(&maps),
         maps,
-        read: HashMap::new(),
     };
     script
         .probes
         .iter()
         .map(|p| {
-            r.locate(&p.location).map_err(|message| ResolveError::Location {
-                probe: p.name.clone(),
-                span: p.span,
-                message,
-            })
+            r.locate(&p.location).map_err(|problem| Error::Location { probe: p.name.clone(), span: p.span, problem })
         })
         .collect()
 }
@@ -229,18 +205,12 @@ struct Resolver {
     mem: Option<ProcMem>,
     maps: Vec<crate::model::maps::Mapping>,
     mods: Vec<ModuleMap>,
-    /// Modules read so far, by index in `mods`; an error is kept so it is reported once per module.
-    read: HashMap<usize, Result<Module, String>>,
 }
 
 impl Resolver {
-    fn module(&mut self, i: usize) -> Result<&Module, String> {
-        let (pid, map, mem) = (self.pid, &self.mods[i], self.mem.as_ref());
-        self.read
-            .entry(i)
-            .or_insert_with(|| resolve::read_module(pid, map, mem).map_err(|e| format!("{e:#}")))
-            .as_ref()
-            .map_err(|e| e.clone())
+    /// The module `mods[i]`, its file read once per command by [`resolve::read_module`]'s cache.
+    fn module(&self, i: usize) -> Result<Module, crate::live::Error> {
+        resolve::read_module(self.pid, &self.mods[i], self.mem.as_ref())
     }
 
     fn names(&self, idx: &[usize]) -> String {
@@ -249,15 +219,12 @@ impl Resolver {
         if v.is_empty() { "no file-backed modules".into() } else { v.join(", ") }
     }
 
-    fn locate(&mut self, loc: &Location) -> Result<ResolvedProbe, String> {
+    fn locate(&self, loc: &Location) -> Result<ResolvedProbe, LocationError> {
         match loc {
             Location::Syscall { .. } => {
                 let Some(i) = self.mods.iter().position(|m| resolve::is_libc(&m.path)) else {
                     let all: Vec<usize> = (0..self.mods.len()).collect();
-                    return Err(format!(
-                        "no libc mapped (a static binary?), so no syscall() wrapper; searched: {}",
-                        self.names(&all)
-                    ));
+                    return Err(LocationError::NoLibc { searched: self.names(&all) });
                 };
                 self.function_in(&[i], "syscall", 0)
             }
@@ -271,7 +238,7 @@ impl Resolver {
             Location::Address(a) => {
                 let exec = self.maps.iter().any(|m| m.contains(*a) && m.is_exec());
                 if !exec {
-                    return Err(format!("address {a:#x} is not in executable memory of process {}", self.pid));
+                    return Err(LocationError::NotExecutable { addr: *a, pid: self.pid });
                 }
                 let module = self.mods.iter().find(|m| m.start <= *a && *a < m.end).cloned();
                 Ok(ResolvedProbe { addr: *a, module, symbol: None })
@@ -281,7 +248,7 @@ impl Resolver {
 
     /// The one module named `name`: by path, file name or soname; else by a file-name prefix at a `.` or `-`
     /// boundary (`libc` is `libc.so.6`, not `libcap.so.2`); else by any file-name prefix.
-    fn match_module(&mut self, name: &str) -> Result<usize, String> {
+    fn match_module(&self, name: &str) -> Result<usize, LocationError> {
         let file = |i: usize, mods: &[ModuleMap]| modules::file_name(&mods[i].path).to_string();
         let all: Vec<usize> = (0..self.mods.len()).collect();
         let tiers: [&dyn Fn(&str) -> bool; 3] = [
@@ -289,14 +256,14 @@ impl Resolver {
             &|f: &str| f.strip_prefix(name).is_some_and(|rest| rest.starts_with(['.', '-'])),
             &|f: &str| f.starts_with(name),
         ];
-        let pick = |found: Vec<usize>, mods: &[ModuleMap]| -> Option<Result<usize, String>> {
-            let mut paths: Vec<&str> = found.iter().map(|&i| mods[i].path.as_str()).collect();
+        let pick = |found: Vec<usize>, mods: &[ModuleMap]| -> Option<Result<usize, LocationError>> {
+            let mut paths: Vec<String> = found.iter().map(|&i| mods[i].path.clone()).collect();
             paths.sort_unstable();
             paths.dedup();
             match paths.len() {
                 0 => None,
                 1 => Some(Ok(found[0])),
-                _ => Some(Err(format!("module name `{name}` is ambiguous: it matches {}", paths.join(", ")))),
+                _ => Some(Err(LocationError::AmbiguousModule { name: name.to_string(), paths })),
             }
         };
         if name.contains('/') {
@@ -324,10 +291,10 @@ impl Resolver {
                 return r;
             }
         }
-        Err(format!("no module named `{name}`; searched: {}", self.names(&all)))
+        Err(LocationError::NoModule { name: name.to_string(), searched: self.names(&all) })
     }
 
-    fn function_in(&mut self, candidates: &[usize], symbol: &str, offset: u64) -> Result<ResolvedProbe, String> {
+    fn function_in(&self, candidates: &[usize], symbol: &str, offset: u64) -> Result<ResolvedProbe, LocationError> {
         let mut found: Vec<(usize, u64, u64)> = Vec::new();
         let mut unreadable = Vec::new();
         for &i in candidates {
@@ -343,26 +310,20 @@ impl Resolver {
         let mut paths: Vec<&str> = found.iter().map(|&(i, ..)| self.mods[i].path.as_str()).collect();
         paths.sort_unstable();
         paths.dedup();
+        let sym = || symbol.to_string();
         if paths.len() > 1 {
-            return Err(format!(
-                "symbol `{symbol}` is defined in several modules: {}; name one as MODULE:{symbol}",
-                paths.iter().map(|p| modules::file_name(p)).collect::<Vec<_>>().join(", ")
-            ));
+            let files = paths.iter().map(|p| modules::file_name(p).to_string()).collect();
+            return Err(LocationError::SeveralModules { symbol: sym(), files });
         }
         let Some(&(i, addr, size)) = found.first() else {
-            let mut msg = format!("no symbol `{symbol}`; searched: {}", self.names(candidates));
-            if !unreadable.is_empty() {
-                msg += &format!(" (could not read: {})", unreadable.join("; "));
-            }
-            return Err(msg);
+            return Err(LocationError::NoSymbol { symbol: sym(), searched: self.names(candidates), unreadable });
         };
         if size != 0 && offset >= size {
-            return Err(format!("offset {offset:#x} is past the end of `{symbol}` ({size} bytes)"));
+            return Err(LocationError::PastEnd { symbol: sym(), offset, size });
         }
-        let at =
-            addr.checked_add(offset).ok_or_else(|| format!("`{symbol}`+{offset:#x} overflows the address space"))?;
+        let at = addr.checked_add(offset).ok_or_else(|| LocationError::Overflow { symbol: sym(), offset })?;
         if !self.maps.iter().any(|m| m.contains(at) && m.is_exec()) {
-            return Err(format!("`{symbol}` at {at:#x} is not in executable memory (a data symbol?)"));
+            return Err(LocationError::DataSymbol { symbol: sym(), addr: at });
         }
         Ok(ResolvedProbe { addr: at, module: Some(self.mods[i].clone()), symbol: Some((symbol.to_string(), size)) })
     }

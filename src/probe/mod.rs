@@ -6,12 +6,14 @@
 
 pub mod ast;
 pub mod check;
+pub mod error;
 pub mod parse;
 pub mod print;
 pub mod run;
 
 pub use ast::*;
-pub use check::{ResolveError, check_script, resolve_locations};
+pub use check::{check_script, resolve_locations};
+pub use error::Error;
 pub use parse::{ParseError, parse, parse_str};
 pub use print::print;
 

@@ -215,7 +215,7 @@ impl<'a> Parser<'a> {
                 return Err(self.err_at(start, format!("expected `json` or `text`, found {}", t.describe())));
             }
             (_, Tok::Number(n)) => {
-                let d = crate::model::duration::parse_duration(n).map_err(|m| self.err_at(start, m))?;
+                let d = crate::model::duration::parse_duration(n).map_err(|m| self.err_at(start, m.to_string()))?;
                 if key == "duration" {
                     settings.duration = Some(d);
                 } else {

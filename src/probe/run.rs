@@ -3,14 +3,14 @@
 
 use super::ast::{Collect, Expr, Location, Script, Var, eval};
 use super::check::ResolvedProbe;
-use crate::app::trace::{Plan, Wrapper};
+use super::error::Error;
+use crate::live::plan::{Plan, Wrapper};
 use crate::live::resolve;
 use crate::live::tracer::{Condition, Probe, SiteSpec};
-use crate::model::modules::{self, Module};
+use crate::model::modules;
 use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::mem::ProcMem;
-use anyhow::{Result, anyhow};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -53,9 +53,8 @@ pub fn plan(
     resolved: &[ResolvedProbe],
     wrapper: Option<&Wrapper>,
     mem: &ProcMem,
-) -> Result<Plan> {
+) -> Result<Plan, Error> {
     let mut specs: BTreeMap<u64, SiteSpec> = BTreeMap::new();
-    let mut modules: HashMap<String, Module> = HashMap::new();
     let mut depths = HashMap::new();
     let mut what = Vec::new();
     for (decl, r) in script.probes.iter().zip(resolved) {
@@ -67,25 +66,18 @@ pub fn plan(
             Location::Address(_) => (false, None, Some(label(r, 0))),
         };
         let code = if is_wrapper {
-            let w = wrapper.ok_or_else(|| anyhow!("probe `{name}`: no libc syscall() wrapper in the process"))?;
+            let w = wrapper.ok_or_else(|| Error::NoWrapper { probe: name.to_string() })?;
             w.code.clone()
         } else {
             // The original bytes come from the file (build-id checked), never from memory that someone may
             // already have patched.
-            let m = r.module.as_ref().ok_or_else(|| {
-                anyhow!(
-                    "probe `{name}`: {:#x} is not in a file-backed module; its original bytes cannot be checked",
-                    r.addr
-                )
-            })?;
-            if !modules.contains_key(&m.path) {
-                modules.insert(m.path.clone(), resolve::read_module(pid, m, Some(mem))?);
-            }
-            let module = &modules[&m.path];
+            let m = r.module.as_ref().ok_or_else(|| Error::NotFileBacked { probe: name.to_string(), addr: r.addr })?;
+            // Read when the location was resolved: the cache has it.
+            let module = resolve::read_module(pid, m, Some(mem))?;
             module
                 .file_bytes(r.addr, 16)
                 .or_else(|| module.file_bytes(r.addr, 1))
-                .ok_or_else(|| anyhow!("probe `{name}`: {:#x} is outside {}'s file", r.addr, m.path))?
+                .ok_or_else(|| Error::OutsideFile { probe: name.to_string(), addr: r.addr, path: m.path.clone() })?
                 .to_vec()
         };
         let mut probe = Probe::new(

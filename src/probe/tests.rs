@@ -463,3 +463,23 @@ fn no_input_panics() {
         }
     }
 }
+
+/// Resolving and planning read each mapped file once (through `live::modules::ModuleCache`), however many probes
+/// are in it. This test process's own libc; the only lib test on the shared cache.
+#[test]
+fn locations_and_plan_read_a_module_once() {
+    use crate::live::modules::ModuleCache;
+    let pid = crate::os::Tid::try_from(std::process::id()).expect("pid fits");
+    let script =
+        parse_str("probe a at libc.so.6:munmap {}\nprobe b at libc.so.6:mmap {}\nprobe c at munmap {}").unwrap();
+    let before = ModuleCache::shared().file_reads();
+    let resolved = resolve_locations(pid, &script).expect("libc's own functions resolve");
+    let after_resolve = ModuleCache::shared().file_reads();
+    let mem = crate::os::mem::ProcMem::open(pid).expect("own memory");
+    let plan = run::plan(pid, &script, &resolved, None, &mem).expect("plans");
+    assert_eq!(plan.specs.len(), 2, "a and c share munmap's site");
+    // `c` (no module named) reads every module once; `a` and `b` add nothing, nor does the plan.
+    let modules = crate::model::modules::group_modules(&crate::live::resolve::read_maps(pid).expect("own maps")).len();
+    assert!(after_resolve - before <= modules as u64, "{} reads for {modules} modules", after_resolve - before);
+    assert_eq!(ModuleCache::shared().file_reads(), after_resolve, "the plan reads nothing again");
+}

@@ -90,7 +90,7 @@ impl PythonReader {
     /// [`Self::locate`] looking only at modules not in `seen` (path and load address), which it adds: a host
     /// that loads libpython with dlopen after the trace started is found by calling this again.
     pub fn locate_new(pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String> {
-        let maps = resolve::read_maps(pid).map_err(|e| format!("{e:#}"))?;
+        let maps = resolve::read_maps(pid).map_err(|e| e.to_string())?;
         let mut procmem = None;
         for g in modules::group_modules(&maps) {
             let name = modules::file_name(&g.path);

@@ -7,6 +7,7 @@
 //! them, and [`merge_python`] interleaves the frames with a symbolized native stack.
 
 pub mod batch;
+pub mod error;
 pub mod layout;
 pub mod lines;
 pub mod live;

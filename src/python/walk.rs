@@ -3,6 +3,7 @@
 //! and say which native eval-loop call runs it. Every value read is checked; a bad one fails the walk with a
 //! reason, it never panics and never yields a frame that is not there.
 
+use super::error::{ObjectError, WalkError};
 use super::layout::{FRAME_OWNED_BY_CSTACK, FRAME_OWNED_BY_GENERATOR, FrameKind, Layout};
 use super::lines::parse_line;
 use super::{Memory, PyFrame};
@@ -195,7 +196,7 @@ impl Walker {
 
     /// The Python frames of thread `tid` (whose `fs_base`, i.e. `pthread_self()`, is given), innermost first.
     /// Empty when the thread has no Python thread state or no frames; `Err` names what failed a check.
-    pub fn read_frames(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64) -> Result<Arc<[PyFrame]>, String> {
+    pub fn read_frames(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64) -> Result<Arc<[PyFrame]>, WalkError> {
         let mut ts = std::mem::take(&mut self.ts);
         let found = self.find_tstate(mem, tid, fs_base, &mut ts);
         let mut raw = std::mem::take(&mut self.raw);
@@ -260,7 +261,13 @@ impl Walker {
     }
 
     /// Reads thread `tid`'s state into `ts`; false when it has none.
-    fn find_tstate(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64, ts: &mut Vec<u8>) -> Result<bool, String> {
+    fn find_tstate(
+        &mut self,
+        mem: &mut dyn Memory,
+        tid: i32,
+        fs_base: u64,
+        ts: &mut Vec<u8>,
+    ) -> Result<bool, WalkError> {
         let l = &self.rt.layout;
         let (ts_size, ts_next) = (l.ts_size, l.ts_next);
         let (head_at, threads_head, interp_next) =
@@ -273,7 +280,7 @@ impl Walker {
         }
         let mut head = [0u8; 8];
         if !mem.read(head_at, &mut head) {
-            return Err(format!("cannot read _PyRuntime at {head_at:#x}"));
+            return Err(WalkError::Runtime(head_at));
         }
         let mut interp = u64::from_le_bytes(head);
         let mut seen = HashSet::new();
@@ -283,7 +290,7 @@ impl Walker {
             }
             let mut p = [0u8; 8];
             if !mem.read(interp.wrapping_add(threads_head), &mut p) {
-                return Err(format!("cannot read the interpreter state at {interp:#x}"));
+                return Err(WalkError::Interpreter(interp));
             }
             let mut at = u64::from_le_bytes(p);
             for _ in 0..MAX_THREADS {
@@ -291,7 +298,7 @@ impl Walker {
                     break;
                 }
                 if !read_into(mem, at, ts_size, ts) {
-                    return Err(format!("cannot read the thread state at {at:#x}"));
+                    return Err(WalkError::ThreadState(at));
                 }
                 if self.matches(ts, tid, fs_base) {
                     // Threads come and go: a bounded cache, emptied when full.
@@ -318,19 +325,19 @@ impl Walker {
         ts: &[u8],
         out: &mut Vec<Raw>,
         f: &mut Vec<u8>,
-    ) -> Result<(), String> {
+    ) -> Result<(), WalkError> {
         let l = &self.rt.layout;
         let mut frame = u64_at(ts, l.ts_frame.unwrap_or(0));
         let mut cycle = Cycle::new();
         while frame != 0 {
             if out.len() >= MAX_FRAMES || !cycle.step(frame) {
-                return Err(format!("the frame chain has a cycle or more than {MAX_FRAMES} frames"));
+                return Err(WalkError::Chain(MAX_FRAMES));
             }
             if !read_into(mem, frame, l.frame_size, f) {
-                return Err(format!("cannot read the frame at {frame:#x}"));
+                return Err(WalkError::Frame(frame));
             }
             if self.rt.frame_type != 0 && u64_at(f, 8) != self.rt.frame_type {
-                return Err(format!("the object at {frame:#x} in the frame chain is not a frame"));
+                return Err(WalkError::NotAFrame(frame));
             }
             let lasti = u32_at(f, l.frame_instr) as i32 as i64;
             // Stored as the instruction pointer: the byte offset of the last instruction (3.10 counts units).
@@ -350,7 +357,7 @@ impl Walker {
         ts: &[u8],
         out: &mut Vec<Raw>,
         f: &mut Vec<u8>,
-    ) -> Result<(), String> {
+    ) -> Result<(), WalkError> {
         let l = &self.rt.layout;
         let mut frame = match (l.ts_cframe, l.ts_frame) {
             (Some(cf), _) => {
@@ -360,7 +367,7 @@ impl Walker {
                 }
                 let mut p = [0u8; 8];
                 if !mem.read(cframe.wrapping_add(l.cframe_current_frame), &mut p) {
-                    return Err(format!("cannot read the C frame at {cframe:#x}"));
+                    return Err(WalkError::CFrame(cframe));
                 }
                 u64::from_le_bytes(p)
             }
@@ -380,10 +387,10 @@ impl Walker {
         while frame != 0 {
             steps += 1;
             if steps > MAX_FRAMES || !cycle.step(frame) {
-                return Err(format!("the frame chain has a cycle or more than {MAX_FRAMES} frames"));
+                return Err(WalkError::Chain(MAX_FRAMES));
             }
             if !read_into(mem, frame, l.frame_size, f) {
-                return Err(format!("cannot read the frame at {frame:#x}"));
+                return Err(WalkError::Frame(frame));
             }
             let owner = l.frame_owner.map(|o| u8_at(f, o)).unwrap_or(0);
             let back = u64_at(f, l.frame_back);
@@ -403,7 +410,7 @@ impl Walker {
 
     /// Names each frame from its code object into `self.named` (slots of `self.codes`): the headers of all of them
     /// in one read, the cached names when the header is the same as when they were read.
-    fn name(&mut self, mem: &mut dyn Memory, raw: &mut [Raw]) -> Result<(), String> {
+    fn name(&mut self, mem: &mut dyn Memory, raw: &mut [Raw]) -> Result<(), WalkError> {
         let size = self.rt.layout.code_size;
         let mut addrs = std::mem::take(&mut self.addrs);
         addrs.clear();
@@ -421,7 +428,7 @@ impl Walker {
         let mut ok = std::mem::take(&mut self.ok);
         ranges.clear();
         ranges.extend(addrs.iter().map(|&a| (a, size)));
-        let total = usize::try_from(size).ok().and_then(|s| s.checked_mul(addrs.len())).ok_or("code size")?;
+        let total = usize::try_from(size).ok().and_then(|s| s.checked_mul(addrs.len())).ok_or(WalkError::CodeSize)?;
         headers.resize(total, 0);
         if size == 0 {
             ok.clear();
@@ -483,7 +490,7 @@ impl Walker {
         headers: &[u8],
         size: usize,
         ok: &[bool],
-    ) -> Result<(), String> {
+    ) -> Result<(), WalkError> {
         let l = &self.rt.layout;
         let (version, qualname) = (l.version, l.code_qualname);
         let fields = [l.code_filename, l.code_name, l.code_linetable];
@@ -491,7 +498,7 @@ impl Walker {
         self.codes.clear();
         for (i, &addr) in addrs.iter().enumerate() {
             if !ok.get(i).copied().unwrap_or(false) {
-                return Err(format!("cannot read the code object at {addr:#x}"));
+                return Err(WalkError::Code(addr));
             }
             let hdr = headers.get(i * size..(i + 1) * size).unwrap_or(&[]);
             let ty = u64_at(hdr, 8);
@@ -501,7 +508,7 @@ impl Walker {
                     self.codes.push(None);
                     continue;
                 }
-                return Err(format!("the code object at {addr:#x} is not a code object (type {ty:#x})"));
+                return Err(WalkError::NotCode { addr, ty });
             }
             let fingerprint = [
                 ty,
@@ -532,13 +539,13 @@ impl Walker {
         Ok(())
     }
 
-    fn load_code(&self, mem: &mut dyn Memory, addr: u64, hdr: &[u8], fingerprint: [u64; 6]) -> Result<Code, String> {
+    fn load_code(&self, mem: &mut dyn Memory, addr: u64, hdr: &[u8], fingerprint: [u64; 6]) -> Result<Code, WalkError> {
         let l = &self.rt.layout;
         let name = fingerprint[if l.code_qualname.is_some() { 3 } else { 2 }];
-        let function = self.read_str(mem, name).map_err(|e| format!("code object at {addr:#x}: name: {e}"))?;
-        let file = self.read_str(mem, fingerprint[1]).map_err(|e| format!("code object at {addr:#x}: file: {e}"))?;
-        let table =
-            self.read_bytes(mem, fingerprint[4]).map_err(|e| format!("code object at {addr:#x}: line table: {e}"))?;
+        let field = |field| move |problem| WalkError::CodeField { addr, field, problem };
+        let function = self.read_str(mem, name).map_err(field("name"))?;
+        let file = self.read_str(mem, fingerprint[1]).map_err(field("file"))?;
+        let table = self.read_bytes(mem, fingerprint[4]).map_err(field("line table"))?;
         Ok(Code {
             serial: self.serial,
             fingerprint,
@@ -551,20 +558,20 @@ impl Walker {
     }
 
     /// A `str` object's text (compact strings only, as every identifier and file name is).
-    pub fn read_str(&self, mem: &mut dyn Memory, addr: u64) -> Result<String, String> {
+    pub fn read_str(&self, mem: &mut dyn Memory, addr: u64) -> Result<String, ObjectError> {
         let l = &self.rt.layout;
-        let hdr = read_vec(mem, addr, l.unicode_compact_size).ok_or("unreadable")?;
+        let hdr = read_vec(mem, addr, l.unicode_compact_size).ok_or(ObjectError::Unreadable)?;
         if self.rt.unicode_type != 0 && u64_at(&hdr, 8) != self.rt.unicode_type {
-            return Err("not a str".into());
+            return Err(ObjectError::NotStr);
         }
         let state = u32_at(&hdr, l.unicode_state);
         let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
         let len = u64_at(&hdr, l.unicode_length);
         if !compact || len > MAX_STRING || !matches!(kind, 1 | 2 | 4) || (ascii && kind != 1) {
-            return Err(format!("unexpected string (state {state:#x}, length {len})"));
+            return Err(ObjectError::StrShape { state, len });
         }
         let data = if ascii { l.unicode_ascii_size } else { l.unicode_compact_size };
-        let bytes = read_vec(mem, addr.wrapping_add(data), len * kind as u64).ok_or("unreadable text")?;
+        let bytes = read_vec(mem, addr.wrapping_add(data), len * kind as u64).ok_or(ObjectError::UnreadableText)?;
         let text: String = match kind {
             1 => bytes.iter().map(|&b| b as char).collect(),
             2 => char::decode_utf16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])))
@@ -578,23 +585,23 @@ impl Walker {
                 .collect(),
         };
         if ascii && !text.is_ascii() {
-            return Err("an ASCII string with non-ASCII bytes".into());
+            return Err(ObjectError::NotAscii);
         }
         Ok(text)
     }
 
     /// A `bytes` object's contents.
-    pub fn read_bytes(&self, mem: &mut dyn Memory, addr: u64) -> Result<Vec<u8>, String> {
+    pub fn read_bytes(&self, mem: &mut dyn Memory, addr: u64) -> Result<Vec<u8>, ObjectError> {
         let l = &self.rt.layout;
-        let hdr = read_vec(mem, addr, l.bytes_sval).ok_or("unreadable")?;
+        let hdr = read_vec(mem, addr, l.bytes_sval).ok_or(ObjectError::Unreadable)?;
         if self.rt.bytes_type != 0 && u64_at(&hdr, 8) != self.rt.bytes_type {
-            return Err("not a bytes object".into());
+            return Err(ObjectError::NotBytes);
         }
         let len = u64_at(&hdr, l.bytes_size);
         if len > MAX_TABLE {
-            return Err(format!("implausible size {len}"));
+            return Err(ObjectError::Size(len));
         }
-        read_vec(mem, addr.wrapping_add(l.bytes_sval), len).ok_or_else(|| "unreadable contents".into())
+        read_vec(mem, addr.wrapping_add(l.bytes_sval), len).ok_or(ObjectError::UnreadableContents)
     }
 }
 

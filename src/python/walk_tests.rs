@@ -1,6 +1,7 @@
 //! The frame walk on the fuzz corpus's memory images of two-frame threads, one per version.
 
 use super::*;
+use crate::python::error::WalkError;
 use crate::python::layout::{layout_for, parse_version_from_name};
 
 /// Memory images of two-frame threads, one per version (the fuzz corpus seeds): byte 0 picks the version,
@@ -17,7 +18,7 @@ impl Memory for Image {
     }
 }
 
-fn walk(image: &'static [u8], version: &str) -> Result<Vec<(String, Option<u32>, u32)>, String> {
+fn walk(image: &'static [u8], version: &str) -> Result<Vec<(String, Option<u32>, u32)>, WalkError> {
     let (maj, min) = parse_version_from_name(version).unwrap();
     let rt = Runtime {
         layout: layout_for(maj, min).unwrap(),
@@ -68,7 +69,9 @@ fn a_wrong_code_type_or_a_cycle_fails_the_walk() {
     let mut bad = image.to_vec();
     bad[9] ^= 1;
     let bad: &'static [u8] = Vec::leak(bad);
-    assert!(walk(bad, "python3.11").unwrap_err().contains("not a code object"));
+    let e = walk(bad, "python3.11").unwrap_err();
+    assert!(matches!(e, WalkError::NotCode { .. }), "{e}");
+    assert!(e.to_string().contains("is not a code object (type "), "{e}");
     // Point the outer frame's `previous` back at the inner frame.
     let l = layout_for(3, 11).unwrap();
     let rt = u64_at(image, 1);
@@ -80,7 +83,8 @@ fn a_wrong_code_type_or_a_cycle_fails_the_walk() {
     let mut cyc = image.to_vec();
     let at = (f2 + l.frame_back) as usize;
     cyc[at..at + 8].copy_from_slice(&f1.to_le_bytes());
-    assert!(walk(Vec::leak(cyc), "python3.11").unwrap_err().contains("cycle"));
+    let e = walk(Vec::leak(cyc), "python3.11").unwrap_err();
+    assert_eq!(e.to_string(), format!("the frame chain has a cycle or more than {MAX_FRAMES} frames"));
 }
 
 #[test]

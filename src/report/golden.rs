@@ -135,7 +135,7 @@ fn render(r: &mut dyn Renderer) {
         allocator: "glibc".into(),
         ..ProcessFacts::default()
     };
-    report.diagnosis = Some(crate::app::findings::diagnose(&facts, &report, &rules, 2.5));
+    report.diagnosis = Some(crate::analysis::findings::diagnose(&facts, &report, &rules, 2.5));
     r.leaks(&report).unwrap();
     r.summary(&summary()).unwrap();
     r.flush().unwrap();

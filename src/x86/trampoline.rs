@@ -25,6 +25,30 @@ pub struct PatchPlan {
     pub syscall_at: u64,
 }
 
+/// Why a wrapper's entry cannot take the trampoline's jump (the tracer then arms an int3 instead).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the wrapper has no instructions before `syscall`")]
+    NoPrefix,
+    #[error("the wrapper does not start with `mov %rdi,%rax`")]
+    NoNumberMove,
+    #[error("an instruction before `syscall` changes rax")]
+    RaxChanged,
+    #[error("instruction outside the code read")]
+    OutsideCode,
+    #[error("a branch targets the middle of the patched instruction")]
+    BranchIntoPatch,
+    #[error("no instruction of 5 bytes or more can be replaced before `syscall`")]
+    NoRoom,
+}
+
+/// The tracer's `--fast` path still reports its refusals as text.
+impl From<Refusal> for String {
+    fn from(r: Refusal) -> String {
+        r.to_string()
+    }
+}
+
 /// Chooses the instruction to replace: one of at least 5 bytes, after rax got the number (`mov %rdi,%rax` first)
 /// and before `syscall`, position-independent, with nothing writing rax in between. `code` starts at the
 /// wrapper's entry `entry`; `prefix` is its decoded straight-line prefix (all emulatable) and `branch_targets`
@@ -35,10 +59,10 @@ pub fn plan(
     prefix: &[Decoded],
     syscall_at: u64,
     branch_targets: &[u64],
-) -> Result<PatchPlan, String> {
-    let first = prefix.first().ok_or("the wrapper has no instructions before `syscall`")?;
+) -> Result<PatchPlan, Refusal> {
+    let first = prefix.first().ok_or(Refusal::NoPrefix)?;
     if first.insn != Some(Insn::MovRegReg { dst: Reg::Rax, src: Reg::Rdi }) {
-        return Err("the wrapper does not start with `mov %rdi,%rax`".into());
+        return Err(Refusal::NoNumberMove);
     }
     let writes_rax = |d: &Decoded| match d.insn {
         Some(Insn::MovRegReg { dst, .. }) | Some(Insn::Load { dst, .. }) | Some(Insn::LeaAbs { dst, .. }) => {
@@ -49,19 +73,19 @@ pub fn plan(
     };
     for d in &prefix[1..] {
         if writes_rax(d) {
-            return Err("an instruction before `syscall` changes rax".into());
+            return Err(Refusal::RaxChanged);
         }
         let position_independent = matches!(d.insn, Some(Insn::Load { .. }) | Some(Insn::MovRegReg { .. }));
         if d.len >= 5 && position_independent {
             let start = (d.addr - entry) as usize;
-            let orig = code.get(start..start + d.len as usize).ok_or("instruction outside the code read")?;
+            let orig = code.get(start..start + d.len as usize).ok_or(Refusal::OutsideCode)?;
             if branch_targets.iter().any(|&t| t > d.addr && t < d.addr + d.len as u64) {
-                return Err("a branch targets the middle of the patched instruction".into());
+                return Err(Refusal::BranchIntoPatch);
             }
             return Ok(PatchPlan { at: d.addr, orig: orig.to_vec(), syscall_at });
         }
     }
-    Err("no instruction of 5 bytes or more can be replaced before `syscall`".into())
+    Err(Refusal::NoRoom)
 }
 
 /// `rel32` from the end of an instruction at `from` of `len` bytes to `to`, if reachable.
@@ -217,7 +241,7 @@ mod tests {
         assert_eq!(int3s.len(), 2);
         assert_eq!(int3s.values().copied().max(), Some(11));
         // A branch into the patched bytes refuses.
-        assert!(plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x13]).is_err());
+        assert_eq!(plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x13]), Err(Refusal::BranchIntoPatch));
         // Too far for rel32.
         assert!(patch_bytes(&p, entry + (3u64 << 31)).is_none());
     }
