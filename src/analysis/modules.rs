@@ -206,8 +206,8 @@ fn symbolize_with(
             let m = syms
                 .entry(key)
                 .or_insert_with(|| {
-                    let debug = l.info.debug.as_ref().map(|(_, d)| &**d);
-                    (l.info.clone(), Rc::new(SymModule::parse(&l.info.data, debug)))
+                    let debug = l.info.debug.as_ref().map(|(_, d)| d);
+                    (l.info.clone(), Rc::new(SymModule::parse_shared(&l.info.data, debug)))
                 })
                 .1
                 .clone();
@@ -281,8 +281,8 @@ impl SharedSymbolizer {
         let Some(info) = self.pending.pop() else { return false };
         let key = Arc::as_ptr(&info) as *const () as usize;
         self.syms.entry(key).or_insert_with(|| {
-            let debug = info.debug.as_ref().map(|(_, d)| &**d);
-            (info.clone(), Rc::new(SymModule::parse(&info.data, debug)))
+            let debug = info.debug.as_ref().map(|(_, d)| d);
+            (info.clone(), Rc::new(SymModule::parse_shared(&info.data, debug)))
         });
         true
     }
