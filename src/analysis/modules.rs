@@ -6,6 +6,7 @@
 
 use crate::analysis::symbolize::{SymModule, Symbolizer};
 use crate::analysis::unwind::{self, End, MappedCfi, ModuleCfi, ModuleLookup, StackWindow, UnwindRegs, Unwound};
+use crate::model::bytes::Bytes;
 use crate::model::event::StackCapture;
 use crate::model::modules::{self, Module, ModuleMap};
 use crate::model::stack::Stack;
@@ -15,8 +16,8 @@ use std::sync::{Arc, Mutex};
 
 /// One file's parsed data, shared by every mapping of it (keyed by build-id).
 pub struct ModuleInfo {
-    pub data: Arc<[u8]>,
-    pub debug: Option<(String, Arc<[u8]>)>,
+    pub data: Bytes,
+    pub debug: Option<(String, Bytes)>,
     pub cfi: Arc<ModuleCfi>,
 }
 
@@ -40,7 +41,7 @@ pub trait ModuleSource: Send {
     /// A module's file as mapped, build-id checked, or the vDSO's image (`g.path == "[vdso]"`).
     fn module(&mut self, g: &ModuleMap) -> Result<Module, String>;
     /// The separate debug file of a module (`path`, its file's `data`), if one is found.
-    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)>;
+    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Bytes)>;
 }
 
 /// The modules of a process, loaded on demand.

@@ -5,14 +5,14 @@
 //! distinct address is resolved once; this runs after capture, never while the target is stopped.
 
 use crate::analysis::unwind::RawFrame;
+use crate::model::bytes::Bytes;
 use crate::model::stack::Frame;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
 
-type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+type Reader = gimli::EndianReader<gimli::RunTimeEndian, Bytes>;
 
 /// A function symbol: stated start address, size (0: unknown, up to the next symbol), demangled name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,23 +79,23 @@ pub struct Dwarf(addr2line::Context<Reader>);
 impl Dwarf {
     /// Loads DWARF from an ELF file (decompressing sections as needed); `None` if it has no `.debug_info`.
     pub fn load(data: &[u8]) -> Option<Dwarf> {
-        Dwarf::load_shared(&Arc::from(data))
+        Dwarf::load_shared(&Bytes::from(data))
     }
 
     /// [`Dwarf::load`] on shared file bytes: uncompressed sections are read in place, not copied (a large
     /// library's DWARF is tens of MB), so only compressed sections take memory of their own.
-    pub fn load_shared(data: &Arc<[u8]>) -> Option<Dwarf> {
+    pub fn load_shared(data: &Bytes) -> Option<Dwarf> {
         let file = object::File::parse(&**data).ok()?;
         file.section_by_name(".debug_info")?;
         let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
-        let empty: Arc<[u8]> = Arc::from(&[][..]);
+        let empty = Bytes::from(Vec::new());
         let base = data.as_ptr() as usize;
         let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
             use gimli::SectionId as S;
             // Sections addr2line never reads: a compressed one would be inflated for nothing (libc's location
             // lists are MBs).
             if matches!(id, S::DebugLoc | S::DebugLocLists | S::DebugMacinfo | S::DebugMacro | S::DebugTypes) {
-                return Ok(gimli::EndianArcSlice::new(empty.clone(), endian));
+                return Ok(gimli::EndianReader::new(empty.clone(), endian));
             }
             let bytes = match file.section_by_name(id.name()).map(|s| s.uncompressed_data()) {
                 Some(Ok(Cow::Borrowed(b))) => {
@@ -105,13 +105,13 @@ impl Dwarf {
                         Some(end) if end <= data.len() => {
                             return Ok(gimli::EndianReader::new(data.clone(), endian).range(start..end));
                         }
-                        _ => Arc::from(b),
+                        _ => Bytes::from(b),
                     }
                 }
-                Some(Ok(Cow::Owned(v))) => Arc::from(v),
+                Some(Ok(Cow::Owned(v))) => Bytes::from(v),
                 Some(Err(_)) | None => empty.clone(),
             };
-            Ok(gimli::EndianArcSlice::new(bytes, endian))
+            Ok(gimli::EndianReader::new(bytes, endian))
         };
         let mut dwarf = gimli::Dwarf::load(load).ok()?;
         // addr2line parses every unit's abbreviations up front; units sharing a table (dwz-processed debug files
@@ -187,8 +187,8 @@ pub fn find_debug_file(
     root: &str,
     path: &str,
     data: &[u8],
-    load: impl Fn(&str) -> Option<Vec<u8>>,
-) -> Option<(String, Arc<[u8]>)> {
+    load: impl Fn(&str) -> Option<Bytes>,
+) -> Option<(String, Bytes)> {
     let file = object::File::parse(data).ok()?;
     let build_id = file.build_id().ok().flatten();
     let link = file.gnu_debuglink().ok().flatten();
@@ -201,7 +201,7 @@ pub fn find_debug_file(
             _ => false,
         };
         if ok {
-            return Some((cand, bytes.into()));
+            return Some((cand, bytes));
         }
     }
     None
@@ -216,11 +216,11 @@ pub struct SymModule {
 impl SymModule {
     /// From the module's file and its debug file, if any (DWARF from the debug file first).
     pub fn parse(data: &[u8], debug: Option<&[u8]>) -> SymModule {
-        SymModule::parse_shared(&Arc::from(data), debug.map(Arc::from).as_ref())
+        SymModule::parse_shared(&Bytes::from(data), debug.map(Bytes::from).as_ref())
     }
 
     /// [`SymModule::parse`] on shared file bytes, which the DWARF reader uses in place.
-    pub fn parse_shared(data: &Arc<[u8]>, debug: Option<&Arc<[u8]>>) -> SymModule {
+    pub fn parse_shared(data: &Bytes, debug: Option<&Bytes>) -> SymModule {
         let mut files: Vec<&[u8]> = vec![data];
         files.extend(debug.map(|d| &**d));
         SymModule {
