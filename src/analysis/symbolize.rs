@@ -114,8 +114,8 @@ impl Dwarf {
             Ok(gimli::EndianReader::new(bytes, endian))
         };
         let mut dwarf = gimli::Dwarf::load(load).ok()?;
-        // addr2line parses every unit's abbreviations up front; units sharing a table (dwz-processed debug files
-        // such as Debian's libc6-dbg: half of libc's 4,000 units) then share one parsed copy.
+        // addr2line parses every unit's abbreviations up front; units sharing a table (as dwz-processed debug
+        // files may) then share one parsed copy.
         dwarf.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
         addr2line::Context::from_dwarf(dwarf).ok().map(Dwarf)
     }
