@@ -663,6 +663,73 @@ done
 
 bench_memory
 
+# `syscatch stack` against eu-stack and gdb (issue 13): one dump of every thread of a 34-thread Python process
+# (testprogs/py_threads.py: workers parked in accept, select, a condition, a queue, a lock, sleep and read under
+# a few Python calls). The three tools alternate, at least 7 runs each; wall time from the bench's clock, peak
+# RSS from /usr/bin/time. A run counts only if it shows all 34 threads.
+bench_stack_dump() {
+    local ids=(stack34_sc stack34_eu stack34_gdb stack34_sc_rss stack34_eu_rss stack34_gdb_rss)
+    local id want_any=0 runs=$((RUNS < 7 ? 7 : RUNS)) i tool t0 n rss out
+    for id in "${ids[@]}"; do want "$id" && want_any=1; done
+    if ((!want_any)); then
+        for id in "${ids[@]}"; do skip "$id" "stack dump" ms; done
+        return
+    fi
+    say "stack dump of 34 threads: syscatch stack, eu-stack, gdb"
+    local py
+    py=$(command -v python3) || {
+        for id in "${ids[@]}"; do row "$id" "stack dump, 34 Python threads" ms not_installed "no python3"; done
+        return
+    }
+    target_start "" "$py" "$ROOT/testprogs/py_threads.py" 33 || die "cannot start the py_threads target"
+    declare -A T RSS BAD
+    local -A cmd=(
+        [sc]="$SC stack --pid $T_PID"
+        [eu]="eu-stack -i -s -p $T_PID"
+        [gdb]="gdb -batch -p $T_PID -ex 'thread apply all bt'"
+    )
+    local -A count=([sc]='^thread [0-9]' [eu]='^TID [0-9]' [gdb]='^Thread [0-9]')
+    local -A have=([sc]=1 [eu]=0 [gdb]=0)
+    command -v eu-stack >/dev/null && have[eu]=1
+    command -v gdb >/dev/null && have[gdb]=1
+    for ((i = 0; i < runs; i++)); do
+        for tool in sc eu gdb; do
+            ((have[$tool])) || continue
+            out=$TMP/stack_$tool.out
+            t0=$EPOCHREALTIME
+            eval "/usr/bin/time -f %M -o $TMP/stack_$tool.rss ${cmd[$tool]}" >"$out" 2>"$TMP/stack_$tool.err"
+            t=$(calc "($EPOCHREALTIME - $t0) * 1000")
+            n=$(grep -c "${count[$tool]}" "$out")
+            rss=$(tail -1 "$TMP/stack_$tool.rss")
+            if [[ $n != 34 || ! $rss =~ ^[0-9]+$ ]]; then
+                BAD[$tool]="a run showed ${n:-0} of 34 threads: $(tail -1 "$TMP/stack_$tool.err")"
+                continue
+            fi
+            T[$tool]+="$t " RSS[$tool]+="$(calc "$rss / 1024") "
+        done
+    done
+    target_quit
+    local -A label=([sc]="syscatch stack" [eu]="eu-stack -i -s" [gdb]="gdb thread apply all bt")
+    local -A note=([sc]="native + Python frames, file:line, inlined" [eu]="file:line, inlined"
+        [gdb]="file:line, inlined")
+    for tool in sc eu gdb; do
+        if ((!have[$tool])); then
+            row "stack34_$tool" "${label[$tool]}, 34 threads" ms not_installed "not installed"
+            row "stack34_${tool}_rss" "  its peak RSS" MiB not_installed "not installed"
+        elif [[ -n ${BAD[$tool]:-} ]]; then
+            row "stack34_$tool" "${label[$tool]}, 34 threads" ms failed "${BAD[$tool]}"
+            row "stack34_${tool}_rss" "  its peak RSS" MiB failed "${BAD[$tool]}"
+        else
+            # shellcheck disable=SC2086 # the values are space-separated numbers
+            row_values "stack34_$tool" "${label[$tool]}, 34 threads" ms "" "${note[$tool]}" ${T[$tool]}
+            # shellcheck disable=SC2086
+            row_values "stack34_${tool}_rss" "  its peak RSS" MiB "" "/usr/bin/time Maximum resident set size" \
+                ${RSS[$tool]}
+        fi
+    done
+}
+bench_stack_dump
+
 ratio() { # id name numerator-id denominator-id
     if [[ ${R_STATUS[$3]:-skipped} == skipped || ${R_STATUS[$4]:-skipped} == skipped ]]; then
         skip "$1" "$2" x
@@ -691,6 +758,10 @@ ratio ratio_burst10k_text_floor "syscatch burst of 10k (3k with --quick), text t
     floor_pinned
 ratio ratio_first_1000th "first matching call / 1000th (goal <= 1)" sc_first_event sc_1000th_event
 ratio ratio_gdb_sc "gdb / syscatch, non-matching" gdb_nonmatch sc_nonmatch
+ratio ratio_stack34_sc_eu "syscatch stack / eu-stack, 34 threads, time (goal <= 1)" stack34_sc stack34_eu
+ratio ratio_stack34_sc_eu_rss "syscatch stack / eu-stack, 34 threads, peak RSS (goal <= 1)" stack34_sc_rss \
+    stack34_eu_rss
+ratio ratio_stack34_gdb_sc "gdb / syscatch stack, 34 threads, time" stack34_gdb stack34_sc
 ratio ratio_gdb_sc_match "gdb (bt) / syscatch (64 KiB stack), matching" gdb_match_bt sc_match_stack
 ratio ratio_gdb_sc_capture30 "gdb bt / syscatch 64 KiB copy, 30 frames, per hit" gdb_stack30_bt_cost sc_stack30_capture
 ratio ratio_gdb_sc_unwind "gdb bt per frame / syscatch unwind per frame" gdb_stack30_bt_frame unwind

@@ -40,7 +40,7 @@ impl syscatch::testing::analysis::unwind::ModuleLookup for OneModule {
 /// DWARF) come from the input after a 64-byte header (rip, rsp, rbp, a stack seed, and 32 bytes of stack).
 pub fn unwind(data: &[u8]) {
     let elf: Arc<[u8]> = Arc::from(data.get(64..).unwrap_or(&[]));
-    let Ok(cfi) = syscatch::testing::analysis::unwind::ModuleCfi::parse(elf.clone(), Some(elf.clone())) else {
+    let Ok(cfi) = syscatch::testing::analysis::unwind::ModuleCfi::parse(elf.clone(), Some(elf.clone().into())) else {
         return;
     };
     let mut regs = syscatch::testing::analysis::unwind::UnwindRegs::default();

@@ -6,6 +6,7 @@
 
 use crate::analysis::symbolize::{SymModule, Symbolizer};
 use crate::analysis::unwind::{self, End, MappedCfi, ModuleCfi, ModuleLookup, StackWindow, UnwindRegs, Unwound};
+use crate::model::bytes::Bytes;
 use crate::model::event::StackCapture;
 use crate::model::modules::{self, Module, ModuleMap};
 use crate::model::stack::Stack;
@@ -15,8 +16,8 @@ use std::sync::{Arc, Mutex};
 
 /// One file's parsed data, shared by every mapping of it (keyed by build-id).
 pub struct ModuleInfo {
-    pub data: Arc<[u8]>,
-    pub debug: Option<(String, Arc<[u8]>)>,
+    pub data: Bytes,
+    pub debug: Option<(String, Bytes)>,
     pub cfi: Arc<ModuleCfi>,
 }
 
@@ -52,7 +53,7 @@ pub trait ModuleSource: Send {
     /// A module's file as mapped, build-id checked, or the vDSO's image (`g.path == "[vdso]"`).
     fn module(&mut self, g: &ModuleMap) -> Result<Module, SourceError>;
     /// The separate debug file of a module (`path`, its file's `data`), if one is found.
-    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)>;
+    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Bytes)>;
 }
 
 /// The modules of a process, loaded on demand.
@@ -219,8 +220,8 @@ fn symbolize_with(
             let m = syms
                 .entry(key)
                 .or_insert_with(|| {
-                    let debug = l.info.debug.as_ref().map(|(_, d)| &**d);
-                    (l.info.clone(), Rc::new(SymModule::parse(&l.info.data, debug)))
+                    let debug = l.info.debug.as_ref().map(|(_, d)| d);
+                    (l.info.clone(), Rc::new(SymModule::parse_shared(&l.info.data, debug)))
                 })
                 .1
                 .clone();
@@ -294,8 +295,8 @@ impl SharedSymbolizer {
         let Some(info) = self.pending.pop() else { return false };
         let key = Arc::as_ptr(&info) as *const () as usize;
         self.syms.entry(key).or_insert_with(|| {
-            let debug = info.debug.as_ref().map(|(_, d)| &**d);
-            (info.clone(), Rc::new(SymModule::parse(&info.data, debug)))
+            let debug = info.debug.as_ref().map(|(_, d)| d);
+            (info.clone(), Rc::new(SymModule::parse_shared(&info.data, debug)))
         });
         true
     }

@@ -5,14 +5,14 @@
 //! distinct address is resolved once; this runs after capture, never while the target is stopped.
 
 use crate::analysis::unwind::RawFrame;
+use crate::model::bytes::Bytes;
 use crate::model::stack::Frame;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
 
-type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+type Reader = gimli::EndianReader<gimli::RunTimeEndian, Bytes>;
 
 /// A function symbol: stated start address, size (0: unknown, up to the next symbol), demangled name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,20 +79,44 @@ pub struct Dwarf(addr2line::Context<Reader>);
 impl Dwarf {
     /// Loads DWARF from an ELF file (decompressing sections as needed); `None` if it has no `.debug_info`.
     pub fn load(data: &[u8]) -> Option<Dwarf> {
-        let file = object::File::parse(data).ok()?;
+        Dwarf::load_shared(&Bytes::from(data))
+    }
+
+    /// [`Dwarf::load`] on shared file bytes: uncompressed sections are read in place, not copied (a large
+    /// library's DWARF is tens of MB), so only compressed sections take memory of their own.
+    pub fn load_shared(data: &Bytes) -> Option<Dwarf> {
+        let file = object::File::parse(&**data).ok()?;
         file.section_by_name(".debug_info")?;
         let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
+        let empty = Bytes::from(Vec::new());
+        let base = data.as_ptr() as usize;
         let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
-            let bytes: Arc<[u8]> = match file.section_by_name(id.name()) {
-                Some(s) => match s.uncompressed_data() {
-                    Ok(d) => Arc::from(&*d),
-                    Err(_) => Arc::from(&[][..]),
-                },
-                None => Arc::from(&[][..]),
+            use gimli::SectionId as S;
+            // Sections addr2line never reads: a compressed one would be inflated for nothing (libc's location
+            // lists are MBs).
+            if matches!(id, S::DebugLoc | S::DebugLocLists | S::DebugMacinfo | S::DebugMacro | S::DebugTypes) {
+                return Ok(gimli::EndianReader::new(empty.clone(), endian));
+            }
+            let bytes = match file.section_by_name(id.name()).map(|s| s.uncompressed_data()) {
+                Some(Ok(Cow::Borrowed(b))) => {
+                    // A borrowed section lies inside `data`; where it starts is known only by its address.
+                    let start = (b.as_ptr() as usize).wrapping_sub(base);
+                    match start.checked_add(b.len()) {
+                        Some(end) if end <= data.len() => {
+                            return Ok(gimli::EndianReader::new(data.clone(), endian).range(start..end));
+                        }
+                        _ => Bytes::from(b),
+                    }
+                }
+                Some(Ok(Cow::Owned(v))) => Bytes::from(v),
+                Some(Err(_)) | None => empty.clone(),
             };
-            Ok(gimli::EndianArcSlice::new(bytes, endian))
+            Ok(gimli::EndianReader::new(bytes, endian))
         };
-        let dwarf = gimli::Dwarf::load(load).ok()?;
+        let mut dwarf = gimli::Dwarf::load(load).ok()?;
+        // addr2line parses every unit's abbreviations up front; units sharing a table (as dwz-processed debug
+        // files may) then share one parsed copy.
+        dwarf.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
         addr2line::Context::from_dwarf(dwarf).ok().map(Dwarf)
     }
 
@@ -163,8 +187,8 @@ pub fn find_debug_file(
     root: &str,
     path: &str,
     data: &[u8],
-    load: impl Fn(&str) -> Option<Vec<u8>>,
-) -> Option<(String, Arc<[u8]>)> {
+    load: impl Fn(&str) -> Option<Bytes>,
+) -> Option<(String, Bytes)> {
     let file = object::File::parse(data).ok()?;
     let build_id = file.build_id().ok().flatten();
     let link = file.gnu_debuglink().ok().flatten();
@@ -177,7 +201,7 @@ pub fn find_debug_file(
             _ => false,
         };
         if ok {
-            return Some((cand, bytes.into()));
+            return Some((cand, bytes));
         }
     }
     None
@@ -192,9 +216,17 @@ pub struct SymModule {
 impl SymModule {
     /// From the module's file and its debug file, if any (DWARF from the debug file first).
     pub fn parse(data: &[u8], debug: Option<&[u8]>) -> SymModule {
-        let mut files = vec![data];
-        files.extend(debug);
-        SymModule { syms: SymTable::parse(&files), dwarf: debug.and_then(Dwarf::load).or_else(|| Dwarf::load(data)) }
+        SymModule::parse_shared(&Bytes::from(data), debug.map(Bytes::from).as_ref())
+    }
+
+    /// [`SymModule::parse`] on shared file bytes, which the DWARF reader uses in place.
+    pub fn parse_shared(data: &Bytes, debug: Option<&Bytes>) -> SymModule {
+        let mut files: Vec<&[u8]> = vec![data];
+        files.extend(debug.map(|d| &**d));
+        SymModule {
+            syms: SymTable::parse(&files),
+            dwarf: debug.and_then(Dwarf::load_shared).or_else(|| Dwarf::load_shared(data)),
+        }
     }
 
     /// The frames (inlined calls first) of one address of this module, mapped with `bias`.

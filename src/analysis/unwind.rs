@@ -9,6 +9,7 @@
 //! checked arithmetic: a corrupt table or stack ends the walk with a reason, it never panics or invents a frame.
 
 use crate::model::addrmap::AddrMap;
+use crate::model::bytes::Bytes;
 use gimli::{
     BaseAddresses, CfaRule, DebugFrame, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, Register, RegisterRule,
     UnwindContext, UnwindSection, UnwindTableRow,
@@ -109,11 +110,11 @@ pub struct Sect {
 /// The unwind information of one ELF file, in the file's own (stated) addresses. Parsed once per build-id;
 /// looked-up rows are cached by address, so unwinding the same code again costs a hash lookup.
 pub struct ModuleCfi {
-    data: Arc<[u8]>,
+    data: Bytes,
     eh_frame: Option<Sect>,
     eh_frame_hdr: Option<Sect>,
     /// `.debug_frame`, from the module or its separate debug file.
-    debug_frame: Option<(Arc<[u8]>, Range<usize>)>,
+    debug_frame: Option<(Bytes, Range<usize>)>,
     text: u64,
     got: u64,
     /// Stated address ranges of `.plt`, `.plt.got`, `.plt.sec`.
@@ -165,7 +166,8 @@ impl ModuleCfi {
     /// Reads the unwind sections of an ELF file (`data`); `debug` is a separate debug file, used for its
     /// `.debug_frame` when the module has none. Only a file that is not ELF at all is refused; a corrupt or
     /// missing section leaves that part of the CFI empty.
-    pub fn parse(data: Arc<[u8]>, debug: Option<Arc<[u8]>>) -> Result<ModuleCfi, object::Error> {
+    pub fn parse(data: impl Into<Bytes>, debug: Option<Bytes>) -> Result<ModuleCfi, object::Error> {
+        let data: Bytes = data.into();
         use object::{Object, ObjectSection, ObjectSegment};
         let file = object::File::parse(&*data)?;
         let sect = |name: &str| -> Option<Sect> {
@@ -230,12 +232,13 @@ impl ModuleCfi {
     /// A module from raw parts, for fixtures: `data` holds everything, `eh_frame`/`debug_frame` index into it,
     /// `exec` maps stated code addresses to offsets in `data`, `plt` lists PLT ranges.
     pub fn from_sections(
-        data: Arc<[u8]>,
+        data: impl Into<Bytes>,
         eh_frame: Option<Sect>,
         debug_frame: Option<Range<usize>>,
         exec: Vec<(Range<u64>, usize)>,
         plt: Vec<Range<u64>>,
     ) -> ModuleCfi {
+        let data: Bytes = data.into();
         ModuleCfi {
             eh_frame,
             eh_frame_hdr: None,

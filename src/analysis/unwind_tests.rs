@@ -63,7 +63,7 @@ fn module_with(eh: &[u8]) -> MappedCfi {
     data.extend_from_slice(eh);
     let eh = Sect { range: CODE..data.len(), svma: EH_SVMA };
     let cfi = ModuleCfi::from_sections(
-        data.into(),
+        data,
         Some(eh),
         None,
         vec![(0..CODE as u64, 0)],

@@ -12,6 +12,7 @@
 use crate::analysis::modules::{ModuleSource, SourceError};
 use crate::analysis::rules::ProcessFacts;
 use crate::model::Tid;
+use crate::model::bytes::Bytes;
 use crate::model::event::{Event, StackCapture, Summary};
 use crate::model::modules::{Module, ModuleMap, hex, unhex};
 use crate::model::regs::{Reg, Regs};
@@ -255,7 +256,7 @@ impl ModuleSource for Recording {
         Ok(m)
     }
 
-    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)> {
+    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Bytes)> {
         self.inner.debug_file(path, data)
     }
 }
@@ -432,13 +433,13 @@ impl ModuleSource for Replay {
     fn module(&mut self, g: &ModuleMap) -> Result<Module, SourceError> {
         if g.path == "[vdso]" {
             let image = self.vdso.get(&g.start).and_then(|h| unhex(h)).ok_or("the vDSO image was not recorded")?;
-            return Ok(Module::parse(g.clone(), image.into())?);
+            return Ok(Module::parse(g.clone(), image)?);
         }
         let Some(want) = self.modules.get(&(g.path.clone(), g.start)).cloned() else {
             return Err(format!("{}: not loaded while recording", g.path).into());
         };
-        let data = std::fs::read(&g.path).map_err(|e| self.miss(format!("{}: {e}", g.path)))?;
-        let m = Module::parse(g.clone(), data.into()).map_err(|e| self.miss(format!("{}: {e}", g.path)))?;
+        let data = crate::os::filemap::read_file(&g.path).map_err(|e| self.miss(format!("{}: {e}", g.path)))?;
+        let m = Module::parse(g.clone(), data).map_err(|e| self.miss(format!("{}: {e}", g.path)))?;
         let have = m.build_id.as_deref().map(hex);
         if have != want {
             return Err(self
@@ -453,8 +454,8 @@ impl ModuleSource for Replay {
         Ok(m)
     }
 
-    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)> {
-        crate::analysis::symbolize::find_debug_file("", path, data, |p| std::fs::read(p).ok())
+    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Bytes)> {
+        crate::analysis::symbolize::find_debug_file("", path, data, |p| crate::os::filemap::read_file(p).ok())
     }
 }
 

@@ -9,12 +9,13 @@
 use crate::analysis::modules::{ModuleSource, SourceError};
 use crate::analysis::symbolize;
 use crate::live::{Error, resolve};
+use crate::model::bytes::Bytes;
 use crate::model::maps::Mapping;
 use crate::model::modules::{Module, ModuleMap};
 use crate::os::mem::{self, ProcMem};
 use crate::os::{Tid, procfs};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 pub struct LiveModules {
     pid: Tid,
@@ -42,15 +43,15 @@ impl ModuleSource for LiveModules {
             if image.len() != len {
                 return Err(Error::VdsoUnreadable.into());
             }
-            return Ok(Module::parse(g.clone(), image.into())?);
+            return Ok(Module::parse(g.clone(), image)?);
         }
         let mem = ProcMem::open(self.pid).ok();
         Ok(resolve::read_module(self.pid, g, mem.as_ref())?)
     }
 
-    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Arc<[u8]>)> {
+    fn debug_file(&mut self, path: &str, data: &[u8]) -> Option<(String, Bytes)> {
         let root = format!("/proc/{}/root", self.pid);
-        symbolize::find_debug_file(&root, path, data, |p| std::fs::read(p).ok())
+        symbolize::find_debug_file(&root, path, data, |p| crate::os::filemap::read_file(p).ok())
     }
 }
 
@@ -69,7 +70,7 @@ pub struct ModuleCache {
 
 #[derive(Default)]
 struct Files {
-    by_map: HashMap<FileKey, (Arc<[u8]>, u64)>,
+    by_map: HashMap<FileKey, (Bytes, u64)>,
     bytes: usize,
     tick: u64,
     reads: u64,
@@ -78,7 +79,7 @@ struct Files {
 }
 
 enum Claim<'a> {
-    Cached(Arc<[u8]>),
+    Cached(Bytes),
     Read(Reading<'a>),
 }
 
@@ -89,7 +90,7 @@ struct Reading<'a> {
 }
 
 impl Reading<'_> {
-    fn keep(&self, data: Arc<[u8]>) {
+    fn keep(&self, data: Bytes) {
         let mut files = self.cache.files();
         self.cache.keep(&mut files, self.key.clone(), data);
     }
@@ -194,7 +195,7 @@ impl ModuleCache {
         }
     }
 
-    fn keep(&self, files: &mut Files, key: FileKey, data: Arc<[u8]>) {
+    fn keep(&self, files: &mut Files, key: FileKey, data: Bytes) {
         if data.len() > self.limit {
             return;
         }
@@ -236,7 +237,7 @@ mod tests {
         let again = cache.read(pid, &libc, mem.as_ref()).expect("libc reads again");
         let unchecked = cache.read(pid, &libc, None).expect("libc reads without memory");
         assert_eq!(cache.file_reads(), 1, "one read for the same mapping");
-        assert!(Arc::ptr_eq(&first.data, &again.data) && Arc::ptr_eq(&first.data, &unchecked.data));
+        assert!(first.data.as_ptr() == again.data.as_ptr() && first.data.as_ptr() == unchecked.data.as_ptr());
         assert_eq!(first.build_id, again.build_id);
         assert_eq!(first.bias, again.bias);
     }
@@ -250,7 +251,7 @@ mod tests {
             readers.into_iter().map(|r| r.join().expect("no panic").expect("libc reads")).collect()
         });
         assert_eq!(cache.file_reads(), 1);
-        assert!(ids.iter().all(|d| Arc::ptr_eq(d, &ids[0])));
+        assert!(ids.iter().all(|d| d.as_ptr() == ids[0].as_ptr()));
     }
 
     #[test]

@@ -30,14 +30,14 @@ pub(super) fn read_module_file(pid: Tid, map: &ModuleMap, mem: Option<&ProcMem>)
     let mut mismatch = false;
     let mut last_err = None;
     for path in procfs::mapped_file_candidates(pid, map.first.start, map.first.end, &map.path) {
-        let data = match std::fs::read(&path) {
+        let data = match crate::os::filemap::read_file(&path) {
             Ok(d) => d,
             Err(e) => {
                 last_err = Some(e);
                 continue;
             }
         };
-        let Ok(module) = Module::parse(map.clone(), data.into()) else {
+        let Ok(module) = Module::parse(map.clone(), data) else {
             // Another file now at that path (not even this ELF's layout): try the next place.
             mismatch = true;
             continue;

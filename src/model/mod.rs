@@ -3,6 +3,7 @@
 //! live process or of any layer above.
 
 pub mod addrmap;
+pub mod bytes;
 pub mod consts;
 pub mod duration;
 pub mod event;

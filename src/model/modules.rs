@@ -1,9 +1,9 @@
 //! Loaded modules: the ELF files a process has mapped, where they are (load bias), their build-ids and
 //! symbols. Pure over bytes: the callers read the files and the target's memory.
 
+use crate::model::bytes::Bytes;
 use crate::model::maps::Mapping;
 use object::{Object, ObjectSegment, ObjectSymbol};
-use std::sync::Arc;
 
 /// The mappings of one file in a process's address space.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub struct Module {
     /// Run-time address = bias + address stated in the file.
     pub bias: u64,
     pub build_id: Option<Vec<u8>>,
-    pub data: Arc<[u8]>,
+    pub data: Bytes,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +58,8 @@ pub enum ModuleError {
 
 impl Module {
     /// Parses `data` (the file's bytes) for the module mapped as `map`.
-    pub fn parse(map: ModuleMap, data: Arc<[u8]>) -> Result<Module, ModuleError> {
+    pub fn parse(map: ModuleMap, data: impl Into<Bytes>) -> Result<Module, ModuleError> {
+        let data = data.into();
         let bad = |e: object::Error| ModuleError::BadElf(map.path.clone(), e.to_string());
         let file = object::File::parse(&*data).map_err(bad)?;
         let build_id = file.build_id().ok().flatten().map(|b| b.to_vec());
@@ -194,7 +195,7 @@ mod tests {
         let me = std::fs::read_link("/proc/self/exe").unwrap();
         let g = group_modules(&maps);
         let m = g.iter().find(|m| m.path == me.to_str().unwrap()).unwrap().clone();
-        let module = Module::parse(m, exe.into()).unwrap();
+        let module = Module::parse(m, exe).unwrap();
         let here = bias_of_own_executable as *const () as u64;
         assert!(module.map.start <= here && here < module.map.end);
         assert!(module.bias <= here);
