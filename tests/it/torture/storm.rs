@@ -8,7 +8,7 @@ use super::*;
 enum Kill {
     /// SIGINT or SIGTERM, sometimes a second one during detach: must be harmless, always.
     Interrupt,
-    /// SIGKILL: syscatch cannot clean up itself; reported apart (the guardian of #11 item 3 is what saves these).
+    /// SIGKILL: syscatch cannot clean up itself; reported apart (the guardian and the trap pad save these).
     Sigkill,
 }
 
@@ -44,10 +44,12 @@ fn signal_storm(pid: i32, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -
     })
 }
 
-/// The target's handled count, polled until it reaches `sent` (bounded); the shortfall.
+/// The target's handled count, polled until it reaches `sent` (for up to 10 s: after a SIGKILL, threads may still
+/// be coming out of the trap pad while the guardian restores); the shortfall.
 fn signals_lost(t: &mut Target, sent: u64) -> u64 {
     let mut got = 0;
-    for _ in 0..2000 {
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    while Instant::now() < deadline {
         got = cmd(t, "signals")[0].strip_prefix("signals ").and_then(|n| n.parse().ok()).expect("signals N");
         if got >= sent {
             return 0;
@@ -193,7 +195,7 @@ fn storm_rounds_interrupted_at_random_moments() {
 }
 
 /// scripts/torture.sh: `TORTURE_ROUNDS` rounds (seed `TORTURE_SEED`), `TORTURE_KILL=sigkill` for SIGKILL rounds.
-/// Interrupt rounds must all be clean; SIGKILL rounds are only counted (until the guardian of #11 lands).
+/// Interrupt rounds must all be clean; SIGKILL rounds are counted against #11's goal (>= 99% of targets survive).
 #[test]
 #[ignore]
 fn torture_script() {
