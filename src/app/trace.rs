@@ -4,6 +4,7 @@
 use crate::app::record::{Record, Recorder, Recording};
 use crate::cli::TraceArgs;
 use crate::live::plan::{Plan, Wrapper};
+use crate::live::process::{self, Ids};
 use crate::live::tracer::{Config, Numbers, Probe, SiteSpec, Tracer};
 use crate::model::event::{End, Event, Sink, Summary};
 use crate::os::{Tid, procfs, ptrace, signals};
@@ -31,18 +32,7 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 /// Refuses, before touching it, a pid that is not a live process with user memory (no such pid, a thread id, a
 /// zombie, a kernel thread), with one line saying why and what to do.
 pub fn check_process(pid: Tid) -> Result<status::Status> {
-    let text = procfs::read_status(pid).map_err(|_| anyhow!("no process with pid {pid}"))?;
-    let st = status::parse_status(&text);
-    if st.tgid != pid {
-        bail!("{pid} is a thread of process {} ({}); use --pid {}", st.tgid, st.name, st.tgid);
-    }
-    if st.state == 'Z' || st.state == 'X' {
-        bail!("process {pid} ({}) is a zombie: it has exited and waits for its parent to reap it", st.name);
-    }
-    if !st.has_vm {
-        bail!("process {pid} ({}) is a kernel thread: it has no user memory to trace", st.name);
-    }
-    Ok(st)
+    Ok(process::check_process(pid, Ids::Process)?)
 }
 
 /// [`check_process`], and refuses a process another tracer holds, naming it.

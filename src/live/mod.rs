@@ -9,6 +9,7 @@ pub mod mappaths;
 pub mod memory;
 pub mod modules;
 pub mod plan;
+pub mod process;
 pub mod resolve;
 pub mod snapshot;
 pub mod tracer;
