@@ -4,6 +4,7 @@
 //! stack window served from its copy.
 
 use super::batch::Prefetcher;
+use super::error::LocateError;
 use super::layout::{self, DEBUG_OFFSETS_LEN, Layout};
 use super::walk::{Runtime, Walker};
 use super::{Memory, PyFrame};
@@ -83,14 +84,14 @@ impl PythonReader {
 
     /// Finds the interpreter of process `pid`: `Ok(None)` if no mapped module defines `_PyRuntime`; `Err` names
     /// why a Python process cannot be read (unsupported version, corrupt offsets).
-    pub fn locate(pid: Tid) -> Result<Option<PythonReader>, String> {
+    pub fn locate(pid: Tid) -> Result<Option<PythonReader>, LocateError> {
         Self::locate_new(pid, &mut HashSet::new())
     }
 
     /// [`Self::locate`] looking only at modules not in `seen` (path and load address), which it adds: a host
     /// that loads libpython with dlopen after the trace started is found by calling this again.
-    pub fn locate_new(pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String> {
-        let maps = resolve::read_maps(pid).map_err(|e| e.to_string())?;
+    pub fn locate_new(pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, LocateError> {
+        let maps = resolve::read_maps(pid)?;
         let mut procmem = None;
         for g in modules::group_modules(&maps) {
             let name = modules::file_name(&g.path);
@@ -112,7 +113,7 @@ impl PythonReader {
                 frame_type: sym("PyFrame_Type"),
             };
             if rt.code_type == 0 {
-                return Err(format!("{}: no PyCode_Type symbol to check code objects against", g.path));
+                return Err(LocateError::NoCodeType { path: g.path.clone() });
             }
             return Ok(Some(PythonReader {
                 pid,
@@ -165,10 +166,10 @@ impl PythonReader {
     }
 }
 
-fn read_layout(pid: Tid, module: &Module, runtime: u64, name: &str) -> Result<Layout, String> {
+fn read_layout(pid: Tid, module: &Module, runtime: u64, name: &str) -> Result<Layout, LocateError> {
     let head = mem::read_upto(pid, runtime, DEBUG_OFFSETS_LEN);
     if head.starts_with(layout::DEBUG_COOKIE) {
-        return layout::parse_debug_offsets(&head).map_err(|e| e.to_string());
+        return Ok(layout::parse_debug_offsets(&head)?);
     }
     let version = match module.find_symbol("Py_Version") {
         Some((addr, _)) => {
@@ -177,12 +178,11 @@ fn read_layout(pid: Tid, module: &Module, runtime: u64, name: &str) -> Result<La
             ((v >> 24) as u8, (v >> 16) as u8)
         }
         None => {
-            layout::parse_version_from_name(name).ok_or_else(|| format!("{name}: cannot tell its Python version"))?
+            layout::parse_version_from_name(name).ok_or_else(|| LocateError::UnknownVersion { name: name.into() })?
         }
     };
     if version >= (3, 13) {
-        return Err(format!("Python {}.{}: _Py_DebugOffsets not found", version.0, version.1));
+        return Err(LocateError::NoDebugOffsets { version });
     }
-    layout::layout_for(version.0, version.1)
-        .ok_or_else(|| format!("Python {}.{} is not supported (3.9 to 3.13 are)", version.0, version.1))
+    layout::layout_for(version.0, version.1).ok_or(LocateError::Unsupported { version })
 }

@@ -13,6 +13,7 @@ use super::kernel::{Kernel, Mem};
 use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::ptrace::Stop;
+use crate::python::error::LocateError;
 use crate::python::live::PythonReader;
 use nix::errno::Errno;
 use std::cell::RefCell;
@@ -437,7 +438,7 @@ impl Kernel for Script {
     fn read_maps(&self, _pid: Tid) -> io::Result<String> {
         Ok(String::new())
     }
-    fn locate_python(&self, _: Tid, _: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String> {
+    fn locate_python(&self, _: Tid, _: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, LocateError> {
         Ok(None)
     }
     fn stop_requested(&self) -> i32 {
