@@ -1,6 +1,7 @@
 //! The trace pipeline, written out once: check the target, resolve the probe site, attach, arm, run the
 //! event loop, detach; captured events flow to an analysis thread that renders them while the tracer traces.
 
+use crate::analysis::rules::ProcessFacts;
 use crate::app::record::{Record, Recorder, Recording};
 use crate::cli::TraceArgs;
 use crate::live::plan::{Plan, Wrapper};
@@ -490,7 +491,10 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
     }
     if out.report || recorder.is_some() {
-        let facts = crate::live::facts::read_process_facts(pid, class_before);
+        let facts = ProcessFacts {
+            hooks: crate::hooks::read::read_hook_facts(pid),
+            ..crate::live::facts::read_facts_but_hooks(pid, class_before)
+        };
         if let Some(r) = &recorder {
             r.write(&Record::Facts(Box::new(facts.clone())));
         }

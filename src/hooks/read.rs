@@ -160,6 +160,16 @@ pub fn find_modules(p: &Process, wanted: &str) -> Vec<usize> {
         .collect()
 }
 
+/// The verdicts on the memory functions of process `pid` (GOT slots patched or interposed, entries patched), as
+/// the findings rules see them; none when the process cannot be read.
+pub fn read_hook_facts(pid: Tid) -> Vec<crate::analysis::rules::HookFact> {
+    let Ok((process, mem)) = read_process(pid) else { return Vec::new() };
+    let Some(cs) = crate::x86::breakpoints::disassembler() else { return Vec::new() };
+    let functions: Vec<String> = super::MEMORY_FUNCTIONS.iter().map(|s| s.to_string()).collect();
+    let report = super::analyze(&process, &functions, &[], &mem, &cs);
+    super::render::hook_facts(&report, &functions)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
