@@ -387,7 +387,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         .context("cannot start the analysis thread")?;
     // Found before attaching (symbols only; the interpreter's state is read at each capture, so a Python that
     // has not started yet is fine). A Python that cannot be read costs its frames, not the trace.
-    let (python, python_error) = match crate::python::live::PythonReader::locate(pid) {
+    let (python, python_error) = match crate::live::python::PythonReader::locate(pid) {
         Ok(p) => (p, None),
         Err(e) => (None, Some(format!("Python frames left out: {e}"))),
     };

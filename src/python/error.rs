@@ -51,21 +51,3 @@ pub enum ObjectError {
     #[error("unreadable contents")]
     UnreadableContents,
 }
-
-/// Why a process whose modules include a CPython runtime cannot have its frames read (said once; native frames
-/// go on without them).
-#[derive(Debug, thiserror::Error)]
-pub enum LocateError {
-    #[error(transparent)]
-    Maps(#[from] crate::live::Error),
-    #[error(transparent)]
-    Layout(#[from] super::layout::LayoutError),
-    #[error("{name}: cannot tell its Python version")]
-    UnknownVersion { name: String },
-    #[error("Python {}.{}: _Py_DebugOffsets not found", .version.0, .version.1)]
-    NoDebugOffsets { version: (u8, u8) },
-    #[error("Python {}.{} is not supported (3.9 to 3.13 are)", .version.0, .version.1)]
-    Unsupported { version: (u8, u8) },
-    #[error("{path}: no PyCode_Type symbol to check code objects against")]
-    NoCodeType { path: String },
-}

@@ -7,12 +7,11 @@
 //! its record in a `RefCell`. The cost is one indirect call per operation, next to a system call of ~1 us.
 
 use crate::live::guardian::{self, Guard};
+use crate::live::python::{LocateError, PythonReader};
 use crate::model::regs::Regs;
 use crate::os::mem::ProcMem;
 use crate::os::ptrace::{self, Stop};
 use crate::os::{Tid, mem, procfs, sched, signals};
-use crate::python::error::LocateError;
-use crate::python::live::PythonReader;
 use nix::errno::Errno;
 use std::collections::HashSet;
 use std::io;

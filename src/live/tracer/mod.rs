@@ -2,7 +2,7 @@
 //! while other threads run. Matches on [`Stop`] values. Every kernel call goes through the [`kernel::Kernel`]
 //! trait (`Live`: `os`), so the unit tests (`tests.rs`) drive this state machine over scripted stops
 //! (`script.rs`). Handed in rather than called through it: the guardian (`live::guardian`, a pipe to our own
-//! child) and the CPython reader's frame walk (`python::live`); both are absent in those tests.
+//! child) and the CPython reader's frame walk (`live::python`); both are absent in those tests.
 //!
 //! A hit whose probes' conditions are all false is resumed after emulating the displaced instruction (one
 //! GETREGS, one SETREGS, one CONT); an instruction the emulator cannot run is single-stepped with every other
@@ -374,7 +374,7 @@ impl<'a> Tracer<'a> {
 
     /// Runs until the deadline, a stop signal, or the end of the target; then detaches everything.
     /// The CPython reader, when the target runs one (its warnings and costs, for the summary).
-    pub fn python(&self) -> Option<&crate::python::live::PythonReader> {
+    pub fn python(&self) -> Option<&crate::live::python::PythonReader> {
         self.cfg.python.as_ref()
     }
 

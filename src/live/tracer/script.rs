@@ -10,11 +10,10 @@
 //! SIGINT, as if the user pressed Ctrl-C, and the tracer detaches.
 
 use super::kernel::{Kernel, Mem};
+use crate::live::python::{LocateError, PythonReader};
 use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::ptrace::Stop;
-use crate::python::error::LocateError;
-use crate::python::live::PythonReader;
 use nix::errno::Errno;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};

@@ -1,20 +1,37 @@
 //! The interpreter of a live process: which mapped module defines `_PyRuntime` (libpython, or a statically linked
 //! `python`), its version (3.13's `_Py_DebugOffsets`, else `Py_Version`, else the file name), and the per-event
-//! read of a stopped thread's frames through process_vm_readv (batched, see [`super::batch`]), with the captured
+//! read of a stopped thread's frames through process_vm_readv (batched, see [`crate::python::batch`]), with the captured
 //! stack window served from its copy.
 
-use super::batch::Prefetcher;
-use super::error::LocateError;
-use super::layout::{self, DEBUG_OFFSETS_LEN, Layout};
-use super::walk::{Runtime, Walker};
-use super::{Memory, PyFrame};
-use crate::live::resolve;
+use super::resolve;
 use crate::model::modules::{self, Module};
 use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::mem::{self, ProcMem};
+use crate::python::batch::Prefetcher;
+use crate::python::layout::{self, DEBUG_OFFSETS_LEN, Layout};
+use crate::python::walk::{Runtime, Walker};
+use crate::python::{Memory, PyFrame};
 use std::collections::HashSet;
 use std::sync::Arc;
+
+/// Why a process whose modules include a CPython runtime cannot have its frames read (said once; native frames
+/// go on without them).
+#[derive(Debug, thiserror::Error)]
+pub enum LocateError {
+    #[error(transparent)]
+    Maps(#[from] super::Error),
+    #[error(transparent)]
+    Layout(#[from] crate::python::layout::LayoutError),
+    #[error("{name}: cannot tell its Python version")]
+    UnknownVersion { name: String },
+    #[error("Python {}.{}: _Py_DebugOffsets not found", .version.0, .version.1)]
+    NoDebugOffsets { version: (u8, u8) },
+    #[error("Python {}.{} is not supported (3.9 to 3.13 are)", .version.0, .version.1)]
+    Unsupported { version: (u8, u8) },
+    #[error("{path}: no PyCode_Type symbol to check code objects against")]
+    NoCodeType { path: String },
+}
 
 /// Reads the target's memory, serving ranges from the local copy of the stack first.
 struct LiveMem<'a> {
