@@ -2,15 +2,17 @@
 //!
 //! Layers, each a folder; arrows point down this list, never up:
 //! - `app`: the pipeline of each subcommand written out top to bottom, sinks, exit codes (uses everything);
-//! - `probe`: the probe language, compiled to `live`'s plan; `hooks`: GOT and inline hook forensics; `python`:
-//!   CPython frames (each of these two splits pure parsing from its one module of live reads);
-//! - `live`: one live target: the tracer and its plan, module resolution, stack snapshots (uses `os`);
+//! - `probe`: the probe language, compiled to `live`'s plan; `hooks`: GOT and inline hook forensics (pure
+//!   parsing, and its one module of live reads);
+//! - `live`: one live target: the tracer and its plan, module resolution, stack snapshots, CPython's frames read
+//!   from a stopped thread (uses `os`);
 //! - `report`: every renderer, over plain data; `analysis`: unwind, symbolize, correlate, leaks, memory classes;
+//!   `python`: CPython frame layouts, line tables and the frame walk over a memory trait;
 //! - `x86`: instruction decode and emulation, trampoline assembly;
 //! - `os`: the only code with syscalls, `/proc` I/O and `unsafe`;
 //! - `model`: plain data and pure parsers of text and bytes.
 //!
-//! Only `os`, `live`, `python::live` and `hooks::read` touch the target; everything from unwinding on works on
+//! Only `os`, `live` and `hooks::read` touch the target; everything from unwinding on works on
 //! captured data, live or recorded (`--record`, `syscatch report`). The picture and the path of one event:
 //! docs/architecture.md.
 
@@ -49,7 +51,8 @@ pub mod testing {
         pub use crate::probe::{parse_str, print};
     }
     pub mod python {
-        pub use crate::python::{Memory, layout, lines, live, walk};
+        pub use crate::live::python as live;
+        pub use crate::python::{Memory, layout, lines, walk};
     }
     pub mod x86 {
         pub use crate::x86::breakpoints;

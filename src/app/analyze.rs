@@ -254,7 +254,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         if let (Some(r), Some(e)) = (&rec, recorded) {
             r.write(&Record::Event(e));
         }
-        if crate::app::crash::injected("analysis-panic") {
+        if crate::os::faults::injected("analysis-panic") {
             panic!("injected fault: analysis-panic");
         }
         costs.events += 1;

@@ -33,10 +33,3 @@ pub fn contain() {
 pub fn take() -> Option<String> {
     FIRST.lock().ok().and_then(|mut f| f.take())
 }
-
-/// A fault the tests inject, named by `SYSCATCH_TEST_FAULT` (`tracer-panic`: at the first matching hit, with
-/// that thread stopped just past the int3; `analysis-panic`: at the first event the analysis thread receives).
-/// Only debug builds read it: a release build has no way to make itself fail.
-pub fn injected(name: &str) -> bool {
-    cfg!(debug_assertions) && std::env::var("SYSCATCH_TEST_FAULT").is_ok_and(|v| v == name)
-}

@@ -1,9 +1,11 @@
 //! The trace pipeline, written out once: check the target, resolve the probe site, attach, arm, run the
 //! event loop, detach; captured events flow to an analysis thread that renders them while the tracer traces.
 
+use crate::analysis::rules::ProcessFacts;
 use crate::app::record::{Record, Recorder, Recording};
 use crate::cli::TraceArgs;
 use crate::live::plan::{Plan, Wrapper};
+use crate::live::process::{self, Ids};
 use crate::live::tracer::{Config, Numbers, Probe, SiteSpec, Tracer};
 use crate::model::event::{End, Event, Sink, Summary};
 use crate::os::{Tid, procfs, ptrace, signals};
@@ -31,18 +33,7 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 /// Refuses, before touching it, a pid that is not a live process with user memory (no such pid, a thread id, a
 /// zombie, a kernel thread), with one line saying why and what to do.
 pub fn check_process(pid: Tid) -> Result<status::Status> {
-    let text = procfs::read_status(pid).map_err(|_| anyhow!("no process with pid {pid}"))?;
-    let st = status::parse_status(&text);
-    if st.tgid != pid {
-        bail!("{pid} is a thread of process {} ({}); use --pid {}", st.tgid, st.name, st.tgid);
-    }
-    if st.state == 'Z' || st.state == 'X' {
-        bail!("process {pid} ({}) is a zombie: it has exited and waits for its parent to reap it", st.name);
-    }
-    if !st.has_vm {
-        bail!("process {pid} ({}) is a kernel thread: it has no user memory to trace", st.name);
-    }
-    Ok(st)
+    Ok(process::check_process(pid, Ids::Process)?)
 }
 
 /// [`check_process`], and refuses a process another tracer holds, naming it.
@@ -396,7 +387,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         .context("cannot start the analysis thread")?;
     // Found before attaching (symbols only; the interpreter's state is read at each capture, so a Python that
     // has not started yet is fine). A Python that cannot be read costs its frames, not the trace.
-    let (python, python_error) = match crate::python::live::PythonReader::locate(pid) {
+    let (python, python_error) = match crate::live::python::PythonReader::locate(pid) {
         Ok(p) => (p, None),
         Err(e) => (None, Some(format!("Python frames left out: {e}"))),
     };
@@ -500,7 +491,10 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
     }
     if out.report || recorder.is_some() {
-        let facts = crate::live::facts::read_process_facts(pid, class_before);
+        let facts = ProcessFacts {
+            hooks: crate::hooks::read::read_hook_facts(pid),
+            ..crate::live::facts::read_facts_but_hooks(pid, class_before)
+        };
         if let Some(r) = &recorder {
             r.write(&Record::Facts(Box::new(facts.clone())));
         }

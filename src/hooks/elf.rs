@@ -350,7 +350,7 @@ mod tests {
         let libc = maps
             .lines()
             .filter_map(|l| l.split_whitespace().nth(5))
-            .find(|p| crate::live::resolve::is_libc(p))
+            .find(|p| crate::model::modules::is_libc(p))
             .unwrap();
         let libc = ElfInfo::parse(&std::fs::read(libc).unwrap()).unwrap();
         let d = libc.lookup("malloc", Some("GLIBC_2.2.5")).unwrap();

@@ -323,7 +323,7 @@ pub fn analyze(p: &Process, functions: &[String], entry_modules: &[usize], mem: 
         .images
         .iter()
         .enumerate()
-        .filter(|(_, im)| crate::live::resolve::is_libc(im.path()))
+        .filter(|(_, im)| crate::model::modules::is_libc(im.path()))
         .map(|(i, _)| i)
         .collect();
     for &i in entry_modules {

@@ -5,10 +5,11 @@
 
 use super::elf::{self, ElfInfo, LinkMapEntry, abi};
 use super::{Error, Image, Memory, Process};
+use crate::live::process::{self, Ids};
+use crate::live::{self, resolve};
 use crate::model::modules::{self, ModuleMap};
 use crate::os::mem::ProcMem;
 use crate::os::{Tid, procfs};
-use crate::{live::resolve, model::status};
 use std::collections::HashSet;
 
 /// Most entries walked in the link map and in a dynamic section: a corrupt list ends, it never loops.
@@ -98,15 +99,13 @@ fn find_r_debug(images: &[Image], main: usize, mem: &dyn Memory) -> Option<u64> 
 
 /// Takes the snapshot. Errors are one line naming the problem.
 pub fn read_process(pid: Tid) -> Result<(Process, ProcMemory), Error> {
-    let status = procfs::read_status(pid).map_err(|_| Error::NoProcess { pid })?;
-    let st = status::parse_status(&status);
+    let st = process::check_process(pid, Ids::Task).map_err(|e| match e {
+        live::Error::NoProcess { pid } => Error::NoProcess { pid },
+        live::Error::Zombie { pid, name } => Error::Zombie { pid, name },
+        live::Error::KernelThread { pid, name } => Error::KernelThread { pid, name },
+        e => Error::Live(e),
+    })?;
     let name = || st.name.clone();
-    if st.state == 'Z' || st.state == 'X' {
-        return Err(Error::Zombie { pid, name: name() });
-    }
-    if !st.has_vm {
-        return Err(Error::KernelThread { pid, name: name() });
-    }
     let maps = resolve::read_maps(pid)?;
     let mem = ProcMem::open(pid).map_err(|error| Error::Memory { pid, error })?;
     let memory = ProcMemory(mem);
@@ -159,6 +158,16 @@ pub fn find_modules(p: &Process, wanted: &str) -> Vec<usize> {
         })
         .map(|(i, _)| i)
         .collect()
+}
+
+/// The verdicts on the memory functions of process `pid` (GOT slots patched or interposed, entries patched), as
+/// the findings rules see them; none when the process cannot be read.
+pub fn read_hook_facts(pid: Tid) -> Vec<crate::analysis::rules::HookFact> {
+    let Ok((process, mem)) = read_process(pid) else { return Vec::new() };
+    let Some(cs) = crate::x86::breakpoints::disassembler() else { return Vec::new() };
+    let functions: Vec<String> = super::MEMORY_FUNCTIONS.iter().map(|s| s.to_string()).collect();
+    let report = super::analyze(&process, &functions, &[], &mem, &cs);
+    super::render::hook_facts(&report, &functions)
 }
 
 #[cfg(test)]

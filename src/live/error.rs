@@ -1,5 +1,5 @@
-//! What can go wrong reading a live process's maps, smaps and module files, and finding a `syscall()`-style wrapper
-//! in them. Each variant's text is one complete line (the cause included), as users see it.
+//! What can go wrong checking a live process, reading its maps, smaps and module files, and finding a
+//! `syscall()`-style wrapper in them. Each variant's text is one complete line (the cause included), as users see it.
 
 use crate::os::Tid;
 use std::io;
@@ -8,6 +8,12 @@ use std::io;
 pub enum Error {
     #[error("no process with pid {pid}")]
     NoProcess { pid: Tid },
+    #[error("{pid} is a thread of process {tgid} ({name}); use --pid {tgid}")]
+    Thread { pid: Tid, tgid: Tid, name: String },
+    #[error("process {pid} ({name}) is a zombie: it has exited and waits for its parent to reap it")]
+    Zombie { pid: Tid, name: String },
+    #[error("process {pid} ({name}) is a kernel thread: it has no user memory to trace")]
+    KernelThread { pid: Tid, name: String },
     #[error("cannot read /proc/{pid}/maps: {error}")]
     Maps { pid: Tid, error: io::Error },
     #[error("permission denied reading /proc/{pid}/smaps: run as the process's user or as root")]

@@ -1,17 +1,13 @@
 //! Facts of a live process that the findings rules look at, read after detach (memory reads only, no stop):
-//! memory by class, the allocator, hook verdicts, the environment as it is now (libc's `__environ` in the
+//! memory by class, the allocator, the environment as it is now (libc's `__environ` in the
 //! target's memory), kernel settings.
 
-use crate::analysis::rules::{self, HookFact, ProcessFacts};
+use crate::analysis::rules::{self, ProcessFacts};
 use crate::os::{Tid, procfs};
 use std::collections::BTreeMap;
 
-/// Everything the rules look at besides the traced stacks; `class_before` was read before the trace.
-pub fn read_process_facts(pid: Tid, class_before: Option<BTreeMap<String, i64>>) -> ProcessFacts {
-    ProcessFacts { hooks: read_hooks(pid), ..read_facts_but_hooks(pid, class_before) }
-}
-
-/// [`read_process_facts`] without the hook scan, for a caller that has the hooks already.
+/// Everything the rules look at besides the traced stacks and the hook verdicts (`hooks::read::read_hook_facts`,
+/// a layer above); `class_before` was read before the trace.
 pub fn read_facts_but_hooks(pid: Tid, class_before: Option<BTreeMap<String, i64>>) -> ProcessFacts {
     let mut f = ProcessFacts { class_before, ..ProcessFacts::default() };
     if let Some((kb, arenas, alloc)) = crate::live::memory::read_class_facts(pid) {
@@ -130,16 +126,6 @@ fn read_jemalloc_conf_symbol(pid: Tid) -> Option<String> {
         }
     }
     None
-}
-
-/// Memory functions intercepted in the process (GOT slots patched or interposed, entries patched).
-pub fn read_hooks(pid: Tid) -> Vec<HookFact> {
-    use crate::hooks::{MEMORY_FUNCTIONS, read};
-    let Ok((process, mem)) = read::read_process(pid) else { return Vec::new() };
-    let Some(cs) = crate::x86::breakpoints::disassembler() else { return Vec::new() };
-    let functions: Vec<String> = MEMORY_FUNCTIONS.iter().map(|s| s.to_string()).collect();
-    let report = crate::hooks::analyze(&process, &functions, &[], &mem, &cs);
-    crate::hooks::render::hook_facts(&report, &functions)
 }
 
 /// Kernel settings the rules may name.

@@ -186,6 +186,19 @@ impl Ledger {
     }
 }
 
+/// Why there is no guardian (said as a warning: syscatch's own death would then harm the target).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot start the guardian: {0}")]
+    Spawn(std::io::Error),
+    /// It exited before saying anything.
+    #[error("the guardian did not start")]
+    Silent,
+    /// Its own one line: it cannot hold or write the target's memory.
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// syscatch's end of the pipe.
 pub struct Guard {
     input: std::process::ChildStdin,
@@ -195,16 +208,16 @@ pub struct Guard {
 impl Guard {
     /// Starts the guardian for `pid` and waits for its word that it can write the target's code at `check`
     /// (`proc_mem.force_override` can forbid writes to read-only mappings by any process but the tracer).
-    pub fn start(pid: Tid, mem: &ProcMem, check: u64) -> Result<Guard, String> {
+    pub fn start(pid: Tid, mem: &ProcMem, check: u64) -> Result<Guard, StartError> {
         use std::os::fd::AsRawFd;
         let args = [SUBCOMMAND.to_string(), pid.to_string(), format!("{check:x}"), mem.as_raw_fd().to_string()];
-        let started = guard::spawn(&args, mem).map_err(|e| format!("cannot start the guardian: {e}"))?;
+        let started = guard::spawn(&args, mem).map_err(StartError::Spawn)?;
         let mut line = String::new();
         let _ = BufReader::new(started.output).read_line(&mut line);
         match line.trim_end() {
             "ok" => Ok(Guard { input: started.input, lost: false }),
-            "" => Err("the guardian did not start".into()),
-            why => Err(why.to_string()),
+            "" => Err(StartError::Silent),
+            why => Err(StartError::Refused(why.to_string())),
         }
     }
 

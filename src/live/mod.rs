@@ -1,6 +1,7 @@
-//! The live target: the tracer's event loop and its plan, resolving probe sites in the mapped modules, reading
-//! a live process's modules for its stacks, and one-shot stack snapshots. Talks to the kernel only through
-//! `os`; uses `model`, `x86` and `analysis`.
+//! The live target: the checks before touching a pid, the tracer's event loop and its plan, resolving probe
+//! sites in the mapped modules, reading a live process's modules for its stacks, its CPython's frames, and
+//! one-shot stack snapshots. Talks to the kernel only through `os`; uses `model`, `x86`, `python` and
+//! `analysis`.
 
 pub mod error;
 pub mod facts;
@@ -9,6 +10,8 @@ pub mod mappaths;
 pub mod memory;
 pub mod modules;
 pub mod plan;
+pub mod process;
+pub mod python;
 pub mod resolve;
 pub mod snapshot;
 pub mod tracer;

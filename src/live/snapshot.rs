@@ -5,10 +5,10 @@
 //! back at detach (so it is delivered, not lost); a group-stop is captured and left a group-stop (the kernel puts
 //! a detached tracee of a stopped group back into the group-stop; the pending interrupt is dropped at detach).
 
+use crate::live::python::PythonReader;
 use crate::model::event::StackCapture;
 use crate::os::ptrace::{self, Stop};
 use crate::os::{Tid, mem, task};
-use crate::python::live::PythonReader;
 use std::time::{Duration, Instant};
 
 /// How long to wait for a thread to stop (one in uninterruptible sleep stops only when it leaves it).

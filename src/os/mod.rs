@@ -1,6 +1,7 @@
 //! The only part of syscatch that talks to the kernel: ptrace, remote memory, `/proc` reads, signals.
 //! Everything outside this module works on the plain data these functions return.
 
+pub mod faults;
 pub mod filemap;
 pub mod guard;
 pub mod mem;

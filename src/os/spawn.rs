@@ -4,15 +4,45 @@
 use super::Tid;
 use super::mem::ProcMem;
 use super::ptrace::{self, Stop};
+use nix::errno::Errno;
 use std::ffi::CString;
+use std::io;
+
+/// Why a command could not be started under the tracer, or run to its entry point.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Fork(io::Error),
+    #[error("the child did not start")]
+    NotStarted,
+    #[error("cannot trace the child: {}", .0.desc())]
+    Seize(Errno),
+    #[error("the command exited with status {0} before running")]
+    ExitedBeforeRunning(i32),
+    #[error("the command exited with status {0}")]
+    Exited(i32),
+    #[error("the command was killed by signal {0}")]
+    Killed(i32),
+    /// A ptrace request or a wait on the child failed.
+    #[error("{}", .0.desc())]
+    Ptrace(Errno),
+    #[error("no entry point in the auxiliary vector")]
+    NoEntryPoint,
+    /// Reading or writing the byte at its entry point.
+    #[error("{0}")]
+    Memory(io::Error),
+    /// A stop request came first; the child was let go.
+    #[error("interrupted before the command reached its entry point; process {pid} runs on, untraced")]
+    Interrupted { pid: Tid },
+}
 
 /// Forks a child that stops itself, seizes it, lets it exec `argv`, and returns once the exec is done.
-pub fn fork_stopped(argv: &[CString]) -> Result<Tid, String> {
+pub fn fork_stopped(argv: &[CString]) -> Result<Tid, Error> {
     // SAFETY: syscatch is single-threaded here (the analysis thread starts later); the child only calls
     // async-signal-safe functions (raise, execvp, write, _exit) before exec.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(std::io::Error::last_os_error().to_string());
+        return Err(Error::Fork(io::Error::last_os_error()));
     }
     if pid == 0 {
         let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
@@ -32,20 +62,18 @@ pub fn fork_stopped(argv: &[CString]) -> Result<Tid, String> {
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
     {}
     if !libc::WIFSTOPPED(status) {
-        return Err("the child did not start".into());
+        return Err(Error::NotStarted);
     }
-    ptrace::seize(pid).map_err(|e| format!("cannot trace the child: {}", e.desc()))?;
+    ptrace::seize(pid).map_err(Error::Seize)?;
     // SAFETY: sending SIGCONT to our own stopped child.
     unsafe { libc::kill(pid, libc::SIGCONT) };
     loop {
         match ptrace::wait_for(pid, false) {
             Ok(Some((_, Stop::Exec))) => return Ok(pid),
             Ok(Some((_, Stop::Exited(code)))) => {
-                return Err(format!("the command exited with status {code} before running"));
+                return Err(Error::ExitedBeforeRunning(code));
             }
-            Ok(Some((_, Stop::Killed(sig)))) => {
-                return Err(format!("the command was killed by signal {sig}"));
-            }
+            Ok(Some((_, Stop::Killed(sig)))) => return Err(Error::Killed(sig)),
             Ok(Some((_, Stop::Signal(sig)))) => {
                 let _ = ptrace::cont(pid, if sig == libc::SIGSTOP { 0 } else { sig });
             }
@@ -53,7 +81,7 @@ pub fn fork_stopped(argv: &[CString]) -> Result<Tid, String> {
                 let _ = ptrace::cont(pid, 0);
             }
             Ok(None) => {}
-            Err(e) => return Err(e.desc().into()),
+            Err(e) => return Err(Error::Ptrace(e)),
         }
     }
 }
@@ -73,14 +101,14 @@ fn entry_point(pid: Tid) -> Option<u64> {
 /// request (SIGINT, SIGTERM, SIGHUP to syscatch) ends the wait, and the child is detached at its next stop with
 /// the signal it stopped for. On every way out but success the entry point's byte is put back first, so the
 /// command runs on unharmed.
-pub fn run_to_entry(pid: Tid) -> Result<(), String> {
-    let entry = entry_point(pid).ok_or("no entry point in the auxiliary vector")?;
-    let mem = ProcMem::open(pid).map_err(|e| e.to_string())?;
+pub fn run_to_entry(pid: Tid) -> Result<(), Error> {
+    let entry = entry_point(pid).ok_or(Error::NoEntryPoint)?;
+    let mem = ProcMem::open(pid).map_err(Error::Memory)?;
     let mut orig = [0u8; 1];
-    mem.read_exact(entry, &mut orig).map_err(|e| e.to_string())?;
-    mem.write_all(entry, &[0xcc]).map_err(|e| e.to_string())?;
-    let restore = || mem.write_all(entry, &orig).map_err(|e| e.to_string());
-    ptrace::cont(pid, 0).map_err(|e| e.desc().to_string())?;
+    mem.read_exact(entry, &mut orig).map_err(Error::Memory)?;
+    mem.write_all(entry, &[0xcc]).map_err(Error::Memory)?;
+    let restore = || mem.write_all(entry, &orig).map_err(Error::Memory);
+    ptrace::cont(pid, 0).map_err(Error::Ptrace)?;
     let mut interrupted = false;
     loop {
         let stop = match ptrace::wait_for(pid, false) {
@@ -94,19 +122,19 @@ pub fn run_to_entry(pid: Tid) -> Result<(), String> {
             }
             Err(e) => {
                 let _ = restore();
-                return Err(e.desc().into());
+                return Err(Error::Ptrace(e));
             }
         };
         // The signal the child stopped for, to pass on; `None` once it is gone.
         let sig = match stop {
-            Stop::Exited(code) => return Err(format!("the command exited with status {code}")),
-            Stop::Killed(sig) => return Err(format!("the command was killed by signal {sig}")),
+            Stop::Exited(code) => return Err(Error::Exited(code)),
+            Stop::Killed(sig) => return Err(Error::Killed(sig)),
             Stop::Signal(libc::SIGTRAP) => {
-                let mut regs = ptrace::get_regs(pid).map_err(|e| e.desc().to_string())?;
+                let mut regs = ptrace::get_regs(pid).map_err(Error::Ptrace)?;
                 if regs.ip() == entry + 1 {
                     restore()?;
                     regs.set_ip(entry);
-                    ptrace::set_regs(pid, &regs).map_err(|e| e.desc().to_string())?;
+                    ptrace::set_regs(pid, &regs).map_err(Error::Ptrace)?;
                     if !interrupted {
                         return Ok(());
                     }
@@ -121,9 +149,7 @@ pub fn run_to_entry(pid: Tid) -> Result<(), String> {
         if interrupted {
             restore()?;
             let _ = ptrace::detach(pid, sig);
-            return Err(format!(
-                "interrupted before the command reached its entry point; process {pid} runs on, untraced"
-            ));
+            return Err(Error::Interrupted { pid });
         }
         let _ = ptrace::cont(pid, sig);
     }

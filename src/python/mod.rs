@@ -1,16 +1,17 @@
 //! Python frames in native stacks: CPython 3.9-3.13 frame chains read from a stopped thread, named from their
-//! code objects, and placed above the native `_PyEval_EvalFrameDefault` call that runs them.
+//! code objects, and placed above the native `_PyEval_EvalFrameDefault` call that runs them. Pure: the target's
+//! memory comes through the [`Memory`] trait; uses `model` only. Finding the interpreter in a live process and
+//! reading its memory is `live::python`.
 //!
 //! [`layout`] knows each version's offsets, [`lines`] turns line tables into line numbers, [`walk`] follows a
-//! thread's frames over any [`Memory`] (pure, fuzzed), [`live`] finds the interpreter in a process and reads
-//! through process_vm_readv, [`batch`] makes a walk one read when the thread's frames are where its last walk found
-//! them, and [`merge_python`] interleaves the frames with a symbolized native stack.
+//! thread's frames over any [`Memory`] (pure, fuzzed), [`batch`] makes a walk one read when the thread's frames
+//! are where its last walk found them, and [`merge_python`] interleaves the frames with a symbolized native
+//! stack.
 
 pub mod batch;
 pub mod error;
 pub mod layout;
 pub mod lines;
-pub mod live;
 pub mod walk;
 
 use crate::model::stack::{Frame, FrameKind, Stack};

@@ -24,7 +24,7 @@ fn kib(bytes: u64) -> String {
 /// caller outside those modules.
 pub fn condensed<'a>(frames: &'a [Frame], matched: &[FrameFact], hook_modules: &[&str]) -> Vec<&'a Frame> {
     let real: Vec<&Frame> = frames.iter().filter(|f| !f.inlined).collect();
-    let is_libc = |f: &Frame| f.module.as_deref().is_some_and(crate::live::resolve::is_libc);
+    let is_libc = |f: &Frame| f.module.as_deref().is_some_and(crate::model::modules::is_libc);
     let mut keep: Vec<usize> = Vec::new();
     if let Some(i) = real.iter().position(|f| !is_libc(f)) {
         keep.push(i);

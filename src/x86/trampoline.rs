@@ -42,13 +42,6 @@ pub enum Refusal {
     NoRoom,
 }
 
-/// The tracer's `--fast` path still reports its refusals as text.
-impl From<Refusal> for String {
-    fn from(r: Refusal) -> String {
-        r.to_string()
-    }
-}
-
 /// Chooses the instruction to replace: one of at least 5 bytes, after rax got the number (`mov %rdi,%rax` first)
 /// and before `syscall`, position-independent, with nothing writing rax in between. `code` starts at the
 /// wrapper's entry `entry`; `prefix` is its decoded straight-line prefix (all emulatable) and `branch_targets`

@@ -4,6 +4,7 @@
 //! written there, and one whole instruction of the wrapper is replaced by a jump to it. Non-matching calls then
 //! never stop; a matching call stops once, at the trampoline's int3, with rax already the result.
 
+use super::error::Error;
 use super::kernel::Mem;
 use super::pad::SIGTRAP_BIT;
 use super::{Late, State, Tracer};
@@ -32,7 +33,7 @@ pub(super) struct Fast {
 
 impl Tracer<'_> {
     /// `--fast` where it can be installed; otherwise (said on stderr) the int3 sites given at construction.
-    pub fn arm_preferring_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8]) -> Result<(), String> {
+    pub fn arm_preferring_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8]) -> Result<(), Error> {
         let sites = std::mem::take(&mut self.sites);
         match self.arm_fast(numbers, entry, code) {
             Ok(()) => Ok(()),
@@ -47,24 +48,24 @@ impl Tracer<'_> {
     /// Installs the in-process filter for `numbers` on the wrapper at `entry` (file bytes `code`), mapping the page
     /// in the nearest free gap of the address space within jump range. On any refusal nothing is left changed and
     /// the caller arms int3s.
-    pub fn arm_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8]) -> Result<(), String> {
-        let cs = breakpoints::disassembler().ok_or("capstone failed to initialise")?;
-        let w = breakpoints::plan_wrapper(&cs, code, entry).ok_or("the wrapper's prefix cannot be emulated")?;
+    pub fn arm_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8]) -> Result<(), Error> {
+        let cs = breakpoints::disassembler().ok_or(Error::Disassembler)?;
+        let w = breakpoints::plan_wrapper(&cs, code, entry).ok_or(Error::PrefixNotEmulated)?;
         let targets: Vec<u64> = breakpoints::decode(&cs, code, entry, 32)
             .iter()
             .filter_map(|d| trampoline::branch_target(code.get((d.addr - entry) as usize..)?, d.addr))
             .collect();
         let plan = trampoline::plan(entry, code, &w.prefix, w.syscall_at, &targets)?;
         let mut in_mem = vec![0u8; code.len()];
-        self.mem.read_exact(entry, &mut in_mem).map_err(|e| format!("cannot read the wrapper: {e}"))?;
+        self.mem.read_exact(entry, &mut in_mem).map_err(Error::ReadWrapper)?;
         if in_mem != code {
-            return Err("the wrapper in memory differs from the file (another tool has patched it)".into());
+            return Err(Error::WrapperChanged);
         }
         self.realtime(|t| {
             let stuck = t.hold_all(None);
             // Rewriting the wrapper needs every thread stopped: one that cannot stop might return into it.
             let result = match stuck.first() {
-                Some((tid, why)) => Err(format!("thread {tid} cannot be stopped ({why})")),
+                Some((tid, why)) => Err(Error::CannotStop { tid: *tid, why: why.clone() }),
                 None => t.install(numbers, entry, plan),
             };
             t.release_all();
@@ -72,17 +73,17 @@ impl Tracer<'_> {
         })
     }
 
-    fn install(&mut self, numbers: &[u64], entry: u64, plan: PatchPlan) -> Result<(), String> {
-        let tid = self.injectable(true).ok_or("no thread is in a state where it can map the trampoline page")?;
+    fn install(&mut self, numbers: &[u64], entry: u64, plan: PatchPlan) -> Result<(), Error> {
+        let tid = self.injectable(true).ok_or(Error::NoThreadForPage)?;
         for (&t, _) in self.threads.iter() {
-            let r = self.k.get_regs(t).map_err(|e| format!("cannot read thread {t}'s registers: {e}"))?;
+            let r = self.k.get_regs(t).map_err(|error| Error::Registers { tid: t, error })?;
             if r.ip() > plan.at && r.ip() < plan.at + plan.orig.len() as u64 {
-                return Err(format!("thread {t} is inside the instruction to patch"));
+                return Err(Error::InsidePatch { tid: t });
             }
         }
         // All threads are held: the maps cannot change under us but for other processes writing ours (none do).
         let pid = self.cfg.pid;
-        let maps = self.k.read_maps(pid).map_err(|e| format!("cannot read /proc/{pid}/maps: {e}"))?;
+        let maps = self.k.read_maps(pid).map_err(|error| Error::Maps { pid, error })?;
         let maps = crate::model::maps::parse_maps(&maps);
         let mut page = None;
         let mut tried = 0;
@@ -106,19 +107,19 @@ impl Tracer<'_> {
             }
             // EEXIST (taken since the maps were read) or any other refusal: the next gap.
         }
-        let page = page.ok_or_else(|| match tried {
-            0 => "no gap in the address space within 2 GiB of libc's `syscall()` for the trampoline page".to_string(),
-            n => format!("the target refused to map the trampoline page in each of the {n} nearest gaps"),
+        let page = page.ok_or(match tried {
+            0 => Error::NoGap,
+            tried => Error::PageRefused { tried },
         })?;
-        let (code, int3s) = trampoline::assemble(&plan, page, numbers).ok_or("the trampoline does not fit or reach")?;
-        let jump = trampoline::patch_bytes(&plan, page).ok_or("the trampoline page is out of jump range")?;
+        let (code, int3s) = trampoline::assemble(&plan, page, numbers).ok_or(Error::TrampolineTooBig)?;
+        let jump = trampoline::patch_bytes(&plan, page).ok_or(Error::OutOfRange)?;
         self.install_pad(Some(plan.syscall_at));
         for &a in int3s.keys() {
             self.pad_list(crate::x86::trappad::entry(a, true));
             self.tell(Msg::Nop(a));
         }
-        self.mem.write_all(page, &code).map_err(|e| format!("cannot write the trampoline: {e}"))?;
-        self.mem.write_all(plan.at, &jump).map_err(|e| format!("cannot patch the wrapper: {e}"))?;
+        self.mem.write_all(page, &code).map_err(Error::WriteTrampoline)?;
+        self.mem.write_all(plan.at, &jump).map_err(Error::WritePatch)?;
         self.fast = Some(Fast { plan, jump, entry, int3s, page });
         self.armed = true;
         self.start = Instant::now();
@@ -127,14 +128,14 @@ impl Tracer<'_> {
 
     /// Makes stopped thread `tid` run one system call on the `syscall` instruction at `insn`, then puts its
     /// registers back. Returns rax.
-    pub(super) fn inject_syscall(&mut self, tid: Tid, insn: u64, nr: u64, a: [u64; 6]) -> Result<u64, String> {
-        let saved = self.k.get_regs(tid).map_err(|e| e.desc().to_string())?;
+    pub(super) fn inject_syscall(&mut self, tid: Tid, insn: u64, nr: u64, a: [u64; 6]) -> Result<u64, Error> {
+        let saved = self.k.get_regs(tid).map_err(Error::Ptrace)?;
         // Every signal but SIGTRAP blocked while the call runs: one that arrives meanwhile stays pending, to be
         // delivered under the thread's own mask when it goes on, instead of stopping the step before the call
         // (under a signal storm most tries failed so). Not SIGTRAP: the step's own trap is forced, and a forced
         // signal that is blocked makes the kernel reset its action to the default for the whole process.
-        let mask = self.k.sigmask(tid).map_err(|e| e.desc().to_string())?;
-        self.k.set_sigmask(tid, !SIGTRAP_BIT).map_err(|e| e.desc().to_string())?;
+        let mask = self.k.sigmask(tid).map_err(Error::Ptrace)?;
+        self.k.set_sigmask(tid, !SIGTRAP_BIT).map_err(Error::Ptrace)?;
         let mut r: Regs = saved;
         r.set_ip(insn);
         let g = &mut r.0;
@@ -143,13 +144,13 @@ impl Tracer<'_> {
         if let Err(e) = started {
             let _ = self.k.set_regs(tid, &saved);
             let _ = self.k.set_sigmask(tid, mask);
-            return Err(e.desc().to_string());
+            return Err(Error::Ptrace(e));
         }
         let give_up = self.k.now() + super::hold::HOLD_LIMIT;
         let result = loop {
             match self.wait_bounded(tid, give_up.saturating_duration_since(self.k.now())) {
                 Ok(Stop::Signal(libc::SIGTRAP)) => {
-                    break self.k.get_regs(tid).map(|r| r.0.rax).map_err(|e| e.desc().to_string());
+                    break self.k.get_regs(tid).map(|r| r.0.rax).map_err(Error::Ptrace);
                 }
                 Ok(Stop::Signal(s)) => {
                     // A signal that cannot be blocked (a foreign SIGTRAP) came first: keep it for when the thread is
@@ -160,17 +161,17 @@ impl Tracer<'_> {
                     {
                         *sig = s;
                     }
-                    break Err(format!("signal {s} arrived during the injected system call"));
+                    break Err(Error::SignalDuringCall(s));
                 }
-                Ok(Stop::Exited(_) | Stop::Killed(_)) => break Err("the thread exited".into()),
+                Ok(Stop::Exited(_) | Stop::Killed(_)) => break Err(Error::ThreadExited),
                 // A PTRACE_INTERRUPT of ours still pending (the thread was held while already stopped): it stops
                 // again before running anything. Step again; waiting on would wait forever.
                 Ok(Stop::Interrupted) => {
                     if let Err(e) = self.k.step(tid, 0) {
-                        break Err(e.desc().to_string());
+                        break Err(Error::Ptrace(e));
                     }
                 }
-                Ok(_) => break Err("the thread stopped for another reason".into()),
+                Ok(_) => break Err(Error::OtherStop),
                 Err(why) => {
                     // Still in the call (mmap waiting for a lock held by a thread that cannot stop): its
                     // registers go back, and its trap is swallowed, at its next stop. It is no longer held.
@@ -180,7 +181,7 @@ impl Tracer<'_> {
                     {
                         t.state = *prev;
                     }
-                    return Err(format!("the injected call did not return: {why}"));
+                    return Err(Error::NoReturn(why));
                 }
             }
         };

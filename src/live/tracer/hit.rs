@@ -156,7 +156,7 @@ impl Tracer<'_> {
             self.step_over(tid, regs, seen);
             return;
         }
-        if crate::app::crash::injected("tracer-panic") {
+        if crate::os::faults::injected("tracer-panic") {
             panic!("injected fault: tracer-panic");
         }
         self.summary.matching += 1;

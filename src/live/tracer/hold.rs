@@ -1,6 +1,7 @@
 //! Stopping threads: all of them to detach, or all but one while that one single-steps an instruction the
 //! emulator cannot run with the original byte briefly back in place.
 
+use super::error::Stuck;
 use super::{Late, State, Thread, Tracer};
 use crate::live::guardian::Msg;
 use crate::model::event::End;
@@ -14,7 +15,6 @@ use std::time::{Duration, Instant};
 
 /// The longest [`Tracer::hold_all`] (or any wait for one thread) waits for threads that might still stop.
 pub(super) const HOLD_LIMIT: Duration = Duration::from_millis(500);
-const ZOMBIE: &str = "a zombie";
 /// How long detach waits for threads that could not stop to stop once the others are let go.
 const LATE_LIMIT: Duration = Duration::from_millis(500);
 /// How long a thread in uninterruptible sleep (a page fault on slow storage, a killable kernel wait) is waited
@@ -27,14 +27,14 @@ impl Tracer<'_> {
     /// child (traced, maybe held by us) execs or exits, a zombie never stops again, and a thread in uninterruptible
     /// sleep may stay there. Those are left out and returned with the reason; their interrupt stays pending, so
     /// they stop (and are handled as usual) once they can. Bounded by [`HOLD_LIMIT`] in all cases.
-    pub(super) fn hold_all(&mut self, except: Option<Tid>) -> Vec<(Tid, String)> {
+    pub(super) fn hold_all(&mut self, except: Option<Tid>) -> Vec<(Tid, Stuck)> {
         for (&tid, t) in &self.threads {
             if Some(tid) != except && !matches!(t.state, State::Held { .. }) {
                 let _ = self.k.interrupt(tid);
             }
         }
         let started = self.k.now();
-        let mut stuck: HashMap<Tid, String> = HashMap::new();
+        let mut stuck: HashMap<Tid, Stuck> = HashMap::new();
         let mut nap = Duration::from_micros(20);
         loop {
             let pending: Vec<Tid> = self
@@ -82,7 +82,7 @@ impl Tracer<'_> {
             if waited >= HOLD_LIMIT {
                 for (&tid, th) in &self.threads {
                     if Some(tid) != except && !matches!(th.state, State::Held { .. }) {
-                        stuck.entry(tid).or_insert_with(|| format!("no stop within {} ms", HOLD_LIMIT.as_millis()));
+                        stuck.entry(tid).or_insert(Stuck::NoStop { ms: HOLD_LIMIT.as_millis() });
                     }
                 }
                 break;
@@ -90,25 +90,25 @@ impl Tracer<'_> {
             self.k.sleep(nap);
             nap = (nap * 2).min(Duration::from_millis(1));
         }
-        let mut left: Vec<(Tid, String)> = stuck
+        let mut left: Vec<(Tid, Stuck)> = stuck
             .into_iter()
             .filter(|(t, _)| self.threads.get(t).is_some_and(|th| !matches!(th.state, State::Held { .. })))
             .collect();
-        left.sort_unstable();
+        left.sort_unstable_by_key(|&(tid, _)| tid);
         left
     }
 
     /// Waits for `tid`'s next stop, never for ever: by the rules of [`Tracer::hold_all`] (a vfork parent, a
     /// zombie, a thread in uninterruptible sleep past its grace cannot stop now) and at most `limit`. Err: why not;
     /// the thread runs on, and the caller records in `late` what its stop must settle when it comes.
-    pub(super) fn wait_bounded(&self, tid: Tid, limit: Duration) -> Result<Stop, String> {
+    pub(super) fn wait_bounded(&self, tid: Tid, limit: Duration) -> Result<Stop, Stuck> {
         let started = self.k.now();
         let mut nap = Duration::from_micros(10);
         loop {
             match self.k.wait_for(tid, true) {
                 Ok(Some((_, stop))) => return Ok(stop),
                 Ok(None) => {}
-                Err(e) => return Err(e.desc().to_string()),
+                Err(e) => return Err(Stuck::Wait(e)),
             }
             let waited = self.k.now().saturating_duration_since(started);
             // /proc is read only once the wait is no longer short (a step or a clone ends in microseconds).
@@ -118,7 +118,7 @@ impl Tracer<'_> {
                 return Err(why);
             }
             if waited >= limit {
-                return Err(format!("no stop within {} ms", limit.as_millis()));
+                return Err(Stuck::NoStop { ms: limit.as_millis() });
             }
             if nap < Duration::from_micros(80) {
                 self.k.yield_now();
@@ -159,20 +159,20 @@ impl Tracer<'_> {
     }
 
     /// Why thread `tid`, interrupted `waited` ago and not stopped yet, cannot stop now (None: it may still).
-    fn cannot_stop(&self, tid: Tid, waited: Duration) -> Option<String> {
+    fn cannot_stop(&self, tid: Tid, waited: Duration) -> Option<Stuck> {
         if let Some((&child, _)) = self.threads.iter().find(|(_, t)| t.vfork_parent == Some(tid)) {
-            return Some(format!("a vfork parent waiting in the kernel for its child {child}"));
+            return Some(Stuck::VforkParent { child });
         }
         let status = self.k.read_status(tid).ok().map(|s| status::parse_status(&s))?;
         match status.state {
-            'Z' | 'X' => Some(ZOMBIE.into()),
+            'Z' | 'X' => Some(Stuck::Zombie),
             'D' if waited >= D_GRACE => {
                 let wchan = self.k.read_wchan(tid).unwrap_or_default();
                 let wchan = wchan.trim();
                 Some(if wchan.is_empty() || wchan == "0" {
-                    "in uninterruptible sleep".into()
+                    Stuck::Uninterruptible
                 } else {
-                    format!("in uninterruptible sleep in {wchan}")
+                    Stuck::UninterruptibleIn { wchan: wchan.to_string() }
                 })
             }
             _ => None,
@@ -427,8 +427,8 @@ impl Tracer<'_> {
     }
 
     /// Waits (bounded) for the threads `hold_all` could not stop, detaching each as it stops; names those left.
-    fn detach_late(&mut self, stuck: Vec<(Tid, String)>) {
-        let mut stuck: HashMap<Tid, String> = stuck.into_iter().collect();
+    fn detach_late(&mut self, stuck: Vec<(Tid, Stuck)>) {
+        let mut stuck: HashMap<Tid, Stuck> = stuck.into_iter().collect();
         let give_up = self.k.now() + LATE_LIMIT;
         let mut nap = Duration::from_micros(50);
         while !stuck.is_empty() && self.k.now() < give_up {
@@ -467,9 +467,9 @@ impl Tracer<'_> {
         }
         self.release_early_children();
         let mut left: Vec<_> = stuck.into_iter().collect();
-        left.sort_unstable();
+        left.sort_unstable_by_key(|&(tid, _)| tid);
         // A zombie (a leader that called pthread_exit) runs no code again: nothing to say about it.
-        for (tid, why) in left.into_iter().filter(|(_, why)| why != ZOMBIE) {
+        for (tid, why) in left.into_iter().filter(|(_, why)| *why != Stuck::Zombie) {
             self.summary.warnings.push(format!(
                 "thread {tid} could not be stopped to detach ({why}); the original bytes are back, and the kernel \
                  detaches it when syscatch exits"
@@ -551,7 +551,7 @@ impl Tracer<'_> {
     ///
     /// Err: the thread, let go to take its signal, did not stop again in time (see [`Tracer::wait_bounded`]); it is
     /// no longer held, and its next stop is handled as any stop while holding.
-    fn drain_traps(&mut self, tid: Tid) -> Result<(), String> {
+    fn drain_traps(&mut self, tid: Tid) -> Result<(), Stuck> {
         for _ in 0..4 {
             if !self.sigtrap_pending(tid) || self.k.cont(tid, 0).is_err() {
                 return Ok(());

@@ -6,12 +6,12 @@
 //! Every method takes `&self`: the tracer calls them while other parts of itself are borrowed, and a fake keeps
 //! its record in a `RefCell`. The cost is one indirect call per operation, next to a system call of ~1 us.
 
-use crate::live::guardian::Guard;
+use crate::live::guardian::{self, Guard};
+use crate::live::python::{LocateError, PythonReader};
 use crate::model::regs::Regs;
 use crate::os::mem::ProcMem;
 use crate::os::ptrace::{self, Stop};
 use crate::os::{Tid, mem, procfs, sched, signals};
-use crate::python::live::PythonReader;
 use nix::errno::Errno;
 use std::collections::HashSet;
 use std::io;
@@ -77,7 +77,7 @@ pub(crate) trait Kernel {
     fn list_tasks(&self, pid: Tid) -> io::Result<Vec<Tid>>;
     fn read_maps(&self, pid: Tid) -> io::Result<String>;
     /// A CPython among the modules of `pid` not in `seen` (which it extends); see `PythonReader::locate_new`.
-    fn locate_python(&self, pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String>;
+    fn locate_python(&self, pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, LocateError>;
 
     /// The stop signal syscatch received (0: none).
     fn stop_requested(&self) -> i32;
@@ -97,7 +97,7 @@ pub(crate) trait Kernel {
 pub(crate) struct Live;
 
 /// The guardian, or why there is none (`None`: turned off, nothing to say).
-pub(super) type GuardOrWhy = Result<Guard, Option<String>>;
+pub(super) type GuardOrWhy = Result<Guard, Option<guardian::StartError>>;
 
 /// The target's memory, and the guardian started on it before anything is planted; without a guardian (refused,
 /// or `SYSCATCH_NO_GUARDIAN` set by a test measuring what it saves), the reason, said once arming begins (not
@@ -179,7 +179,7 @@ impl Kernel for Live {
     fn read_maps(&self, pid: Tid) -> io::Result<String> {
         procfs::read_maps(pid)
     }
-    fn locate_python(&self, pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String> {
+    fn locate_python(&self, pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, LocateError> {
         PythonReader::locate_new(pid, seen)
     }
     fn stop_requested(&self) -> i32 {

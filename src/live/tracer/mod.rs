@@ -2,7 +2,7 @@
 //! while other threads run. Matches on [`Stop`] values. Every kernel call goes through the [`kernel::Kernel`]
 //! trait (`Live`: `os`), so the unit tests (`tests.rs`) drive this state machine over scripted stops
 //! (`script.rs`). Handed in rather than called through it: the guardian (`live::guardian`, a pipe to our own
-//! child) and the CPython reader's frame walk (`python::live`); both are absent in those tests.
+//! child) and the CPython reader's frame walk (`live::python`); both are absent in those tests.
 //!
 //! A hit whose probes' conditions are all false is resumed after emulating the displaced instruction (one
 //! GETREGS, one SETREGS, one CONT); an instruction the emulator cannot run is single-stepped with every other
@@ -13,6 +13,7 @@
 //! stack depth completes.
 
 mod children;
+mod error;
 mod fast;
 mod hit;
 mod hold;
@@ -31,6 +32,7 @@ use crate::model::status;
 use crate::os::Tid;
 use crate::os::ptrace::Stop;
 use crate::x86::breakpoints::{self, Decoded, INT3, Insn, Memory};
+pub use error::Error;
 use kernel::{Kernel, Live, Mem};
 use nix::errno::Errno;
 pub use spec::{Condition, Config, Numbers, Probe, SiteSpec};
@@ -120,7 +122,7 @@ pub struct Tracer<'a> {
     fast: Option<fast::Fast>,
     /// The guardian process that restores the bytes if we die without detaching, or why there is none.
     guard: Option<Guard>,
-    no_guard: Option<String>,
+    no_guard: Option<crate::live::guardian::StartError>,
     /// The SIGTRAP handler placed in the target for the same case.
     pad: Option<pad::Pad>,
     /// The thread whose stop is being handled.
@@ -342,16 +344,12 @@ impl<'a> Tracer<'a> {
 
     /// Plants every probe's int3. The bytes in memory must equal the file's: anything else (another tool's
     /// breakpoint or uprobe, a patched function) is refused rather than overwritten.
-    pub fn arm(&mut self) -> Result<(), String> {
+    pub fn arm(&mut self) -> Result<(), Error> {
         for site in self.sites.values() {
             let mut b = [0u8; 1];
-            self.mem.read_exact(site.addr, &mut b).map_err(|e| format!("cannot read the target's memory: {e}"))?;
+            self.mem.read_exact(site.addr, &mut b).map_err(Error::ReadMemory)?;
             if b[0] != site.orig {
-                return Err(format!(
-                    "the byte at {:#x} is {:#04x} in memory but {:#04x} in the file: another debugger, uprobe or \
-                     hook has changed it; refusing to plant a breakpoint there",
-                    site.addr, b[0], site.orig
-                ));
+                return Err(Error::ByteChanged { addr: site.addr, now: b[0], file: site.orig });
             }
         }
         self.install_pad(None);
@@ -366,7 +364,7 @@ impl<'a> Tracer<'a> {
             if let Err(e) = self.mem.write_all(site.addr, &[INT3]) {
                 self.armed = true;
                 self.restore_all();
-                return Err(format!("cannot write the breakpoint: {e}"));
+                return Err(Error::WriteBreakpoint(e));
             }
         }
         self.armed = true;
@@ -376,7 +374,7 @@ impl<'a> Tracer<'a> {
 
     /// Runs until the deadline, a stop signal, or the end of the target; then detaches everything.
     /// The CPython reader, when the target runs one (its warnings and costs, for the summary).
-    pub fn python(&self) -> Option<&crate::python::live::PythonReader> {
+    pub fn python(&self) -> Option<&crate::live::python::PythonReader> {
         self.cfg.python.as_ref()
     }
 

@@ -3,6 +3,7 @@
 //! unmapped when no thread is inside them, at detach. Best effort: without it, only idle targets survive our
 //! SIGKILL (the guardian still restores the bytes), and syscatch says so.
 
+use super::error::Error;
 use super::{State, Tracer};
 use crate::model::status;
 use crate::os::Tid;
@@ -131,14 +132,13 @@ impl Tracer<'_> {
         }
     }
 
-    fn try_install_pad(&mut self, syscall_at: Option<u64>) -> Result<(), String> {
-        let status = self.k.read_status(self.cfg.pid).map(|s| status::parse_status(&s)).map_err(|e| e.to_string())?;
+    fn try_install_pad(&mut self, syscall_at: Option<u64>) -> Result<(), Error> {
+        let status = self.k.read_status(self.cfg.pid).map(|s| status::parse_status(&s)).map_err(Error::Status)?;
         if (status.sig_cgt | status.sig_ign) & SIGTRAP_BIT != 0 {
-            return Err("the target handles SIGTRAP itself".into());
+            return Err(Error::HandlesSigtrap);
         }
-        let syscall_at =
-            syscall_at.or_else(|| self.syscall_insn()).ok_or("no libc syscall instruction to run the set-up on")?;
-        let tid = self.injectable(true).ok_or("no thread is held where it can run the set-up")?;
+        let syscall_at = syscall_at.or_else(|| self.syscall_insn()).ok_or(Error::NoSyscallInsn)?;
+        let tid = self.injectable(true).ok_or(Error::NoThreadForPad)?;
         let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
         let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
         let page = self.inject_syscall(
@@ -148,25 +148,25 @@ impl Tracer<'_> {
             [0, trappad::PAGES_LEN, rw, flags, u64::MAX, 0],
         )?;
         if (page as i64) < 0 || page & 0xfff != 0 {
-            return Err(format!("mmap in the target failed ({})", page as i64));
+            return Err(Error::Mmap(page as i64));
         }
-        let undo = |t: &mut Self, why: String| {
+        let undo = |t: &mut Self, why: Error| {
             let _ = t.inject_syscall(tid, syscall_at, libc::SYS_munmap as u64, [page, trappad::PAGES_LEN, 0, 0, 0, 0]);
             Err(why)
         };
         if let Err(e) = self.mem.write_all(page, trappad::CODE) {
-            return undo(self, format!("cannot write the pad: {e}"));
+            return undo(self, Error::WritePad(e));
         }
         let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
         let r = self.inject_syscall(tid, syscall_at, libc::SYS_mprotect as u64, [page, 4096, rx, 0, 0, 0])?;
         if r != 0 {
-            return undo(self, format!("mprotect in the target failed ({})", r as i64));
+            return undo(self, Error::Mprotect(r as i64));
         }
         // The new action, and room for the old one, in the data page (zeroed by mmap: the SIG_DFL action too).
         let act = page + trappad::DATA + 48;
         let old = page + trappad::DATA + 80;
         if let Err(e) = self.mem.write_all(act, &trappad::action_bytes(page)) {
-            return undo(self, format!("cannot write the pad: {e}"));
+            return undo(self, Error::WritePad(e));
         }
         self.pad = Some(Pad { page, syscall_at, listed: 0, old: [0; 32] });
         let r = self.inject_syscall(
@@ -178,7 +178,7 @@ impl Tracer<'_> {
         let mut prev = [0u8; 32];
         if r != 0 || self.mem.read_exact(old, &mut prev).is_err() {
             self.pad = None;
-            return undo(self, format!("rt_sigaction in the target failed ({})", r as i64));
+            return undo(self, Error::Sigaction(r as i64));
         }
         if let Some(p) = self.pad.as_mut() {
             p.old = prev;

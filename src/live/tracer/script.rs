@@ -10,10 +10,10 @@
 //! SIGINT, as if the user pressed Ctrl-C, and the tracer detaches.
 
 use super::kernel::{Kernel, Mem};
+use crate::live::python::{LocateError, PythonReader};
 use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::ptrace::Stop;
-use crate::python::live::PythonReader;
 use nix::errno::Errno;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -437,7 +437,7 @@ impl Kernel for Script {
     fn read_maps(&self, _pid: Tid) -> io::Result<String> {
         Ok(String::new())
     }
-    fn locate_python(&self, _: Tid, _: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String> {
+    fn locate_python(&self, _: Tid, _: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, LocateError> {
         Ok(None)
     }
     fn stop_requested(&self) -> i32 {

@@ -80,7 +80,7 @@ pub struct Config {
     pub pid: Tid,
     pub stack_bytes: usize,
     /// The target's CPython, when it runs one: each captured stack gets the thread's Python frames.
-    pub python: Option<crate::python::live::PythonReader>,
+    pub python: Option<crate::live::python::PythonReader>,
     /// No CPython was found at the start, and none refused: look again every second (a host may dlopen
     /// libpython later).
     pub python_search: bool,

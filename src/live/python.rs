@@ -1,19 +1,37 @@
 //! The interpreter of a live process: which mapped module defines `_PyRuntime` (libpython, or a statically linked
 //! `python`), its version (3.13's `_Py_DebugOffsets`, else `Py_Version`, else the file name), and the per-event
-//! read of a stopped thread's frames through process_vm_readv (batched, see [`super::batch`]), with the captured
+//! read of a stopped thread's frames through process_vm_readv (batched, see [`crate::python::batch`]), with the captured
 //! stack window served from its copy.
 
-use super::batch::Prefetcher;
-use super::layout::{self, DEBUG_OFFSETS_LEN, Layout};
-use super::walk::{Runtime, Walker};
-use super::{Memory, PyFrame};
-use crate::live::resolve;
+use super::resolve;
 use crate::model::modules::{self, Module};
 use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::mem::{self, ProcMem};
+use crate::python::batch::Prefetcher;
+use crate::python::layout::{self, DEBUG_OFFSETS_LEN, Layout};
+use crate::python::walk::{Runtime, Walker};
+use crate::python::{Memory, PyFrame};
 use std::collections::HashSet;
 use std::sync::Arc;
+
+/// Why a process whose modules include a CPython runtime cannot have its frames read (said once; native frames
+/// go on without them).
+#[derive(Debug, thiserror::Error)]
+pub enum LocateError {
+    #[error(transparent)]
+    Maps(#[from] super::Error),
+    #[error(transparent)]
+    Layout(#[from] crate::python::layout::LayoutError),
+    #[error("{name}: cannot tell its Python version")]
+    UnknownVersion { name: String },
+    #[error("Python {}.{}: _Py_DebugOffsets not found", .version.0, .version.1)]
+    NoDebugOffsets { version: (u8, u8) },
+    #[error("Python {}.{} is not supported (3.9 to 3.13 are)", .version.0, .version.1)]
+    Unsupported { version: (u8, u8) },
+    #[error("{path}: no PyCode_Type symbol to check code objects against")]
+    NoCodeType { path: String },
+}
 
 /// Reads the target's memory, serving ranges from the local copy of the stack first.
 struct LiveMem<'a> {
@@ -83,14 +101,14 @@ impl PythonReader {
 
     /// Finds the interpreter of process `pid`: `Ok(None)` if no mapped module defines `_PyRuntime`; `Err` names
     /// why a Python process cannot be read (unsupported version, corrupt offsets).
-    pub fn locate(pid: Tid) -> Result<Option<PythonReader>, String> {
+    pub fn locate(pid: Tid) -> Result<Option<PythonReader>, LocateError> {
         Self::locate_new(pid, &mut HashSet::new())
     }
 
     /// [`Self::locate`] looking only at modules not in `seen` (path and load address), which it adds: a host
     /// that loads libpython with dlopen after the trace started is found by calling this again.
-    pub fn locate_new(pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, String> {
-        let maps = resolve::read_maps(pid).map_err(|e| e.to_string())?;
+    pub fn locate_new(pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, LocateError> {
+        let maps = resolve::read_maps(pid)?;
         let mut procmem = None;
         for g in modules::group_modules(&maps) {
             let name = modules::file_name(&g.path);
@@ -112,7 +130,7 @@ impl PythonReader {
                 frame_type: sym("PyFrame_Type"),
             };
             if rt.code_type == 0 {
-                return Err(format!("{}: no PyCode_Type symbol to check code objects against", g.path));
+                return Err(LocateError::NoCodeType { path: g.path.clone() });
             }
             return Ok(Some(PythonReader {
                 pid,
@@ -165,10 +183,10 @@ impl PythonReader {
     }
 }
 
-fn read_layout(pid: Tid, module: &Module, runtime: u64, name: &str) -> Result<Layout, String> {
+fn read_layout(pid: Tid, module: &Module, runtime: u64, name: &str) -> Result<Layout, LocateError> {
     let head = mem::read_upto(pid, runtime, DEBUG_OFFSETS_LEN);
     if head.starts_with(layout::DEBUG_COOKIE) {
-        return layout::parse_debug_offsets(&head).map_err(|e| e.to_string());
+        return Ok(layout::parse_debug_offsets(&head)?);
     }
     let version = match module.find_symbol("Py_Version") {
         Some((addr, _)) => {
@@ -177,12 +195,11 @@ fn read_layout(pid: Tid, module: &Module, runtime: u64, name: &str) -> Result<La
             ((v >> 24) as u8, (v >> 16) as u8)
         }
         None => {
-            layout::parse_version_from_name(name).ok_or_else(|| format!("{name}: cannot tell its Python version"))?
+            layout::parse_version_from_name(name).ok_or_else(|| LocateError::UnknownVersion { name: name.into() })?
         }
     };
     if version >= (3, 13) {
-        return Err(format!("Python {}.{}: _Py_DebugOffsets not found", version.0, version.1));
+        return Err(LocateError::NoDebugOffsets { version });
     }
-    layout::layout_for(version.0, version.1)
-        .ok_or_else(|| format!("Python {}.{} is not supported (3.9 to 3.13 are)", version.0, version.1))
+    layout::layout_for(version.0, version.1).ok_or(LocateError::Unsupported { version })
 }
