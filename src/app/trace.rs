@@ -6,7 +6,7 @@ use crate::app::record::{Record, Recorder, Recording};
 use crate::cli::TraceArgs;
 use crate::live::plan::{Plan, Wrapper};
 use crate::live::process::{self, Ids};
-use crate::live::tracer::{Config, Numbers, Probe, SiteSpec, Tracer};
+use crate::live::tracer::{AttachError, Config, Numbers, Probe, SiteSpec, Tracer};
 use crate::model::event::{End, Event, Sink, Summary};
 use crate::os::{Tid, procfs, ptrace, signals};
 use crate::report::Renderer;
@@ -51,14 +51,15 @@ pub fn check_target(pid: Tid) -> Result<status::Status> {
     Ok(st)
 }
 
-fn attach_error(pid: Tid, e: Errno) -> anyhow::Error {
+fn attach_error(pid: Tid, e: AttachError) -> anyhow::Error {
     match e {
-        Errno::EPERM => anyhow!(
+        AttachError::Ptrace(Errno::EPERM) => anyhow!(
             "permission denied tracing process {pid}: run as root or with CAP_SYS_PTRACE, or relax \
              /proc/sys/kernel/yama/ptrace_scope (0 allows tracing your own processes)"
         ),
-        Errno::ESRCH => anyhow!("process {pid} exited while attaching"),
-        e => anyhow!("cannot attach to process {pid}: {}", e.desc()),
+        AttachError::Ptrace(Errno::ESRCH) => anyhow!("process {pid} exited while attaching"),
+        AttachError::Ptrace(e) => anyhow!("cannot attach to process {pid}: {}", e.desc()),
+        e => anyhow!("cannot trace process {pid}: {e}"),
     }
 }
 
@@ -319,7 +320,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
 /// Opens the target's memory, turning a permission error into the one-line explanation.
 pub fn open_mem(pid: Tid) -> Result<crate::os::mem::ProcMem> {
     crate::os::mem::ProcMem::open(pid).map_err(|e| match e.raw_os_error() {
-        Some(libc::EACCES) | Some(libc::EPERM) => attach_error(pid, Errno::EPERM),
+        Some(libc::EACCES) | Some(libc::EPERM) => attach_error(pid, AttachError::Ptrace(Errno::EPERM)),
         _ => anyhow!("cannot open process {pid}'s memory: {e}"),
     })
 }

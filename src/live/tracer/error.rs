@@ -28,6 +28,28 @@ pub enum Stuck {
     Wait(Errno),
 }
 
+/// Why the tracer could not start: a ptrace or /proc failure, or a probe site it cannot place a breakpoint on.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// PTRACE_SEIZE and friends (EPERM, ESRCH: the caller words these with the pid).
+    #[error("{}", .0.desc())]
+    Ptrace(Errno),
+    #[error("cannot open the target's memory: {0}")]
+    Memory(io::Error),
+    #[error("capstone failed to initialise")]
+    Disassembler,
+    #[error("the instruction at {addr:#x} cannot be decoded, so no breakpoint can be placed there")]
+    Undecodable { addr: u64 },
+    #[error("no `syscall` instruction among the first 16 instructions of the wrapper at {addr:#x}")]
+    NotAWrapper { addr: u64 },
+}
+
+impl From<Errno> for AttachError {
+    fn from(e: Errno) -> AttachError {
+        AttachError::Ptrace(e)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     // Planting int3s.

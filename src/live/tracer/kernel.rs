@@ -6,6 +6,7 @@
 //! Every method takes `&self`: the tracer calls them while other parts of itself are borrowed, and a fake keeps
 //! its record in a `RefCell`. The cost is one indirect call per operation, next to a system call of ~1 us.
 
+use super::AttachError;
 use crate::live::guardian::{self, Guard};
 use crate::live::python::{LocateError, PythonReader};
 use crate::model::regs::Regs;
@@ -102,8 +103,12 @@ pub(super) type GuardOrWhy = Result<Guard, Option<guardian::StartError>>;
 /// The target's memory, and the guardian started on it before anything is planted; without a guardian (refused,
 /// or `SYSCATCH_NO_GUARDIAN` set by a test measuring what it saves), the reason, said once arming begins (not
 /// for a target that is gone by then).
-pub(super) fn open_live(pid: Tid, check: u64) -> Result<(Box<dyn Mem>, GuardOrWhy), Errno> {
-    let mem = ProcMem::open(pid).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+pub(super) fn open_live(pid: Tid, check: u64) -> Result<(Box<dyn Mem>, GuardOrWhy), AttachError> {
+    let mem = ProcMem::open(pid).map_err(|e| match e.raw_os_error() {
+        // Worded by the caller, as for PTRACE_SEIZE.
+        Some(c @ (libc::EPERM | libc::EACCES | libc::ESRCH)) => AttachError::Ptrace(Errno::from_raw(c)),
+        _ => AttachError::Memory(e),
+    })?;
     let guard = if std::env::var_os("SYSCATCH_NO_GUARDIAN").is_some() {
         Err(None)
     } else {

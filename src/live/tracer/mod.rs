@@ -32,7 +32,7 @@ use crate::model::status;
 use crate::os::Tid;
 use crate::os::ptrace::Stop;
 use crate::x86::breakpoints::{self, Decoded, INT3, Insn, Memory};
-pub use error::Error;
+pub use error::{AttachError, Error};
 use kernel::{Kernel, Live, Mem};
 use nix::errno::Errno;
 pub use spec::{Condition, Config, Numbers, Probe, SiteSpec};
@@ -185,7 +185,7 @@ fn own_sigtrap(k: &dyn Kernel, tid: Tid) -> i32 {
 
 impl<'a> Tracer<'a> {
     /// On the real kernel, with the guardian started before anything is planted.
-    fn new(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
+    fn new(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, AttachError> {
         let (mem, guard) = kernel::open_live(cfg.pid, specs.first().map_or(0, |s| s.addr))?;
         Tracer::with_kernel(cfg, specs, sink, Rc::new(Live), mem, guard)
     }
@@ -198,7 +198,7 @@ impl<'a> Tracer<'a> {
         k: Rc<dyn Kernel>,
         mem: Box<dyn Mem>,
         guard: kernel::GuardOrWhy,
-    ) -> Result<Tracer<'a>, Errno> {
+    ) -> Result<Tracer<'a>, AttachError> {
         let cfg_python_search = cfg.python_search && cfg.python.is_none();
         let (guard, no_guard) = match guard {
             Ok(g) => (Some(g), None),
@@ -208,10 +208,10 @@ impl<'a> Tracer<'a> {
         let mut sites = HashMap::new();
         for spec in specs {
             let Some(cs) = cs.as_ref() else {
-                return Err(Errno::EINVAL);
+                return Err(AttachError::Disassembler);
             };
             let Some(&first) = breakpoints::decode(cs, &spec.code, spec.addr, 1).first() else {
-                return Err(Errno::EINVAL);
+                return Err(AttachError::Undecodable { addr: spec.addr });
             };
             let wrapper = spec.wrapper.then(|| {
                 let syscall_at = breakpoints::decode(cs, &spec.code, spec.addr, 16)
@@ -222,7 +222,7 @@ impl<'a> Tracer<'a> {
                 Some(Wrapper { rest, syscall_at })
             });
             let wrapper = match wrapper {
-                Some(None) => return Err(Errno::EINVAL),
+                Some(None) => return Err(AttachError::NotAWrapper { addr: spec.addr }),
                 Some(Some(w)) => Some(w),
                 None => None,
             };
@@ -265,7 +265,7 @@ impl<'a> Tracer<'a> {
 
     /// Seizes every thread of `cfg.pid`, rescanning `/proc/PID/task` until a pass finds no new thread, and leaves
     /// them all held (stopped) so the breakpoints are armed before any thread runs on; `run` lets them go.
-    pub fn attach(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
+    pub fn attach(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, AttachError> {
         let started = Instant::now();
         let pid = cfg.pid;
         let mut t = Tracer::new(cfg, specs, sink)?;
@@ -328,7 +328,7 @@ impl<'a> Tracer<'a> {
     }
 
     /// Adopts a process that was seized and stopped by the caller (the `-- CMD` path).
-    pub fn adopt(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, Errno> {
+    pub fn adopt(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, AttachError> {
         let pid = cfg.pid;
         let mut t = Tracer::new(cfg, specs, sink)?;
         t.add_thread(pid, false);

@@ -464,3 +464,32 @@ fn a_trap_of_ours_still_pending_at_detach_is_drained_not_left_to_kill_the_thread
     assert_eq!(calls[drained + 2], Call::SetRegs(101, SITE, 0));
     assert!(after(&calls, drained, &Call::Write(PID, SITE, vec![WRAPPER[0]])) < pos(&calls, &Call::Detach(101, 0)));
 }
+
+/// A site the tracer cannot place a breakpoint on is named, not reported as a ptrace `EINVAL` ("cannot attach:
+/// Invalid argument", as it used to be).
+#[test]
+fn a_site_that_cannot_be_decoded_or_is_no_wrapper_is_named() {
+    let s = world(&[PID]);
+    let cfg = || Config {
+        pid: PID,
+        stack_bytes: 256,
+        python: None,
+        python_search: false,
+        deadline: None,
+        live_status: false,
+    };
+    let k: Rc<dyn Kernel> = Rc::new(s.clone());
+    let cases = [
+        // 0x06 (push es) does not exist in 64-bit mode.
+        (vec![0x06; 64], false, "the instruction at 0x7f0000001000 cannot be decoded"),
+        (code(&[0x55, 0x48, 0x89, 0xe5]), true, "no `syscall` instruction among the first 16 instructions"),
+    ];
+    for (code, wrapper, want) in cases {
+        let probe = Probe::new(None, None, Box::new(Numbers([9].into())));
+        let specs = vec![SiteSpec { addr: 0x7f00_0000_1000, code, wrapper, probes: vec![probe] }];
+        let mut sink = Vec::new();
+        let mem = k.open_mem(PID).unwrap();
+        let err = Tracer::with_kernel(cfg(), specs, &mut sink, k.clone(), mem, Err(None)).err().expect("refused");
+        assert!(err.to_string().contains(want), "{err}");
+    }
+}
