@@ -272,6 +272,13 @@ fn read_mem(mem: &ProcMem) -> impl FnMut(u64, &mut [u8]) -> bool + '_ {
     move |a, b| mem.read_exact(a, b).is_ok()
 }
 
+/// One line to syscatch on stdout. syscatch may be dead already (killed while starting us): a broken pipe is
+/// then no reason to panic, and what follows sees its end anyway.
+fn answer(line: &str) {
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+}
+
 /// The guardian process: `syscatch __guardian PID CHECK_ADDR MEM_FD`. Returns its exit status.
 pub fn main(args: &[String]) -> i32 {
     let (Some(pid), Some(check), Some(fd)) = (
@@ -285,7 +292,7 @@ pub fn main(args: &[String]) -> i32 {
     let mem = match guard::inherited_mem(pid, fd) {
         Ok(m) => m,
         Err(e) => {
-            println!("the guardian has no handle on the target's memory ({e})");
+            answer(&format!("the guardian has no handle on the target's memory ({e})"));
             return 1;
         }
     };
@@ -294,14 +301,13 @@ pub fn main(args: &[String]) -> i32 {
         let mut b = [0u8; 1];
         let checked = mem.read_exact(check, &mut b).and_then(|_| mem.write_all(check, &b));
         if let Err(e) = checked {
-            println!(
+            answer(&format!(
                 "the guardian cannot write process {pid}'s code ({e}; is the kernel's proc_mem.force_override set?)"
-            );
+            ));
             return 1;
         }
     }
-    println!("ok");
-    let _ = std::io::stdout().flush();
+    answer("ok");
     let mut waiter = guard::Waiter::new(pid);
     let mut ledger = Ledger::default();
     let mut pending = Vec::new();
@@ -345,7 +351,8 @@ pub fn main(args: &[String]) -> i32 {
     if r.failed > 0 {
         line += &format!(", FAILED to write {}", r.failed);
     }
-    eprintln!("{line}");
+    // On syscatch's stderr, which may be gone too: never a panic over it.
+    let _ = writeln!(std::io::stderr(), "{line}");
     if r.failed > 0 { 1 } else { 0 }
 }
 
