@@ -97,7 +97,8 @@ impl Dwarf {
             if matches!(id, S::DebugLoc | S::DebugLocLists | S::DebugMacinfo | S::DebugMacro | S::DebugTypes) {
                 return Ok(gimli::EndianReader::new(empty.clone(), endian));
             }
-            let bytes = match file.section_by_name(id.name()).map(|s| s.uncompressed_data()) {
+            let section = file.section_by_name(id.name());
+            let bytes = match section.as_ref().map(|s| s.uncompressed_data()) {
                 Some(Ok(Cow::Borrowed(b))) => {
                     // A borrowed section lies inside `data`; where it starts is known only by its address.
                     let start = (b.as_ptr() as usize).wrapping_sub(base);
@@ -108,7 +109,15 @@ impl Dwarf {
                         _ => Bytes::from(b),
                     }
                 }
-                Some(Ok(Cow::Owned(v))) => Bytes::from(v),
+                Some(Ok(Cow::Owned(v))) => {
+                    // Inflated: the compressed bytes are not read again; a mapped file need not keep them resident.
+                    if let Some(Ok(r)) = section.as_ref().map(|s| s.compressed_file_range()) {
+                        let start = usize::try_from(r.offset).unwrap_or(usize::MAX);
+                        let len = usize::try_from(r.compressed_size).unwrap_or(usize::MAX);
+                        data.release(start..start.saturating_add(len));
+                    }
+                    Bytes::from(v)
+                }
                 Some(Err(_)) | None => empty.clone(),
             };
             Ok(gimli::EndianReader::new(bytes, endian))

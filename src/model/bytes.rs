@@ -10,6 +10,9 @@ use std::sync::Arc;
 /// the slice must not change: readers (gimli) keep pointers into it while the value moves.
 pub trait Backing: Send + Sync {
     fn bytes(&self) -> &[u8];
+    /// The bytes at `range` will not be read for a while (a compressed section, once inflated): a mapping may drop
+    /// those pages from resident memory; they are read again from the file if needed, unchanged.
+    fn release(&self, _range: std::ops::Range<usize>) {}
 }
 
 impl Backing for Box<[u8]> {
@@ -31,6 +34,13 @@ pub struct Bytes(Arc<dyn Backing>);
 impl Bytes {
     pub fn new(backing: impl Backing + 'static) -> Bytes {
         Bytes(Arc::new(backing))
+    }
+
+    /// See [`Backing::release`]; ranges out of bounds are ignored.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        if range.start < range.end && range.end <= self.len() {
+            self.0.release(range);
+        }
     }
 }
 

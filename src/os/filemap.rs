@@ -29,6 +29,19 @@ impl Backing for Mapped {
         // SAFETY: `ptr..ptr+len` is a live PROT_READ mapping made in `read_file`, unmapped only in Drop.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
+
+    fn release(&self, range: std::ops::Range<usize>) {
+        // Only the whole pages inside the range: its first and last pages may hold bytes still in use.
+        let page = 4096;
+        let start = range.start.div_ceil(page) * page;
+        let end = (range.end.min(self.len) / page) * page;
+        if start < end {
+            // SAFETY: `start..end` lies inside this value's private read-only file mapping (page-aligned; `ptr`
+            // is page-aligned as mmap returned it). Dropping its pages changes no byte a reader sees: they are
+            // read again from the file on the next access. The result only tells whether the kernel took it.
+            unsafe { libc::madvise(self.ptr.add(start) as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        }
+    }
 }
 
 impl Drop for Mapped {
@@ -87,5 +100,15 @@ mod tests {
         assert!(read_file(&dir).unwrap().is_empty());
         std::fs::remove_file(&dir).unwrap();
         assert!(read_file("/nonexistent/syscatch").is_err());
+    }
+
+    #[test]
+    fn released_pages_read_back_the_same() {
+        let exe = read_file("/proc/self/exe").unwrap();
+        let copy = std::fs::read("/proc/self/exe").unwrap();
+        assert!(exe.len() > 3 * 4096);
+        exe.release(100..exe.len() - 100);
+        exe.release(exe.len()..exe.len() + 10);
+        assert!(*exe == copy[..]);
     }
 }
