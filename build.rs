@@ -7,7 +7,6 @@ use std::process::Command;
 
 fn main() {
     build_demo();
-    link_relr();
     println!("cargo:rustc-env=SYSCATCH_BUILD_INFO={}", build_info());
 }
 
@@ -24,26 +23,6 @@ fn build_demo() {
         .status()
         .expect("the C compiler runs");
     assert!(status.success(), "compiling {src} failed");
-}
-
-/// Relative relocations packed (DT_RELR): the PIE relocations of capstone's and clap's tables otherwise take a
-/// 2.2 MB `.rela.dyn` that the loader reads at every start (2 MB of `syscatch stack`'s peak RSS). A binary so
-/// linked needs glibc >= 2.36 (GLIBC_ABI_DT_RELR), so only when building for glibc on a host that has it. Not for
-/// the static build (scripts/dist.sh, crt-static): left as it was, untested with RELR.
-fn link_relr() {
-    let static_crt =
-        std::env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default().split(',').any(|f| f == "crt-static");
-    let gnu_linux = std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux")
-        && std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu")
-        && !static_crt;
-    let host_glibc = Command::new("getconf").arg("GNU_LIBC_VERSION").output().ok().and_then(|o| {
-        let text = String::from_utf8(o.stdout).ok()?;
-        let (major, minor) = text.trim().strip_prefix("glibc ")?.split_once('.')?;
-        Some((major.parse::<u32>().ok()?, minor.split('.').next()?.parse::<u32>().ok()?))
-    });
-    if gnu_linux && std::env::var("HOST") == std::env::var("TARGET") && host_glibc >= Some((2, 36)) {
-        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
-    }
 }
 
 /// `commit 1a2b3c4d5e6f, features: static, release, x86_64-unknown-linux-gnu`.
