@@ -69,7 +69,6 @@ pub use frame::{demangle, demangle_auto, Frame, FrameIter, FunctionName, Locatio
 mod function;
 mod line;
 
-
 mod lookup;
 pub use lookup::{LookupContinuation, LookupResult, SplitDwarfLoad};
 
