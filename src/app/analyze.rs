@@ -123,6 +123,52 @@ struct Unwinding {
     recorded: Option<Box<RecEvent>>,
 }
 
+/// A receiver that naps instead of parking while events flow. A parked receiver turns every send into a futex
+/// wake-up, made by the tracer while a thread of the target waits for its next resume, and costs a pair of context
+/// switches per event on each stage (measured: 1.3 per event per stage, and about 16 us of CPU per event in each
+/// analysis thread, most of it waking up). Napping [`Self::NAP`] lets a burst's events collect and be handled
+/// together; the receiver parks only once [`Self::NAPS`] naps in a row found nothing (an idle trace costs no
+/// wake-ups).
+#[derive(Default)]
+struct Lingering {
+    empty_naps: u32,
+}
+
+impl Lingering {
+    const NAP: Duration = Duration::from_micros(500);
+    const NAPS: u32 = 40;
+
+    /// The next message, or `Timeout` once `deadline` (if any) has passed, or `Disconnected`.
+    fn recv<T>(&mut self, rx: &Receiver<T>, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        loop {
+            match rx.try_recv() {
+                Ok(v) => {
+                    self.empty_naps = 0;
+                    return Ok(v);
+                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                Err(crossbeam_channel::TryRecvError::Empty) => {}
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            if self.empty_naps >= Self::NAPS {
+                let got = match deadline {
+                    Some(d) => rx.recv_timeout(d - now),
+                    None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                };
+                if got.is_ok() {
+                    self.empty_naps = 0;
+                }
+                return got;
+            }
+            std::thread::sleep(deadline.map_or(Self::NAP, |d| Self::NAP.min(d - now)));
+            self.empty_naps += 1;
+        }
+    }
+}
+
 #[allow(clippy::large_enum_variant)]
 enum Staged {
     Call(Unwinding),
@@ -140,7 +186,8 @@ fn unwinder(
 ) -> Duration {
     crate::os::sched::batch();
     let cpu0 = crate::os::sched::thread_cpu();
-    for q in rx {
+    let mut lingering = Lingering::default();
+    while let Ok(q) = lingering.recv(&rx, None) {
         let (mut ev, stack_dropped) = match q {
             Queued::Call { ev, stack_dropped } => (ev, stack_dropped),
             Queued::Smaps(s) => {
@@ -212,6 +259,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut output_error = None;
     let mut interned = Interned::default();
     let mut prefetching = true;
+    let mut lingering = Lingering::default();
     // This thread's CPU time not spent on events: loading the modules above, the prefetch, smaps samples.
     let mut aside = crate::os::sched::thread_cpu();
     loop {
@@ -227,7 +275,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
                 aside += crate::os::sched::thread_cpu().saturating_sub(c0);
                 continue;
             }
-            Err(_) => match urx.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
+            Err(_) => match lingering.recv(&urx, Some(next_sample)) {
                 Ok(q) => Some(q),
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => break,

@@ -157,7 +157,7 @@ impl RecEvent {
                     return Err("an event's stack window is longer than its recorded length".into());
                 }
                 stack.resize(s.len, 0);
-                Some(StackCapture { regs, stack, asked: s.asked, python: s.python.as_slice().into() })
+                Some(StackCapture { regs, stack: stack.into(), asked: s.asked, python: s.python.as_slice().into() })
             }
         };
         Ok(Event {

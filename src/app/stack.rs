@@ -38,7 +38,7 @@ pub fn run(args: &StackArgs) -> Result<i32> {
         .iter_mut()
         .map(|s| {
             let u = resolver.unwind(&s.capture);
-            s.capture.stack = Vec::new();
+            s.capture.stack = Default::default();
             u
         })
         .collect();

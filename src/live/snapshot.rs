@@ -96,5 +96,9 @@ pub fn read_thread_with(
     let detached = ptrace::detach(tid, sig);
     let regs = regs.map_err(gone)?;
     detached.map_err(gone)?;
-    Ok(ThreadSnapshot { tid, capture: StackCapture { regs, stack, asked: stack_bytes, python: py }, seen })
+    Ok(ThreadSnapshot {
+        tid,
+        capture: StackCapture { regs, stack: stack.into(), asked: stack_bytes, python: py },
+        seen,
+    })
 }

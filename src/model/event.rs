@@ -12,7 +12,7 @@ use std::time::Duration;
 pub struct StackCapture {
     pub regs: Regs,
     /// Bytes from `regs.sp()` upwards; shorter than asked when the stack mapping ends first.
-    pub stack: Vec<u8>,
+    pub stack: crate::model::window::Window,
     /// How many bytes were asked for.
     pub asked: usize,
     /// The thread's Python frames, innermost first, read at the same stop (empty for a thread not running

@@ -15,6 +15,7 @@ pub mod stack;
 pub mod status;
 pub mod syscalls;
 pub mod watch;
+pub mod window;
 
 /// A thread id (or process id: the id of a thread group's leader).
 pub type Tid = i32;

@@ -12,6 +12,7 @@ use crate::live::guardian::Msg;
 use crate::model::consts::MAP_FIXED_NOREPLACE;
 use crate::model::event::{Event, StackCapture};
 use crate::model::regs::Regs;
+use crate::model::window::Window;
 use crate::os::Tid;
 use crate::os::ptrace::Stop;
 use crate::x86::breakpoints;
@@ -202,8 +203,7 @@ impl Tracer<'_> {
         // The wrapper pushes nothing before `syscall`: the stack is as at its entry, so frame 0 is the wrapper.
         let mut at_entry = *regs;
         at_entry.0.rip = entry;
-        let stack =
-            if self.cfg.stack_bytes > 0 { self.k.read_upto(tid, regs.sp(), self.cfg.stack_bytes) } else { Vec::new() };
+        let stack = if self.cfg.stack_bytes > 0 { self.read_stack(tid, regs.sp()) } else { Window::default() };
         let asked = self.cfg.stack_bytes;
         Some(Event {
             time: self.start.elapsed().as_secs_f64(),

@@ -162,10 +162,12 @@ impl Tracer<'_> {
         self.summary.matching += 1;
         let want_stack = matched.iter().any(|&i| site.probes[i].want_stack);
         let want_ret = matched.iter().any(|&i| site.probes[i].want_ret);
-        let stack = if want_stack && self.cfg.stack_bytes > 0 {
-            self.k.read_upto(tid, regs.sp(), self.cfg.stack_bytes)
+        let (len, sp) = (self.cfg.stack_bytes, regs.sp());
+        let stack = if want_stack && len > 0 {
+            // Fields, not `self.read_stack`: `site` still borrows the sites.
+            Window::filled_from(&self.windows, |b| self.k.read_into(tid, sp, len, b))
         } else {
-            Vec::new()
+            Window::default()
         };
         let m = CapturedMem { sp: regs.sp(), stack: &stack, mem: &*self.mem };
         let g = &regs.0;
@@ -229,7 +231,7 @@ impl Tracer<'_> {
         let Some(w) = site.wrapper.clone() else { return };
         let first = site.first;
         let entry = regs;
-        let stack: &[u8] = ev.capture.as_ref().map(|c| c.stack.as_slice()).unwrap_or(&[]);
+        let stack: &[u8] = ev.capture.as_ref().map(|c| &c.stack[..]).unwrap_or(&[]);
         let m = CapturedMem { sp: regs.sp(), stack, mem: &*self.mem };
         let mut ok = breakpoints::emulate(&first, &mut regs, &m).is_some();
         match &w.rest {

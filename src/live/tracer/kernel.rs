@@ -67,8 +67,8 @@ pub(crate) trait Kernel {
     fn same_vm(&self, a: Tid, b: Tid) -> bool;
 
     fn open_mem(&self, pid: Tid) -> io::Result<Box<dyn Mem>>;
-    /// Up to `len` bytes at `addr`, fewer if the range runs into an unmapped page.
-    fn read_upto(&self, tid: Tid, addr: u64, len: usize) -> Vec<u8>;
+    /// Up to `len` bytes at `addr` into `buf` (emptied first), fewer if the range runs into an unmapped page.
+    fn read_into(&self, tid: Tid, addr: u64, len: usize, buf: &mut Vec<u8>);
 
     /// `/proc/TID/status`.
     fn read_status(&self, tid: Tid) -> io::Result<String>;
@@ -166,8 +166,8 @@ impl Kernel for Live {
     fn open_mem(&self, pid: Tid) -> io::Result<Box<dyn Mem>> {
         Ok(Box::new(ProcMem::open(pid)?))
     }
-    fn read_upto(&self, tid: Tid, addr: u64, len: usize) -> Vec<u8> {
-        mem::read_upto(tid, addr, len)
+    fn read_into(&self, tid: Tid, addr: u64, len: usize, buf: &mut Vec<u8>) {
+        mem::read_into(tid, addr, len, buf)
     }
     fn read_status(&self, tid: Tid) -> io::Result<String> {
         procfs::read_status(tid)

@@ -29,6 +29,7 @@ use crate::live::guardian::{Guard, Msg};
 use crate::model::event::{End, Event, Sink, StackCapture, Summary};
 use crate::model::regs::Regs;
 use crate::model::status;
+use crate::model::window::{Window, Windows};
 use crate::os::Tid;
 use crate::os::ptrace::Stop;
 use crate::x86::breakpoints::{self, Decoded, INT3, Insn, Memory};
@@ -131,6 +132,8 @@ pub struct Tracer<'a> {
     late: HashMap<Tid, Late>,
     /// While no CPython is known: the modules already looked at for one.
     python_seen: Option<HashSet<(String, u64)>>,
+    /// Buffers for the stack windows of matching hits, recycled (see [`Windows`]).
+    windows: Windows,
 }
 
 /// What a wait that ran out left behind on a thread (it runs on; its next stop is settled by
@@ -200,6 +203,7 @@ impl<'a> Tracer<'a> {
         guard: kernel::GuardOrWhy,
     ) -> Result<Tracer<'a>, AttachError> {
         let cfg_python_search = cfg.python_search && cfg.python.is_none();
+        let stack_bytes = cfg.stack_bytes;
         let (guard, no_guard) = match guard {
             Ok(g) => (Some(g), None),
             Err(why) => (None, why),
@@ -260,6 +264,8 @@ impl<'a> Tracer<'a> {
             current: None,
             late: HashMap::new(),
             python_seen: cfg_python_search.then(HashSet::new),
+            // Four buffers touched now: a burst's first captures find them ready.
+            windows: Windows::new(stack_bytes, if stack_bytes > 0 { 4 } else { 0 }),
         })
     }
 
@@ -577,6 +583,11 @@ impl<'a> Tracer<'a> {
         if tid == self.cfg.pid {
             self.leader_status = Some(how);
         }
+    }
+
+    /// Up to `--stack-bytes` of `tid`'s stack from `sp`, in a pooled buffer.
+    fn read_stack(&self, tid: Tid, sp: u64) -> Window {
+        Window::filled_from(&self.windows, |b| self.k.read_into(tid, sp, self.cfg.stack_bytes, b))
     }
 
     fn emit(&mut self, mut ev: Event) {

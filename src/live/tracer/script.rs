@@ -408,10 +408,11 @@ impl Kernel for Script {
         let vm = self.w.borrow().threads.get(&pid).map(|t| t.vm).ok_or(io::Error::from_raw_os_error(libc::ENOENT))?;
         Ok(Box::new(FakeMem { w: Rc::clone(&self.w), vm }))
     }
-    fn read_upto(&self, tid: Tid, addr: u64, len: usize) -> Vec<u8> {
+    fn read_into(&self, tid: Tid, addr: u64, len: usize, buf: &mut Vec<u8>) {
+        buf.clear();
         let w = self.w.borrow();
-        let Some(m) = w.threads.get(&tid).and_then(|t| w.mem.get(&t.vm)) else { return Vec::new() };
-        (0..len as u64).map_while(|i| m.get(&(addr + i)).copied()).collect()
+        let Some(m) = w.threads.get(&tid).and_then(|t| w.mem.get(&t.vm)) else { return };
+        buf.extend((0..len as u64).map_while(|i| m.get(&(addr + i)).copied()));
     }
     fn read_status(&self, tid: Tid) -> io::Result<String> {
         let w = self.w.borrow();

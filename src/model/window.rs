@@ -1,0 +1,151 @@
+//! Copies of a thread's stack taken at a stop ([`Window`]), in buffers recycled through a [`Windows`] pool.
+//!
+//! A matching hit copies up to `--stack-bytes` (64 KiB) of stack while the thread is stopped, and the copy lives
+//! until the analysis has unwound it, on another thread. Allocating a fresh buffer per event made the allocator
+//! grow its heap and trim it again as the copies were freed, so every capture faulted its pages in anew (about 10
+//! us of a stopped thread's time per 64 KiB, and the first event paid for growing the heap). A pool keeps a few
+//! buffers, already touched, and a window goes back to its pool wherever it is dropped.
+
+use std::ops::Deref;
+use std::sync::{Arc, Mutex};
+
+/// Bytes copied from a thread's stack. Dereferences to the bytes; returns its buffer to its pool when dropped.
+#[derive(Default)]
+pub struct Window {
+    bytes: Vec<u8>,
+    home: Option<Windows>,
+}
+
+impl Window {
+    /// A window filled by `fill` in a buffer from `pool` (cleared, with room for the pool's size).
+    pub fn filled_from(pool: &Windows, fill: impl FnOnce(&mut Vec<u8>)) -> Window {
+        let mut bytes = pool.take();
+        fill(&mut bytes);
+        Window { bytes, home: Some(pool.clone()) }
+    }
+}
+
+impl From<Vec<u8>> for Window {
+    fn from(bytes: Vec<u8>) -> Window {
+        Window { bytes, home: None }
+    }
+}
+
+impl Deref for Window {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl AsRef<[u8]> for Window {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Clone for Window {
+    /// A copy owns a buffer of its own, outside the pool.
+    fn clone(&self) -> Window {
+        Window { bytes: self.bytes.clone(), home: None }
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.take() {
+            home.give(std::mem::take(&mut self.bytes));
+        }
+    }
+}
+
+impl std::fmt::Debug for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Window({} bytes)", self.bytes.len())
+    }
+}
+
+/// A pool of stack buffers of one size, shared by the thread that fills them and the threads that drop them.
+#[derive(Clone)]
+pub struct Windows {
+    free: Arc<Mutex<Vec<Vec<u8>>>>,
+    size: usize,
+    keep: usize,
+}
+
+impl Windows {
+    /// How many bytes of idle buffers a pool keeps at most (at least [`Self::MIN_KEEP`] buffers).
+    const KEEP_BYTES: usize = 4 << 20;
+    const MIN_KEEP: usize = 4;
+
+    /// A pool of `size`-byte buffers with `ready` of them allocated and touched now, so the first captures
+    /// fault no page in.
+    pub fn new(size: usize, ready: usize) -> Windows {
+        let keep = (Self::KEEP_BYTES / size.max(1)).max(Self::MIN_KEEP);
+        let free = (0..ready.min(keep))
+            .map(|_| {
+                let mut b = vec![0u8; size];
+                // Written, not only allocated: calloc'd memory may be untouched zero pages.
+                b.iter_mut().step_by(4096).for_each(|x| *x = 1);
+                b.clear();
+                b
+            })
+            .collect();
+        Windows { free: Arc::new(Mutex::new(free)), size, keep }
+    }
+
+    /// An empty buffer with room for `size` bytes: a pooled one when there is one.
+    fn take(&self) -> Vec<u8> {
+        let pooled = self.free.lock().ok().and_then(|mut f| f.pop());
+        let mut b = pooled.unwrap_or_default();
+        b.clear();
+        b.reserve(self.size);
+        b
+    }
+
+    fn give(&self, b: Vec<u8>) {
+        if b.capacity() < self.size {
+            return;
+        }
+        if let Ok(mut f) = self.free.lock()
+            && f.len() < self.keep
+        {
+            f.push(b);
+        }
+    }
+
+    /// Idle buffers in the pool.
+    pub fn idle(&self) -> usize {
+        self.free.lock().map(|f| f.len()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_window_goes_back_to_its_pool_and_is_reused() {
+        let pool = Windows::new(4096, 2);
+        assert_eq!(pool.idle(), 2);
+        let w = Window::filled_from(&pool, |b| b.extend_from_slice(&[1, 2, 3]));
+        assert_eq!((&w[..], pool.idle()), (&[1u8, 2, 3][..], 1));
+        let ptr = w.as_ptr();
+        drop(w);
+        assert_eq!(pool.idle(), 2);
+        // The pool is a stack: the buffer just returned is the next one out, emptied.
+        let again = Window::filled_from(&pool, |b| assert!(b.is_empty() && b.capacity() >= 4096));
+        assert_eq!(again.as_ptr(), ptr);
+    }
+
+    #[test]
+    fn a_pool_keeps_a_bounded_number_of_idle_buffers_and_copies_stay_outside() {
+        let pool = Windows::new(1 << 20, 0);
+        let ws: Vec<Window> = (0..10).map(|_| Window::filled_from(&pool, |b| b.push(7))).collect();
+        let copy = ws[0].clone();
+        drop(ws);
+        assert_eq!(pool.idle(), Windows::MIN_KEEP);
+        drop(copy);
+        assert_eq!(pool.idle(), Windows::MIN_KEEP);
+    }
+}
