@@ -12,6 +12,7 @@
 #   --no-build  do not run `cargo build --release` first
 #   --only IDS  run only these rows (comma-separated ids, as --json names them; ratios whose inputs ran)
 # Environment: BENCH_RSS_CAP_MIB (default 2048): the RSS row stops sending events once syscatch's RSS reaches it.
+#   BENCH_SYSCATCH: the syscatch binary to measure (default target/release/syscatch), e.g. an older build to compare
 #
 # Every target prints its pid and waits on stdin; every tracer is waited for until it says it is armed (a line
 # on its output), never by sleeping. Targets time their own loops with CLOCK_MONOTONIC, so process start-up and
@@ -89,7 +90,7 @@ if ((BUILD)); then
     say "cargo build --release"
     cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" || die "cargo build --release failed"
 fi
-SC=$ROOT/target/release/syscatch
+SC=${BENCH_SYSCATCH:-$ROOT/target/release/syscatch}
 [[ -x $SC ]] || die "$SC not found: run without --no-build"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/syscatch-bench.XXXXXX")

@@ -201,21 +201,21 @@ pub enum StartError {
 
 /// syscatch's end of the pipe.
 pub struct Guard {
-    input: std::process::ChildStdin,
+    input: std::fs::File,
     lost: bool,
+    pid: Tid,
 }
 
 impl Guard {
     /// Starts the guardian for `pid` and waits for its word that it can write the target's code at `check`
     /// (`proc_mem.force_override` can forbid writes to read-only mappings by any process but the tracer).
     pub fn start(pid: Tid, mem: &ProcMem, check: u64) -> Result<Guard, StartError> {
-        use std::os::fd::AsRawFd;
-        let args = [SUBCOMMAND.to_string(), pid.to_string(), format!("{check:x}"), mem.as_raw_fd().to_string()];
+        let args = [SUBCOMMAND.to_string(), pid.to_string(), format!("{check:x}")];
         let started = guard::spawn(&args, mem).map_err(StartError::Spawn)?;
         let mut line = String::new();
         let _ = BufReader::new(started.output).read_line(&mut line);
         match line.trim_end() {
-            "ok" => Ok(Guard { input: started.input, lost: false }),
+            "ok" => Ok(Guard { input: started.input, lost: false, pid }),
             "" => Err(StartError::Silent),
             why => Err(StartError::Refused(why.to_string())),
         }
@@ -229,6 +229,12 @@ impl Guard {
         // killed right after.
         if let Err(e) = self.input.write_all(format_msg(m).as_bytes()) {
             self.lost = true;
+            // The guardian leaves when the target exits (an exit during attach is the caller's to report).
+            let target_gone = crate::os::procfs::read_status(self.pid)
+                .map_or(true, |s| matches!(crate::model::status::parse_status(&s).state, 'Z' | 'X'));
+            if target_gone {
+                return;
+            }
             eprintln!("syscatch: warning: the guardian is gone ({e}); if syscatch is killed now, its breakpoints stay");
         }
     }
@@ -289,6 +295,10 @@ pub fn main(args: &[String]) -> i32 {
         eprintln!("syscatch: {SUBCOMMAND} is internal (started by syscatch itself)");
         return 2;
     };
+    if let Err(e) = guard::leave_parent() {
+        answer(&format!("the guardian could not detach from syscatch ({e})"));
+        return 1;
+    }
     let mem = match guard::inherited_mem(pid, fd) {
         Ok(m) => m,
         Err(e) => {

@@ -4,52 +4,123 @@
 
 use super::Tid;
 use super::mem::ProcMem;
+use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{ChildStdin, ChildStdout, Command, Stdio};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// A started guardian: its input pipe (syscatch's end, close-on-exec) and its first line of output.
+/// A started guardian: its input pipe (syscatch's end, close-on-exec) and its output.
 pub struct Started {
-    pub input: ChildStdin,
-    pub output: ChildStdout,
+    pub input: File,
+    pub output: File,
 }
 
-/// Re-executes the running syscatch binary as `syscatch <args>` in a process that outlives us: a new session
-/// (Ctrl-C and a terminal hangup reach syscatch's process group, not it), SIGINT/SIGHUP/SIGTERM ignored from
-/// before its exec, and reparented away from us by a double fork, so the tracer's `waitpid(-1, __WALL)` never
-/// reaps it. The target's memory is opened here, by the tracer, and inherited under the same number (`mem_fd`,
-/// which the caller passes in `args`): the access check is ours.
+/// Where the guardian finds the target's memory.
+const CHILD_MEM_FD: i32 = 3;
+
+/// Re-executes the running syscatch binary as `syscatch <args> 3` in a process that outlives us: a new session
+/// (Ctrl-C and a terminal hangup reach syscatch's process group, not it), with the target's `/proc/PID/mem` as fd 3
+/// (opened here, by the tracer: the access check is ours). The guardian then ignores the stop signals and forks
+/// once more ([`leave_parent`]), so it is not our child and the tracer's `waitpid(-1, __WALL)` never reaps it.
+///
+/// Started with posix_spawn, which shares our memory until the exec (vfork), not with fork: a fork would
+/// write-protect every page of syscatch, and each first write to one afterwards would fault, in the tracer, while
+/// a thread of the target waits (the first events, and a burst's first pass through the event queue).
 pub fn spawn(args: &[String], mem: &ProcMem) -> io::Result<Started> {
-    let mem_fd = mem.as_raw_fd();
-    let mut cmd = Command::new("/proc/self/exe");
-    cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-    // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe functions
-    // (setsid, signal, fcntl, fork, _exit); it touches no memory shared with other threads.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::setsid();
-            for sig in [libc::SIGINT, libc::SIGHUP, libc::SIGTERM, libc::SIGQUIT] {
-                libc::signal(sig, libc::SIG_IGN);
-            }
-            // Kept open across exec (it is close-on-exec like every fd std opens).
-            if libc::fcntl(mem_fd, libc::F_SETFD, 0) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            match libc::fork() {
-                -1 => Err(io::Error::last_os_error()),
-                0 => Ok(()),
-                _ => libc::_exit(0),
-            }
-        });
+    let (to_child, input) = pipe()?;
+    let (output, from_child) = pipe()?;
+    // Copies above the numbers the child's dup2s write to, so no source is overwritten before it is copied.
+    let high = |fd: RawFd| -> io::Result<OwnedFd> {
+        // SAFETY: F_DUPFD_CLOEXEC on an open fd returns a new fd (or -1), which we own.
+        let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+        if d < 0 { Err(io::Error::last_os_error()) } else { Ok(unsafe { OwnedFd::from_raw_fd(d) }) }
+    };
+    let (r, w, m) = (high(to_child.as_raw_fd())?, high(from_child.as_raw_fd())?, high(mem.as_raw_fd())?);
+    drop((to_child, from_child));
+    let mut argv: Vec<CString> = vec![c"syscatch".to_owned()];
+    for a in args.iter().map(String::as_str).chain([CHILD_MEM_FD.to_string().as_str()]) {
+        argv.push(CString::new(a).map_err(|_| io::Error::other("an argument holds a NUL byte"))?);
     }
-    let mut child = cmd.spawn()?;
-    let input = child.stdin.take().ok_or_else(|| io::Error::other("no input pipe"))?;
-    let output = child.stdout.take().ok_or_else(|| io::Error::other("no output pipe"))?;
-    // The intermediate process exits at once; the guardian is its child.
-    child.wait()?;
-    Ok(Started { input, output })
+    let pid = posix_spawn(
+        c"/proc/self/exe",
+        &argv,
+        &[(r.as_raw_fd(), 0), (w.as_raw_fd(), 1), (m.as_raw_fd(), CHILD_MEM_FD)],
+    )?;
+    drop((r, w, m));
+    // The spawned process forks the guardian and exits at once.
+    let mut status = 0;
+    // SAFETY: waits for our own child, writing its status into a local.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(Started { input: File::from(input), output: File::from(output) })
+}
+
+/// A pipe, both ends close-on-exec: (read end, write end).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into the array on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// posix_spawn of `path` with `argv`, our environment, a new session, and `dups` (from, to) applied in order.
+fn posix_spawn(path: &std::ffi::CStr, argv: &[CString], dups: &[(RawFd, RawFd)]) -> io::Result<libc::pid_t> {
+    unsafe extern "C" {
+        static environ: *const *mut libc::c_char;
+    }
+    let mut ptrs: Vec<*mut libc::c_char> = argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    ptrs.push(std::ptr::null_mut());
+    let mut pid = 0;
+    // SAFETY: the attribute and file-action objects are initialised before use and destroyed after, on every
+    // path; `ptrs` is a NULL-terminated array of pointers into `argv`'s strings, alive for the call; `environ` is
+    // the process's environment, read (not changed) by posix_spawn while no other thread of ours changes it (std's
+    // env functions would, and syscatch calls none once threads run).
+    unsafe {
+        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        let mut acts: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        libc::posix_spawnattr_init(&mut attr);
+        libc::posix_spawn_file_actions_init(&mut acts);
+        let mut rc = libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSID as libc::c_short);
+        for &(from, to) in dups {
+            if rc == 0 {
+                rc = libc::posix_spawn_file_actions_adddup2(&mut acts, from, to);
+            }
+        }
+        if rc == 0 {
+            rc = libc::posix_spawn(&mut pid, path.as_ptr(), &acts, &attr, ptrs.as_ptr(), environ);
+        }
+        libc::posix_spawn_file_actions_destroy(&mut acts);
+        libc::posix_spawnattr_destroy(&mut attr);
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+    }
+    Ok(pid)
+}
+
+/// Inside the guardian, first thing: ignores the signals that stop syscatch (a `kill` of syscatch's process group
+/// must not take the guardian too) and forks once more, the parent (syscatch's child, which syscatch waits for)
+/// exiting at once, so the guardian is nobody's traced-for child.
+pub fn leave_parent() -> io::Result<()> {
+    // SAFETY: signal() with SIG_IGN and fork() in a process that has started no thread (the guardian's main
+    // calls this before anything else); the parent only calls _exit.
+    unsafe {
+        for sig in [libc::SIGINT, libc::SIGHUP, libc::SIGTERM, libc::SIGQUIT] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        match libc::fork() {
+            -1 => Err(io::Error::last_os_error()),
+            0 => Ok(()),
+            _ => libc::_exit(0),
+        }
+    }
 }
 
 /// Inside the guardian: the target's memory, inherited as `fd` from syscatch. It must be the `/proc/PID/mem`
