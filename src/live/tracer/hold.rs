@@ -380,10 +380,12 @@ impl Tracer<'_> {
             }
             let _ = self.mem.write_all(addr, &[INT3]);
         }
-        self.release_all();
+        // The stepping thread first, the int3 being back: a signal it stopped with is out of the kernel until this
+        // resume passes it on (a SIGKILL of syscatch in between would lose it), so not after every other resume.
         if self.threads.contains_key(&tid) && !running {
             self.resume(tid, sig);
         }
+        self.release_all();
     }
 
     /// Stops every thread, drains the SIGTRAPs our int3s and single steps may still have queued, restores the
