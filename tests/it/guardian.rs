@@ -374,6 +374,13 @@ fn a_signal_taken_while_holding_the_threads_survives_a_sigkill() {
     sc.wait_attached();
     let scpid = sc.child.id() as i32;
     let _guard = KillOnPanic(scpid);
+    // Stopped in its trace loop's wait, the target let go ("attached" is printed before the threads are released):
+    // stopped elsewhere in the loop, it would take the stop below before it sees the SIGINT.
+    let waiting = || {
+        let wait4 = std::fs::read_to_string(format!("/proc/{scpid}/syscall")).is_ok_and(|s| s.starts_with("61 "));
+        wait4 && thread_states_of(t.pid) == ['S']
+    };
+    assert!(poll(waiting), "syscatch waits, the target runs: {:?}", thread_states_of(t.pid));
     sc.signal(libc::SIGSTOP);
     assert!(poll(|| process_state(scpid) == Some('T')), "syscatch stopped: {:?}", process_state(scpid));
     // The target's only thread, in read(), takes the signal and reports the stop to a tracer that cannot run.
