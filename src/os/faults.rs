@@ -1,9 +1,19 @@
 //! Faults the tests inject, named by `SYSCATCH_TEST_FAULT`: `tracer-panic` (the tracer, at the first matching
-//! hit, with that thread stopped just past the int3) and `analysis-panic` (`app::analyze`, at the first event the
-//! analysis thread receives). Here, below both callers, so no layer under `app` asks `app`. Only debug builds
-//! read the variable: a release build has no way to make itself fail.
+//! hit, with that thread stopped just past the int3), `analysis-panic` (`app::analyze`, at the first event the
+//! analysis thread receives) and `held-signal` (syscatch stops itself, SIGSTOP, right after the tracer handled a
+//! signal-delivery-stop while holding the threads: the test SIGKILLs it there). Here, below their callers, so no
+//! layer under `app` asks `app`. Only debug builds read the variable: a release build has no way to make itself
+//! fail.
 
 /// Whether the test running syscatch asked for fault `name`.
 pub fn injected(name: &str) -> bool {
     cfg!(debug_assertions) && std::env::var("SYSCATCH_TEST_FAULT").is_ok_and(|v| v == name)
+}
+
+/// Stops syscatch here (SIGSTOP to itself) if the test asked for fault `name`: the test then acts at that exact
+/// moment (a SIGKILL, a SIGCONT).
+pub fn stop_here(name: &str) {
+    if injected(name) {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+    }
 }

@@ -179,8 +179,15 @@ impl Tracer<'_> {
         }
     }
 
-    /// One stop while holding: record it, keep the thread stopped.
+    /// One stop while holding: record it, keep the thread stopped. A signal is delivered at once (see
+    /// [`Tracer::deliver_now`]), never kept here for later.
     pub(super) fn hold(&mut self, tid: Tid, stop: Stop) {
+        self.hold_stop(tid, stop, true);
+    }
+
+    /// [`Tracer::hold`]; `deliver`: false for the stop that follows a delivery (a second signal stop there, which
+    /// the kernel does not make, would be kept rather than delivered in turn).
+    fn hold_stop(&mut self, tid: Tid, stop: Stop, deliver: bool) {
         let Some(stop) = self.settle_late(tid, stop) else { return };
         if !self.threads.contains_key(&tid) {
             let status = self.k.read_status(tid).map(|s| status::parse_status(&s)).unwrap_or_default();
@@ -235,6 +242,12 @@ impl Tracer<'_> {
             }
             Stop::Signal(s) => {
                 self.settle_step(tid, s);
+                let delivered = deliver && self.deliver_now(tid, s);
+                // Where a SIGKILL of syscatch used to lose the signal (a test stops syscatch here).
+                crate::os::faults::stop_here("held-signal");
+                if delivered {
+                    return;
+                }
                 sig = s;
             }
             Stop::GroupStop(_) => group = true,
@@ -263,6 +276,37 @@ impl Tracer<'_> {
             };
             t.state = State::Held { sig, group, prev };
         }
+    }
+
+    /// A signal-delivery-stop while holding: the signal goes to the target now, and the thread stops again right
+    /// after. Kept here to pass on when the thread is let go, it was lost if syscatch died first (SIGKILL, the OOM
+    /// killer): the wait that reported the stop took the signal out of the kernel (it clears the stop's code), and
+    /// the kernel resumes the tracee of a dead tracer with no signal. Seen with the kernel's signal tracepoints: a
+    /// queued signal generated, never delivered, syscatch killed while it held the threads to attach.
+    ///
+    /// An interrupt asked while the thread sits in the stop stays pending; resumed with the signal, the thread
+    /// takes it (its handler's frame is set up, or the default action taken: nothing, a group-stop, the end of the
+    /// process) and stops at that interrupt before it runs an instruction of its own, so holding still holds. The
+    /// stop that follows is held in turn. Nothing is requeued: a queued signal keeps its place among others of
+    /// its number. False: the signal could not be passed on (the thread is gone), the caller keeps it.
+    fn deliver_now(&mut self, tid: Tid, sig: i32) -> bool {
+        if self.k.interrupt(tid).is_err() || self.k.cont(tid, sig).is_err() {
+            return false;
+        }
+        self.summary.signals_forwarded += 1;
+        match self.wait_bounded(tid, HOLD_LIMIT) {
+            Ok(stop) => self.hold_stop(tid, stop, false),
+            // Not stopped in time (it runs on, its interrupt pending): no longer held, so whoever holds waits
+            // for that stop like any other thread's.
+            Err(_) => {
+                if let Some(t) = self.threads.get_mut(&tid)
+                    && let State::Held { prev, .. } = std::mem::replace(&mut t.state, State::Running)
+                {
+                    t.state = *prev;
+                }
+            }
+        }
+        true
     }
 
     /// Lets every held thread go, each the way it was going.
@@ -336,10 +380,12 @@ impl Tracer<'_> {
             }
             let _ = self.mem.write_all(addr, &[INT3]);
         }
-        self.release_all();
+        // The stepping thread first, the int3 being back: a signal it stopped with is out of the kernel until this
+        // resume passes it on (a SIGKILL of syscatch in between would lose it), so not after every other resume.
         if self.threads.contains_key(&tid) && !running {
             self.resume(tid, sig);
         }
+        self.release_all();
     }
 
     /// Stops every thread, drains the SIGTRAPs our int3s and single steps may still have queued, restores the
@@ -605,6 +651,13 @@ impl Tracer<'_> {
                     }
                 }
                 Stop::Signal(s) => {
+                    if self.deliver_now(tid, s) {
+                        match self.threads.get(&tid).map(|t| &t.state) {
+                            Some(State::Held { .. }) => continue,
+                            Some(_) => return Err(Stuck::NoStop { ms: HOLD_LIMIT.as_millis() }),
+                            None => return Ok(()),
+                        }
+                    }
                     if let Some(Thread { state: State::Held { sig, .. }, .. }) = self.threads.get_mut(&tid) {
                         *sig = s;
                     }

@@ -76,8 +76,10 @@ enum State {
         entry: Box<Regs>,
         matched: Vec<usize>,
     },
-    /// Stopped by us (to detach, or while another thread steps alone). `sig` is delivered when it is let go;
-    /// `group`: it is in a group-stop and must stay stopped.
+    /// Stopped by us (to detach, or while another thread steps alone). `sig` is delivered when it is let go (a
+    /// signal seen while holding is delivered at once, `Tracer::deliver_now`; kept are only the target's own
+    /// SIGTRAP and one that came during a system call we injected); `group`: it is in a group-stop and must stay
+    /// stopped.
     Held {
         sig: i32,
         group: bool,

@@ -35,9 +35,9 @@ impl Tracer<'_> {
     /// A thread held at such an event is brought out of its call first if no other will do (a single-threaded
     /// target that forks all the time).
     ///
-    /// A thread held at a signal-delivery-stop will do (at detach under a signal storm, every thread may be): the
-    /// step suppresses nothing of its own, and the signal it holds is delivered when it is let go. Threads without
-    /// one come first.
+    /// A thread holding a signal will do (a signal seen while holding is delivered at once, but the target's own
+    /// SIGTRAP, or one that came during an injected call, is kept): the step suppresses nothing of its own, and
+    /// the signal it holds is delivered when it is let go. Threads without one come first.
     pub(super) fn injectable(&mut self, arming: bool) -> Option<Tid> {
         let plain = |t: &State| matches!(t, State::Held { group: false, prev, .. } if matches!(**prev, State::Running));
         let quiet = |t: &State| matches!(t, State::Held { sig: 0, .. });
