@@ -127,8 +127,8 @@ struct Unwinding {
 /// wake-up, made by the tracer while a thread of the target waits for its next resume, and costs a pair of context
 /// switches per event on each stage (measured: 1.3 per event per stage, and about 16 us of CPU per event in each
 /// analysis thread, most of it waking up). Napping [`Self::NAP`] lets a burst's events collect and be handled
-/// together; the receiver parks only once [`Self::NAPS`] naps in a row found nothing (an idle trace costs no
-/// wake-ups).
+/// together; the receiver parks once [`Self::NAPS`] naps in a row found nothing, so an idle trace costs no
+/// wake-ups and a trickle of events (one every few ms) costs one wake-up each, as before.
 #[derive(Default)]
 struct Lingering {
     empty_naps: u32,
@@ -136,7 +136,7 @@ struct Lingering {
 
 impl Lingering {
     const NAP: Duration = Duration::from_micros(500);
-    const NAPS: u32 = 40;
+    const NAPS: u32 = 4;
 
     /// The next message, or `Timeout` once `deadline` (if any) has passed, or `Disconnected`.
     fn recv<T>(&mut self, rx: &Receiver<T>, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
@@ -275,7 +275,9 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
                 aside += crate::os::sched::thread_cpu().saturating_sub(c0);
                 continue;
             }
-            Err(_) => match lingering.recv(&urx, Some(next_sample)) {
+            // No deadline without a sampler: `next_sample` then never moves, and once passed it would turn every
+            // wait into a spin.
+            Err(_) => match lingering.recv(&urx, sampler.is_some().then_some(next_sample)) {
                 Ok(q) => Some(q),
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => break,

@@ -229,10 +229,9 @@ impl Guard {
         // killed right after.
         if let Err(e) = self.input.write_all(format_msg(m).as_bytes()) {
             self.lost = true;
-            // The guardian leaves when the target exits (an exit during attach is the caller's to report).
-            let target_gone = crate::os::procfs::read_status(self.pid)
-                .map_or(true, |s| matches!(crate::model::status::parse_status(&s).state, 'Z' | 'X'));
-            if target_gone {
+            // The guardian leaves when the target exits (an exit during attach is the caller's to report); the
+            // same test as its own (the whole process, not only its main thread).
+            if guard::exited(self.pid) {
                 return;
             }
             eprintln!("syscatch: warning: the guardian is gone ({e}); if syscatch is killed now, its breakpoints stay");

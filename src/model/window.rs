@@ -94,9 +94,11 @@ impl Windows {
         Windows { free: Arc::new(Mutex::new(free)), size, keep }
     }
 
-    /// An empty buffer with room for `size` bytes: a pooled one when there is one.
+    /// An empty buffer with room for `size` bytes: a pooled one when there is one. Never waits for the lock (the
+    /// tracer calls this with a thread of the target stopped, and the thread returning buffers runs at a low
+    /// priority): a busy pool means a fresh buffer.
     fn take(&self) -> Vec<u8> {
-        let pooled = self.free.lock().ok().and_then(|mut f| f.pop());
+        let pooled = self.free.try_lock().ok().and_then(|mut f| f.pop());
         let mut b = pooled.unwrap_or_default();
         b.clear();
         b.reserve(self.size);
@@ -107,7 +109,7 @@ impl Windows {
         if b.capacity() < self.size {
             return;
         }
-        if let Ok(mut f) = self.free.lock()
+        if let Ok(mut f) = self.free.try_lock()
             && f.len() < self.keep
         {
             f.push(b);

@@ -73,7 +73,7 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// posix_spawn of `path` with `argv`, our environment, a new session, and `dups` (from, to) applied in order.
 fn posix_spawn(path: &std::ffi::CStr, argv: &[CString], dups: &[(RawFd, RawFd)]) -> io::Result<libc::pid_t> {
     unsafe extern "C" {
-        static environ: *const *mut libc::c_char;
+        static mut environ: *const *mut libc::c_char;
     }
     let mut ptrs: Vec<*mut libc::c_char> = argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
     ptrs.push(std::ptr::null_mut());
@@ -87,7 +87,14 @@ fn posix_spawn(path: &std::ffi::CStr, argv: &[CString], dups: &[(RawFd, RawFd)])
         let mut acts: libc::posix_spawn_file_actions_t = std::mem::zeroed();
         libc::posix_spawnattr_init(&mut attr);
         libc::posix_spawn_file_actions_init(&mut acts);
-        let mut rc = libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSID as libc::c_short);
+        // A new session, and no signal blocked (the mask is inherited otherwise).
+        let flags = libc::POSIX_SPAWN_SETSID | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short;
+        let mut rc = libc::posix_spawnattr_setflags(&mut attr, flags);
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        if rc == 0 {
+            rc = libc::posix_spawnattr_setsigmask(&mut attr, &none);
+        }
         for &(from, to) in dups {
             if rc == 0 {
                 rc = libc::posix_spawn_file_actions_adddup2(&mut acts, from, to);
@@ -103,6 +110,20 @@ fn posix_spawn(path: &std::ffi::CStr, argv: &[CString], dups: &[(RawFd, RawFd)])
         }
     }
     Ok(pid)
+}
+
+/// Whether process `pid` has exited (its pidfd is readable, or it is not there at all).
+pub fn exited(pid: Tid) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    // SAFETY: a non-negative return is a new fd that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }
 
 /// Inside the guardian, first thing: ignores the signals that stop syscatch (a `kill` of syscatch's process group
