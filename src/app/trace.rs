@@ -432,6 +432,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
             // The spawned program is held at its entry point; let it go.
             let _ = ptrace::cont(pid, 0);
         }
+        crate::os::sched::short_slice();
         let end = tracer.run();
         let mut summary = tracer.summary.clone();
         if let Some(p) = tracer.python() {
