@@ -42,8 +42,9 @@ pub fn short_slice() {
         deadline: u64,
         period: u64,
     }
-    // SAFETY: getpriority on the calling thread (tid from gettid); errno is not needed (a nice of -1 is kept).
-    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+    // SAFETY: getpriority of the calling thread (0: on Linux, nice is per thread); a nice of -1 is kept as is.
+    // (Not libc::gettid: a weak reference that stays null in the static build, which crashed there.)
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
     let attr = SchedAttr {
         size: std::mem::size_of::<SchedAttr>() as u32,
         policy: libc::SCHED_OTHER as u32,
