@@ -55,6 +55,6 @@ pub mod testing {
         pub use crate::python::{Memory, layout, lines, walk};
     }
     pub mod x86 {
-        pub use crate::x86::breakpoints;
+        pub use crate::x86::{breakpoints, gate};
     }
 }

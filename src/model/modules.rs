@@ -104,6 +104,35 @@ impl Module {
         self.data.get(start..start.checked_add(bytes.len())?)
     }
 
+    /// The unused tail of the page that ends an executable segment: (run-time address, length). No section of
+    /// the file lies there (past the segment's last byte, before the next page, where no other segment starts),
+    /// so nothing reads or runs those bytes; the call gate (`crate::x86::gate`) is written there. The largest
+    /// such tail when there are several executable segments.
+    pub fn exec_slack(&self) -> Option<(u64, u64)> {
+        use object::read::elf::ProgramHeader;
+        let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&*self.data).ok()?;
+        let e = elf.endian();
+        let loads: Vec<_> =
+            elf.elf_program_headers().iter().filter(|ph| ph.p_type(e) == object::elf::PT_LOAD).collect();
+        let span = |ph: &&object::elf::ProgramHeader64<object::Endianness>| {
+            let start = ph.p_vaddr(e);
+            Some((start, start.checked_add(ph.p_memsz(e).max(ph.p_filesz(e)))?))
+        };
+        loads
+            .iter()
+            .filter(|ph| ph.p_flags(e).contains(object::elf::PF_X))
+            .filter_map(|ph| {
+                let (_, end) = span(ph)?;
+                let page_end = end.checked_add(0xfff)? & !0xfff;
+                let taken = loads
+                    .iter()
+                    .filter_map(span)
+                    .any(|(s, t)| s < page_end && t > end && (s, t) != span(ph).unwrap_or_default());
+                (page_end > end && !taken).then(|| (self.bias.wrapping_add(end), page_end - end))
+            })
+            .max_by_key(|&(_, len)| len)
+    }
+
     /// The bytes of the file's PT_NOTE segments and their run-time addresses, to compare with what is mapped:
     /// equal notes mean the build-id in memory is the file's.
     pub fn notes(&self) -> Vec<(u64, &[u8])> {
@@ -200,5 +229,9 @@ mod tests {
         assert!(module.map.start <= here && here < module.map.end);
         assert!(module.bias <= here);
         assert!(module.build_id.is_some());
+        // The tail of its code page: within an r-x mapping of ours, up to the page's end.
+        let (at, len) = module.exec_slack().unwrap();
+        assert!(len > 0 && len < 4096 && (at + len) % 4096 == 0, "{at:#x} {len}");
+        assert!(maps.iter().any(|m| m.contains(at) && m.is_exec()), "{at:#x}");
     }
 }

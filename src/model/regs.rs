@@ -144,10 +144,50 @@ impl Regs {
         self.0.rip = ip;
         self.0.orig_rax = u64::MAX;
     }
+
+    /// These registers as the kernel resumes them when the thread goes on without running a signal handler:
+    /// a system call it was stopped in the middle of (rax -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND, or
+    /// -ERESTART_RESTARTBLOCK, with orig_rax its number) is set to run again (rip back on its `syscall`, rax its
+    /// number, or restart_syscall's); `orig_rax = -1` in every case, so no later resume moves them again. Registers
+    /// that still mean the same wherever the thread goes next (the call gate returns through them).
+    pub fn restarted(&self) -> Regs {
+        let mut r = *self;
+        if (r.0.orig_rax as i64) >= 0 {
+            match r.0.rax as i64 {
+                -514..=-512 => (r.0.rax, r.0.rip) = (r.0.orig_rax, r.0.rip.wrapping_sub(2)),
+                -516 => (r.0.rax, r.0.rip) = (libc::SYS_restart_syscall as u64, r.0.rip.wrapping_sub(2)),
+                _ => {}
+            }
+        }
+        r.0.orig_rax = u64::MAX;
+        r
+    }
 }
 
 impl std::fmt::Debug for Regs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "rip={:#x} rsp={:#x} rax={:#x} rdi={:#x}", self.0.rip, self.0.rsp, self.0.rax, self.0.rdi)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarted_as_the_kernel_would() {
+        let mut r = Regs::zeroed();
+        (r.0.rip, r.0.orig_rax) = (0x1002, 7);
+        for (rax, want) in [(-512i64, 7u64), (-513, 7), (-514, 7), (-516, libc::SYS_restart_syscall as u64)] {
+            r.0.rax = rax as u64;
+            let x = r.restarted();
+            assert_eq!((x.0.rax, x.0.rip, x.0.orig_rax), (want, 0x1000, u64::MAX), "{rax}");
+        }
+        // A finished call (EINTR, a result) and a thread outside any call stay where they are.
+        for (rax, orig) in [(-4i64, 7u64), (3, 7), (-512, u64::MAX)] {
+            (r.0.rax, r.0.orig_rax) = (rax as u64, orig);
+            let x = r.restarted();
+            assert_eq!((x.0.rax, x.0.rip, x.0.orig_rax), (rax as u64, 0x1002, u64::MAX), "{rax}");
+        }
     }
 }

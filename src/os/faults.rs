@@ -1,7 +1,10 @@
 //! Faults the tests inject, named by `SYSCATCH_TEST_FAULT`: `tracer-panic` (the tracer, at the first matching
 //! hit, with that thread stopped just past the int3), `analysis-panic` (`app::analyze`, at the first event the
-//! analysis thread receives) and `held-signal` (syscatch stops itself, SIGSTOP, right after the tracer handled a
-//! signal-delivery-stop while holding the threads: the test SIGKILLs it there). Here, below their callers, so no
+//! analysis thread receives), `held-signal` (syscatch stops itself, SIGSTOP, right after the tracer handled a
+//! signal-delivery-stop while holding the threads: the test SIGKILLs it there) and `injected-call` (syscatch stops
+//! itself right after starting each system call it injects; the test acts at the first, the trap pad's mmap: the
+//! thread is on its way
+//! through the call gate, or single-stepping libc's `syscall` without one). Here, below their callers, so no
 //! layer under `app` asks `app`. Only debug builds read the variable: a release build has no way to make itself
 //! fail.
 

@@ -6,8 +6,12 @@ use crate::model::regs::Regs;
 use nix::errno::Errno;
 
 /// Options set on every seized thread. Never PTRACE_O_EXITKILL: the target must outlive the tracer.
-pub const OPTIONS: libc::c_int =
-    libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEFORK | libc::PTRACE_O_TRACEVFORK | libc::PTRACE_O_TRACEEXEC;
+/// TRACESYSGOOD marks the syscall stops the call gate asks for (`crate::x86::gate`), the only ones syscatch asks for.
+pub const OPTIONS: libc::c_int = libc::PTRACE_O_TRACECLONE
+    | libc::PTRACE_O_TRACEFORK
+    | libc::PTRACE_O_TRACEVFORK
+    | libc::PTRACE_O_TRACEEXEC
+    | libc::PTRACE_O_TRACESYSGOOD;
 
 /// Why a traced thread stopped, or that it is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +34,8 @@ pub enum Stop {
     VforkDone,
     /// The thread called execve successfully; it now has the thread group's id.
     Exec,
+    /// A syscall-entry or syscall-exit stop (asked for with [`syscall`]).
+    Syscall,
 }
 
 fn check(ret: libc::c_long) -> Result<libc::c_long, Errno> {
@@ -54,6 +60,11 @@ pub fn interrupt(tid: Tid) -> Result<(), Errno> {
 /// Resumes the thread, delivering `sig` if this is a signal-delivery-stop (0: none).
 pub fn cont(tid: Tid, sig: i32) -> Result<(), Errno> {
     raw(libc::PTRACE_CONT, tid, 0, sig as usize).map(drop)
+}
+
+/// Resumes `tid` to its next system call's entry or exit (PTRACE_SYSCALL).
+pub fn syscall(tid: Tid) -> Result<(), Errno> {
+    raw(libc::PTRACE_SYSCALL, tid, 0, 0).map(drop)
 }
 
 pub fn step(tid: Tid, sig: i32) -> Result<(), Errno> {
@@ -151,6 +162,7 @@ fn decode(tid: Tid, status: i32) -> Stop {
     let sig = libc::WSTOPSIG(status);
     let new_tid = || event_msg(tid).map(|m| m as Tid).unwrap_or(0);
     match status >> 16 {
+        0 if sig == libc::SIGTRAP | 0x80 => Stop::Syscall,
         0 => Stop::Signal(sig),
         libc::PTRACE_EVENT_STOP => match sig {
             libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => Stop::GroupStop(sig),

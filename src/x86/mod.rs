@@ -2,5 +2,6 @@
 //! `--fast` trampoline planned and assembled. Pure: memory comes through a trait. Uses `model` only.
 
 pub mod breakpoints;
+pub mod gate;
 pub mod trampoline;
 pub mod trappad;

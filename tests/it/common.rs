@@ -488,9 +488,21 @@ pub fn file_bytes_at(pid: i32, addr: u64, len: usize) -> Vec<u8> {
 /// Every executable file-backed mapping of `pid` holds exactly its file's bytes: no int3 (or any other byte of
 /// ours) left behind anywhere in the text. Returns how many bytes were compared.
 pub fn assert_text_pristine(pid: i32, ctx: &str) -> usize {
+    let (compared, diffs) = text_diffs(pid);
+    if let Some((path, addr, got, want)) = diffs.first() {
+        panic!("{ctx}: {path} at {addr:#x} holds {got:#04x} in memory but {want:#04x} in the file");
+    }
+    assert!(compared > 0, "{ctx}: no executable mapping compared");
+    compared
+}
+
+/// Every byte of the target's file-backed executable mappings that differs from the file: (path, address, in
+/// memory, in the file); and how many bytes were compared.
+pub fn text_diffs(pid: i32) -> (usize, Vec<(String, u64, u8, u8)>) {
     use std::os::unix::fs::FileExt;
     let mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open target memory");
     let mut compared = 0;
+    let mut diffs = Vec::new();
     for m in maps_of(pid).iter().filter(|m| m.perms.as_bytes().get(2) == Some(&b'x') && m.path.starts_with('/')) {
         let file = open_mapped(pid, m);
         let size = file.metadata().map(|md| md.len()).unwrap_or(0);
@@ -499,19 +511,12 @@ pub fn assert_text_pristine(pid: i32, ctx: &str) -> usize {
         file.read_exact_at(&mut want, m.offset).expect("file bytes");
         let mut got = vec![0u8; len];
         mem.read_exact_at(&mut got, m.start).expect("target text");
-        if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
-            panic!(
-                "{ctx}: {} at {:#x} holds {:#04x} in memory but {:#04x} in the file",
-                m.path,
-                m.start + i as u64,
-                got[i],
-                want[i]
-            );
-        }
+        diffs.extend(
+            (0..len).filter(|&i| got[i] != want[i]).map(|i| (m.path.clone(), m.start + i as u64, got[i], want[i])),
+        );
         compared += len;
     }
-    assert!(compared > 0, "{ctx}: no executable mapping compared");
-    compared
+    (compared, diffs)
 }
 
 /// The `summary` record, which must be the last JSON line.

@@ -412,3 +412,62 @@ fn a_signal_taken_while_holding_the_threads_survives_a_sigkill() {
     t.send("quit");
     assert_eq!(t.wait().code(), Some(23));
 }
+
+/// The status line `key` of the target's main thread (SigBlk, SigPnd, ...).
+fn status_line(pid: i32, key: &str) -> String {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_default().trim().to_string()
+}
+
+/// SIGKILL of syscatch while the target's thread runs the first system call syscatch injected (the trap pad's
+/// mmap; the thread, in read(), was taken out of it): through the call gate it finishes the call, gets its
+/// registers and signal mask back, and goes back into read(). The gate's bytes may stay in the unused end of
+/// libc's code page, nothing else. Without the gate (`SYSCATCH_CALL_GATE=0`, the call single-stepped on libc's
+/// `syscall`) the same moment kills the target with the step's SIGTRAP: the case the gate is for.
+#[test]
+fn sigkill_of_syscatch_during_an_injected_call_leaves_the_thread_unharmed() {
+    require_ptrace();
+    for gate in [true, false] {
+        let mut t = Target::start(&testprog("torture"), &[]);
+        let blocked = status_line(t.pid, "SigBlk:");
+        let pid = t.pid.to_string();
+        let sc = Syscatch::start_cmd(
+            syscatch_cmd()
+                .env("SYSCATCH_TEST_FAULT", "injected-call")
+                .env("SYSCATCH_TRAP_PAD", "1")
+                .env("SYSCATCH_CALL_GATE", if gate { "1" } else { "0" })
+                .args(["--syscall", "mmap", "--pid", pid.as_str()]),
+        );
+        let scpid = sc.child.id() as i32;
+        let _guard = KillOnPanic(scpid);
+        assert!(
+            poll(|| process_state(scpid) == Some('T')),
+            "syscatch stopped at the fault: {:?}",
+            process_state(scpid)
+        );
+        let err = kill(sc);
+        assert_eq!(tracer_pid(t.pid), Some(0), "not traced any more");
+        if !gate {
+            let st = t.wait();
+            assert_eq!(st.signal(), Some(libc::SIGTRAP), "without the gate the step's trap kills: {st:?} {err:#?}");
+            continue;
+        }
+        assert_eq!(status_line(t.pid, "SigBlk:"), blocked, "the signal mask is the thread's own again: {err:#?}");
+        // It answers: read() was restarted, its registers are its own.
+        t.send("signals");
+        assert_eq!(t.out.until(|l| l == "ok"), ["signals 0", "ok"], "{err:#?}");
+        let (compared, diffs) = text_diffs(t.pid);
+        assert!(compared > 0);
+        if let Some(&(_, at, _, _)) = diffs.first() {
+            let code = syscatch::testing::x86::gate::CODE;
+            assert!(
+                diffs
+                    .iter()
+                    .all(|&(_, a, got, _)| a >= at && a < at + code.len() as u64 && got == code[(a - at) as usize]),
+                "only the call gate differs from the files: {diffs:x?}"
+            );
+        }
+        t.send("quit");
+        assert_eq!(t.wait().code(), Some(23));
+    }
+}

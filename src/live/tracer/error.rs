@@ -109,6 +109,9 @@ pub enum Error {
     ThreadExited,
     #[error("the thread stopped for another reason")]
     OtherStop,
+    /// The call gate's block could not be written below the thread's stack pointer.
+    #[error("cannot write below the thread's stack pointer: {0}")]
+    WriteStack(io::Error),
     /// Still in the call (mmap waiting for a lock held by a thread that cannot stop).
     #[error("the injected call did not return: {0}")]
     NoReturn(Stuck),

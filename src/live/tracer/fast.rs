@@ -4,17 +4,15 @@
 //! written there, and one whole instruction of the wrapper is replaced by a jump to it. Non-matching calls then
 //! never stop; a matching call stops once, at the trampoline's int3, with rax already the result.
 
+use super::Tracer;
 use super::error::Error;
 use super::kernel::Mem;
-use super::pad::SIGTRAP_BIT;
-use super::{Late, State, Tracer};
 use crate::live::guardian::Msg;
 use crate::model::consts::MAP_FIXED_NOREPLACE;
 use crate::model::event::{Event, StackCapture};
 use crate::model::regs::Regs;
 use crate::model::window::Window;
 use crate::os::Tid;
-use crate::os::ptrace::Stop;
 use crate::x86::breakpoints;
 use crate::x86::trampoline::{self, PatchPlan};
 use std::collections::HashMap;
@@ -125,70 +123,6 @@ impl Tracer<'_> {
         self.armed = true;
         self.start = Instant::now();
         Ok(())
-    }
-
-    /// Makes stopped thread `tid` run one system call on the `syscall` instruction at `insn`, then puts its
-    /// registers back. Returns rax.
-    pub(super) fn inject_syscall(&mut self, tid: Tid, insn: u64, nr: u64, a: [u64; 6]) -> Result<u64, Error> {
-        let saved = self.k.get_regs(tid).map_err(Error::Ptrace)?;
-        // Every signal but SIGTRAP blocked while the call runs: one that arrives meanwhile stays pending, to be
-        // delivered under the thread's own mask when it goes on, instead of stopping the step before the call
-        // (under a signal storm most tries failed so). Not SIGTRAP: the step's own trap is forced, and a forced
-        // signal that is blocked makes the kernel reset its action to the default for the whole process.
-        let mask = self.k.sigmask(tid).map_err(Error::Ptrace)?;
-        self.k.set_sigmask(tid, !SIGTRAP_BIT).map_err(Error::Ptrace)?;
-        let mut r: Regs = saved;
-        r.set_ip(insn);
-        let g = &mut r.0;
-        (g.rax, g.rdi, g.rsi, g.rdx, g.r10, g.r8, g.r9) = (nr, a[0], a[1], a[2], a[3], a[4], a[5]);
-        let started = self.k.set_regs(tid, &r).and_then(|_| self.k.step(tid, 0));
-        if let Err(e) = started {
-            let _ = self.k.set_regs(tid, &saved);
-            let _ = self.k.set_sigmask(tid, mask);
-            return Err(Error::Ptrace(e));
-        }
-        let give_up = self.k.now() + super::hold::HOLD_LIMIT;
-        let result = loop {
-            match self.wait_bounded(tid, give_up.saturating_duration_since(self.k.now())) {
-                Ok(Stop::Signal(libc::SIGTRAP)) => {
-                    break self.k.get_regs(tid).map(|r| r.0.rax).map_err(Error::Ptrace);
-                }
-                Ok(Stop::Signal(s)) => {
-                    // A signal that cannot be blocked (a foreign SIGTRAP) came first: keep it for when the thread is
-                    // let go (unless it holds one already: one of the two is lost then), and give up on this try.
-                    if let Some(t) = self.threads.get_mut(&tid)
-                        && let State::Held { sig, .. } = &mut t.state
-                        && *sig == 0
-                    {
-                        *sig = s;
-                    }
-                    break Err(Error::SignalDuringCall(s));
-                }
-                Ok(Stop::Exited(_) | Stop::Killed(_)) => break Err(Error::ThreadExited),
-                // A PTRACE_INTERRUPT of ours still pending (the thread was held while already stopped): it stops
-                // again before running anything. Step again; waiting on would wait forever.
-                Ok(Stop::Interrupted) => {
-                    if let Err(e) = self.k.step(tid, 0) {
-                        break Err(Error::Ptrace(e));
-                    }
-                }
-                Ok(_) => break Err(Error::OtherStop),
-                Err(why) => {
-                    // Still in the call (mmap waiting for a lock held by a thread that cannot stop): its
-                    // registers go back, and its trap is swallowed, at its next stop. It is no longer held.
-                    self.late.insert(tid, Late::Injected(Box::new((saved, mask))));
-                    if let Some(t) = self.threads.get_mut(&tid)
-                        && let State::Held { prev, .. } = std::mem::replace(&mut t.state, State::Running)
-                    {
-                        t.state = *prev;
-                    }
-                    return Err(Error::NoReturn(why));
-                }
-            }
-        };
-        let _ = self.k.set_regs(tid, &saved);
-        let _ = self.k.set_sigmask(tid, mask);
-        result
     }
 
     /// A matching call stopped at the trampoline's int3: its event (rax is the result; the arguments are where

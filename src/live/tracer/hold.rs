@@ -146,6 +146,19 @@ impl Tracer<'_> {
                 Late::Trap
             }
             Late::Trap => Late::Trap,
+            Late::Gate(saved) => {
+                let (regs, mask, entered) = *saved;
+                if stop == Stop::Syscall && !entered {
+                    // The entry stop: on to the exit.
+                    self.late.insert(tid, Late::Gate(Box::new((regs, mask, true))));
+                    let _ = self.k.syscall(tid);
+                    return None;
+                }
+                // The exit stop (or, before the call, a signal or our pending interrupt): back where it was.
+                let _ = self.k.set_sigmask(tid, mask);
+                let _ = self.k.set_regs(tid, &regs);
+                return Some(if stop == Stop::Syscall { Stop::Interrupted } else { stop });
+            }
         };
         // Our trap (a kernel-made SIGTRAP: si_code > 0) is swallowed; if another stop came first while it is
         // still pending, the next stop settles it.
@@ -263,7 +276,7 @@ impl Tracer<'_> {
                 self.on_exec(tid);
                 return;
             }
-            Stop::Interrupted | Stop::VforkDone => {}
+            Stop::Interrupted | Stop::VforkDone | Stop::Syscall => {}
         }
         if let Some(t) = self.threads.get_mut(&tid) {
             let prev = match std::mem::replace(&mut t.state, State::Running) {
@@ -415,6 +428,7 @@ impl Tracer<'_> {
         // Before the loop below marks threads that were stepping a call as running: the pad's system call must
         // run on a thread that was really running when it was held.
         self.remove_pad();
+        self.remove_gate();
         for &tid in &tids {
             self.end_held_call(tid);
         }

@@ -48,6 +48,8 @@ pub(crate) trait Kernel {
     fn cont(&self, tid: Tid, sig: i32) -> Result<(), Errno>;
     /// Resumes `tid` for one instruction, delivering `sig` (0: none).
     fn step(&self, tid: Tid, sig: i32) -> Result<(), Errno>;
+    /// Resumes `tid` to its next syscall-entry or -exit stop (PTRACE_SYSCALL).
+    fn syscall(&self, tid: Tid) -> Result<(), Errno>;
     /// Leaves a group-stopped thread stopped (PTRACE_LISTEN).
     fn listen(&self, tid: Tid) -> Result<(), Errno>;
     fn detach(&self, tid: Tid, sig: i32) -> Result<(), Errno>;
@@ -79,6 +81,9 @@ pub(crate) trait Kernel {
     fn read_maps(&self, pid: Tid) -> io::Result<String>;
     /// A CPython among the modules of `pid` not in `seen` (which it extends); see `PythonReader::locate_new`.
     fn locate_python(&self, pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, LocateError>;
+    /// The unused tail of the code page ending the executable segment of the module of `pid` mapped at `near`
+    /// (see `Module::exec_slack`), if mapped executable: (address, length).
+    fn exec_slack(&self, pid: Tid, near: u64) -> Option<(u64, u64)>;
 
     /// The stop signal syscatch received (0: none).
     fn stop_requested(&self) -> i32;
@@ -129,6 +134,9 @@ impl Kernel for Live {
     }
     fn step(&self, tid: Tid, sig: i32) -> Result<(), Errno> {
         ptrace::step(tid, sig)
+    }
+    fn syscall(&self, tid: Tid) -> Result<(), Errno> {
+        ptrace::syscall(tid)
     }
     fn listen(&self, tid: Tid) -> Result<(), Errno> {
         ptrace::listen(tid)
@@ -186,6 +194,16 @@ impl Kernel for Live {
     }
     fn locate_python(&self, pid: Tid, seen: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, LocateError> {
         PythonReader::locate_new(pid, seen)
+    }
+    fn exec_slack(&self, pid: Tid, near: u64) -> Option<(u64, u64)> {
+        let maps = crate::live::resolve::read_maps(pid).ok()?;
+        let map = crate::model::modules::group_modules(&maps).into_iter().find(|m| m.start <= near && near < m.end)?;
+        let module = crate::live::resolve::read_module(pid, &map, None).ok()?;
+        let (at, len) = module.exec_slack()?;
+        // Mapped, executable and private, as the file says (a copy of the module mapped otherwise is not used).
+        maps.iter()
+            .any(|m| m.contains(at) && m.is_exec() && m.perms.ends_with('p') && m.path == map.path)
+            .then_some((at, len))
     }
     fn stop_requested(&self) -> i32 {
         signals::stop_requested()

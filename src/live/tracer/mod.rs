@@ -17,6 +17,7 @@ mod error;
 mod fast;
 mod hit;
 mod hold;
+mod inject;
 mod kernel;
 mod pad;
 #[cfg(test)]
@@ -128,6 +129,8 @@ pub struct Tracer<'a> {
     no_guard: Option<crate::live::guardian::StartError>,
     /// The SIGTRAP handler placed in the target for the same case.
     pad: Option<pad::Pad>,
+    /// Where injected system calls run.
+    gate: inject::Gate,
     /// The thread whose stop is being handled.
     current: Option<Tid>,
     /// Threads a bounded wait gave up on, and what their next stop must settle.
@@ -149,6 +152,9 @@ enum Late {
     /// A system call we injected is still running: these registers and this signal mask go back at its next
     /// stop.
     Injected(Box<(Regs, u64)>),
+    /// A system call run through the call gate has not reached its exit stop: these registers and this signal
+    /// mask go back there; `true`: its entry stop was seen.
+    Gate(Box<(Regs, u64, bool)>),
 }
 
 /// Reads through the captured stack first, then the target's memory (for the emulator's loads).
@@ -263,6 +269,7 @@ impl<'a> Tracer<'a> {
             guard,
             no_guard,
             pad: None,
+            gate: inject::Gate::Untried,
             current: None,
             late: HashMap::new(),
             python_seen: cfg_python_search.then(HashSet::new),
@@ -527,7 +534,8 @@ impl<'a> Tracer<'a> {
             Stop::GroupStop(_) => {
                 let _ = self.k.listen(tid);
             }
-            Stop::Interrupted | Stop::VforkDone => self.resume(tid, 0),
+            // A syscall stop here is one the call gate asked for, settled already (see `Late::Gate`).
+            Stop::Interrupted | Stop::VforkDone | Stop::Syscall => self.resume(tid, 0),
             Stop::Clone(new) | Stop::Fork(new) | Stop::Vfork(new) => {
                 self.on_child(tid, new);
                 self.resume(tid, 0);

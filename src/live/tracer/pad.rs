@@ -124,7 +124,10 @@ impl Tracer<'_> {
         {
             return;
         }
-        if let Err(why) = self.try_install_pad(syscall_at) {
+        let installed = self.try_install_pad(syscall_at);
+        // The set-up's calls are over: the call gate goes until detach needs it again.
+        self.remove_gate();
+        if let Err(why) = installed {
             eprintln!(
                 "syscatch: note: no trap pad in the target ({why}): if syscatch is killed, a thread caught in a \
                  breakpoint at that moment dies"

@@ -128,6 +128,7 @@ fn event_code(stop: Stop) -> i32 {
         Stop::Vfork(_) => ev(libc::PTRACE_EVENT_VFORK),
         Stop::VforkDone => ev(libc::PTRACE_EVENT_VFORK_DONE),
         Stop::Exec => ev(libc::PTRACE_EVENT_EXEC),
+        Stop::Syscall => libc::SIGTRAP | 0x80,
         Stop::Exited(_) | Stop::Killed(_) => 0,
     }
 }
@@ -337,6 +338,10 @@ impl Kernel for Script {
     fn step(&self, tid: Tid, sig: i32) -> Result<(), Errno> {
         self.resume(tid, Run::Running, Call::Step(tid, sig))
     }
+    /// Never asked: the script has no call gate (`exec_slack` is None), so injected calls are stepped.
+    fn syscall(&self, _: Tid) -> Result<(), Errno> {
+        Err(Errno::ENOSYS)
+    }
     fn listen(&self, tid: Tid) -> Result<(), Errno> {
         self.resume(tid, Run::Running, Call::Listen(tid))
     }
@@ -440,6 +445,9 @@ impl Kernel for Script {
     }
     fn locate_python(&self, _: Tid, _: &mut HashSet<(String, u64)>) -> Result<Option<PythonReader>, LocateError> {
         Ok(None)
+    }
+    fn exec_slack(&self, _: Tid, _: u64) -> Option<(u64, u64)> {
+        None
     }
     fn stop_requested(&self) -> i32 {
         if self.w.borrow().over { libc::SIGINT } else { 0 }
