@@ -120,12 +120,11 @@ impl Tracer<'_> {
             );
         }
         // SYSCATCH_TRAP_PAD=0 turns it off (a bisecting knob, and the baseline of scripts/torture-kill.sh).
-        if self.pad.is_some() || self.guard.is_none() || std::env::var_os("SYSCATCH_TRAP_PAD").is_some_and(|v| v == "0")
-        {
-            return;
-        }
-        let installed = self.try_install_pad(syscall_at);
-        // The set-up's calls are over: the call gate goes until detach needs it again.
+        let wanted = self.pad.is_none()
+            && self.guard.is_some()
+            && std::env::var_os("SYSCATCH_TRAP_PAD").is_none_or(|v| v != "0");
+        let installed = if wanted { self.try_install_pad(syscall_at) } else { Ok(()) };
+        // The set-up's calls (and `--fast`'s before them) are over: the call gate goes until detach needs it.
         self.remove_gate();
         if let Err(why) = installed {
             eprintln!(

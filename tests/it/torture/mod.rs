@@ -150,6 +150,12 @@ fn torture_target(args: &[&str]) -> Target {
 
 /// After syscatch is gone: not traced, no thread left in a tracing stop, the text is the files'.
 fn assert_unharmed(pid: i32, err: &[String], ctx: &str) {
+    assert_unharmed_but_gate(pid, err, ctx, false);
+}
+
+/// [`assert_unharmed`]; `killed`: syscatch was SIGKILLed, and the call gate may stay (see
+/// `assert_text_pristine_but_gate`). Returns whether it did.
+fn assert_unharmed_but_gate(pid: i32, err: &[String], ctx: &str, killed: bool) -> bool {
     assert_eq!(tracer_pid(pid), Some(0), "{ctx}: still traced after syscatch exited");
     if let Some(site) = attached_site(err) {
         assert_eq!(
@@ -158,9 +164,13 @@ fn assert_unharmed(pid: i32, err: &[String], ctx: &str) {
             "{ctx}: syscall() at {site:#x} holds the file's bytes"
         );
     }
-    assert_text_pristine(pid, ctx);
+    let gate = killed && assert_text_pristine_but_gate(pid, ctx);
+    if !killed {
+        assert_text_pristine(pid, ctx);
+    }
     // A thread left in a tracing stop ('t') would never run again.
     assert!(poll(|| !thread_states_of(pid).contains(&'t')), "{ctx}: threads left stopped: {:?}", thread_states_of(pid));
+    gate
 }
 
 fn assert_no_panic(err: &[String], ctx: &str) {
