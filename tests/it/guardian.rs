@@ -452,10 +452,11 @@ fn sigkill_of_syscatch_during_an_injected_call_leaves_the_thread_unharmed() {
             assert_eq!(st.signal(), Some(libc::SIGTRAP), "without the gate the step's trap kills: {st:?} {err:#?}");
             continue;
         }
-        assert_eq!(status_line(t.pid, "SigBlk:"), blocked, "the signal mask is the thread's own again: {err:#?}");
-        // It answers: read() was restarted, its registers are its own.
+        // It answers: read() was restarted, its registers are its own (and it has left the gate, which it runs on
+        // its own after the kill: only now is its mask sure to be back).
         t.send("signals");
         assert_eq!(t.out.until(|l| l == "ok"), ["signals 0", "ok"], "{err:#?}");
+        assert_eq!(status_line(t.pid, "SigBlk:"), blocked, "the signal mask is the thread's own again: {err:#?}");
         assert_text_pristine_but_gate(t.pid, "only the call gate may differ from the files");
         t.send("quit");
         assert_eq!(t.wait().code(), Some(23));
