@@ -317,6 +317,8 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     answer("ok");
+    // Started at syscatch's real-time priority, if it had one: not while it waits.
+    crate::os::sched::normal();
     let mut waiter = guard::Waiter::new(pid);
     let mut ledger = Ledger::default();
     let mut pending = Vec::new();
@@ -342,8 +344,12 @@ pub fn main(args: &[String]) -> i32 {
     if ledger.is_empty() {
         return 0;
     }
-    let r = ledger.restore(&mut read_mem(&mem), &mut |a, b| mem.write_all(a, b).is_ok());
-    let (copies, in_copies) = restore_children(pid, &ledger);
+    // Quickly, even behind busy threads of the target: a thread waiting in the trap pad for its byte yields
+    // meanwhile, and gives up after a bounded wait.
+    let (r, (copies, in_copies)) = crate::os::sched::realtime(|| {
+        let r = ledger.restore(&mut read_mem(&mem), &mut |a, b| mem.write_all(a, b).is_ok());
+        (r, restore_children(pid, &ledger))
+    });
     let mut line = format!(
         "syscatch: guardian: syscatch ended without detaching; put back {} original byte(s) in process {pid}",
         r.put_back

@@ -59,6 +59,14 @@ pub fn short_slice() {
     unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
 }
 
+/// Puts the calling thread back to the normal policy (SCHED_OTHER), e.g. a process started at real-time priority
+/// once its start is done.
+pub fn normal() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler on the calling thread (pid 0) with a valid pointer.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+}
+
 /// Puts the calling thread in SCHED_BATCH: analysis work does not preempt the target (or the tracer, which the
 /// target waits on at every stop) when it wakes up. Its nice value is kept: measured on a loaded 2-vCPU machine,
 /// nice 10 starved the analysis until most stack windows of a burst were dropped. Best effort.
