@@ -142,18 +142,22 @@ impl Tracer<'_> {
         let mut entered = false;
         let result = loop {
             match self.wait_bounded(tid, give_up.saturating_duration_since(self.k.now())) {
-                Ok(Stop::Syscall) if !entered => {
-                    entered = true;
+                Ok(Stop::Syscall) => {
+                    let r = match self.k.get_regs(tid) {
+                        Ok(r) => r,
+                        Err(e) => break Err(Error::Ptrace(e)),
+                    };
+                    // Ours: just past the gate's `syscall` (at the entry stop too). Another call's stop (none is
+                    // expected: the thread was held outside any call, with every signal but SIGTRAP blocked) is
+                    // let go on to the gate.
+                    let ours = r.ip() == at + gate::AFTER_SYSCALL;
+                    if ours && entered {
+                        break Ok(r.0.rax);
+                    }
+                    entered |= ours;
                     if let Err(e) = self.k.syscall(tid) {
                         break Err(Error::Ptrace(e));
                     }
-                }
-                Ok(Stop::Syscall) => {
-                    break match self.k.get_regs(tid) {
-                        Ok(r) if r.ip() == at + gate::AFTER_SYSCALL => Ok(r.0.rax),
-                        Ok(_) => Err(Error::OtherStop),
-                        Err(e) => Err(Error::Ptrace(e)),
-                    };
                 }
                 // A PTRACE_INTERRUPT of ours still pending: it stops before running anything; on to the call.
                 Ok(Stop::Interrupted) if !entered => {
