@@ -90,6 +90,8 @@ impl Dwarf {
         let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
         let empty = Bytes::from(Vec::new());
         let base = data.as_ptr() as usize;
+        // Where each section read in place lies in `data`, so its pages can be dropped once indexed.
+        let in_place = std::cell::RefCell::new(HashMap::new());
         let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
             use gimli::SectionId as S;
             // Sections addr2line never reads: a compressed one would be inflated for nothing (libc's location
@@ -104,6 +106,7 @@ impl Dwarf {
                     let start = (b.as_ptr() as usize).wrapping_sub(base);
                     match start.checked_add(b.len()) {
                         Some(end) if end <= data.len() => {
+                            in_place.borrow_mut().insert(id, start..end);
                             return Ok(gimli::EndianReader::new(data.clone(), endian).range(start..end));
                         }
                         _ => Bytes::from(b),
@@ -126,7 +129,22 @@ impl Dwarf {
         // addr2line parses every unit's abbreviations up front; units sharing a table (as dwz-processed debug
         // files may) then share one parsed copy.
         dwarf.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
-        addr2line::Context::from_dwarf(dwarf).ok().map(Dwarf)
+        // Indexing reads the start of every unit and of its line program, and the kernel maps a file in by the
+        // 64 KiB around each page read: most of a mapped library's DWARF would stay resident (10 MB of
+        // libpython's) for the few units a stack needs. The pages behind the index are dropped as it goes, and
+        // every section read in place once it is built; a lookup reads its unit's pages again.
+        let in_place = in_place.into_inner();
+        let mut info = DropBehind::new(in_place.get(&gimli::SectionId::DebugInfo));
+        let mut lines = DropBehind::new(in_place.get(&gimli::SectionId::DebugLine));
+        let mut progress = |info_end: u64, line: Option<u64>| {
+            info.advance(data, info_end);
+            lines.advance(data, line.unwrap_or(0));
+        };
+        let context = addr2line::Context::from_dwarf_with_progress(dwarf, &mut progress).ok();
+        for range in in_place.values() {
+            data.release(range.clone());
+        }
+        context.map(Dwarf)
     }
 
     /// (function, file, line) from innermost inlined call outwards, at stated address `svma`.
@@ -148,6 +166,31 @@ impl Dwarf {
             }
         }
         out
+    }
+}
+
+/// The pages of one section read in place, dropped behind a reader that goes through it in order.
+struct DropBehind {
+    /// Where the section lies in the file's bytes.
+    section: std::ops::Range<usize>,
+    /// How far into the section pages were dropped.
+    done: usize,
+}
+
+impl DropBehind {
+    fn new(section: Option<&std::ops::Range<usize>>) -> DropBehind {
+        DropBehind { section: section.cloned().unwrap_or_default(), done: 0 }
+    }
+
+    /// Drops the pages before `offset` into the section, by steps of at least 256 KiB (one madvise per few
+    /// units, not one per unit).
+    fn advance(&mut self, data: &Bytes, offset: u64) {
+        const STEP: usize = 256 << 10;
+        let offset = usize::try_from(offset).unwrap_or(usize::MAX).min(self.section.len());
+        if offset >= self.done.saturating_add(STEP) {
+            data.release(self.section.start + self.done..self.section.start + offset);
+            self.done = offset;
+        }
     }
 }
 
@@ -319,6 +362,37 @@ mod tests {
         assert!(c.contains(&"/proc/9/root/usr/lib/.debug/libx.debug".to_string()));
         assert!(c.contains(&"/usr/lib/debug/usr/lib/libx.debug".to_string()));
         assert!(debug_file_candidates("", "/a", None, Some("../etc/passwd")).is_empty());
+    }
+
+    /// kB resident of our own mapping at `addr` (test only: the code under test never reads /proc).
+    fn resident_kb(addr: usize) -> u64 {
+        let text = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let r = crate::model::smaps::parse_smaps(&text);
+        r.iter().find(|r| r.map.start <= addr as u64 && (addr as u64) < r.map.end).map(|r| r.rss).unwrap()
+    }
+
+    #[test]
+    fn indexing_a_mapped_file_leaves_its_dwarf_out_of_memory() {
+        // This test binary carries its own DWARF (debug build, thousands of units): mapped, as modules are.
+        let exe = crate::os::filemap::read_file("/proc/self/exe").unwrap();
+        let file = object::File::parse(&*exe).unwrap();
+        let Some(info) = file.section_by_name(".debug_info").and_then(|s| s.file_range()) else {
+            panic!("this test needs a test binary with .debug_info");
+        };
+        let info_kb = info.1 / 1024;
+        assert!(info_kb > 4096, "{info_kb} kB of .debug_info: too small to tell");
+        let dwarf = Dwarf::load_shared(&exe).unwrap();
+        // Indexing read the start of every unit; the kernel's fault-around would have left most of the section
+        // resident. What stays is the symbol-free rest (headers, .symtab read by nobody here) plus a few steps.
+        let kb = resident_kb(exe.as_ptr() as usize);
+        assert!(kb < info_kb / 8, "{kb} kB of the file resident after indexing {info_kb} kB of .debug_info");
+        // And lookups still read the dropped pages: this very function, at its stated address.
+        let syms = SymTable::parse(&[&exe]);
+        let me =
+            syms.0.iter().find(|s| s.name.ends_with("tests::indexing_a_mapped_file_leaves_its_dwarf_out_of_memory"));
+        let (name, file, line) = dwarf.frames(me.unwrap().start + 1).pop().unwrap_or_default();
+        assert!(name.is_some_and(|n| n.ends_with("indexing_a_mapped_file_leaves_its_dwarf_out_of_memory")));
+        assert!(file.is_some_and(|f| f.ends_with("symbolize.rs")) && line.is_some());
     }
 
     #[test]

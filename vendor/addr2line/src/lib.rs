@@ -146,7 +146,25 @@ impl<R: gimli::Reader> Context<R> {
     /// Construct a new `Context` from an existing [`gimli::Dwarf`] object.
     #[inline]
     pub fn from_arc_dwarf(sections: Arc<gimli::Dwarf<R>>) -> Result<Context<R>, Error> {
-        let units = ResUnits::parse(&sections)?;
+        Self::from_arc_dwarf_with_progress(sections, &mut |_, _| {})
+    }
+
+    /// syscatch: [`Context::from_dwarf`], calling `progress(info_end, line_offset)` once each unit is indexed:
+    /// where that unit ends in `.debug_info` and where its line program starts in `.debug_line`. A caller that
+    /// reads the sections from a mapped file may drop the pages read so far: indexing touches every unit's
+    /// first bytes, which the kernel maps in by the 64 KiB (fault-around), most of a library's DWARF.
+    pub fn from_dwarf_with_progress(
+        sections: gimli::Dwarf<R>,
+        progress: &mut dyn FnMut(u64, Option<u64>),
+    ) -> Result<Context<R>, Error> {
+        Self::from_arc_dwarf_with_progress(Arc::new(sections), progress)
+    }
+
+    fn from_arc_dwarf_with_progress(
+        sections: Arc<gimli::Dwarf<R>>,
+        progress: &mut dyn FnMut(u64, Option<u64>),
+    ) -> Result<Context<R>, Error> {
+        let units = ResUnits::parse(&sections, progress)?;
         let sup_units = if let Some(sup) = sections.sup.as_ref() {
             SupUnits::parse(sup)?
         } else {

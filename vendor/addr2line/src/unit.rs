@@ -224,7 +224,10 @@ pub(crate) struct ResUnits<R: gimli::Reader> {
 }
 
 impl<R: gimli::Reader> ResUnits<R> {
-    pub(crate) fn parse(sections: &gimli::Dwarf<R>) -> Result<Self, Error> {
+    pub(crate) fn parse(
+        sections: &gimli::Dwarf<R>,
+        progress: &mut dyn FnMut(u64, Option<u64>),
+    ) -> Result<Self, Error> {
         // Find all the references to compilation units in .debug_aranges.
         // Note that we always also iterate through all of .debug_info to
         // find compilation units, because .debug_aranges may be missing some.
@@ -376,8 +379,11 @@ impl<R: gimli::Reader> ResUnits<R> {
                 }
             }
 
-            // syscatch: dropped here, parsed again when a lookup needs it.
+            // syscatch: dropped here, parsed again when a lookup needs it; the caller told how far it got.
+            let info_end = offset.0.into_u64() + header.length_including_self().into_u64();
+            let line = dw_unit.line_program.as_ref().map(|p| p.header().offset().0.into_u64());
             drop(dw_unit);
+            progress(info_end, line);
             res_units.push(ResUnit {
                 offset,
                 header,
