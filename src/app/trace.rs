@@ -427,12 +427,13 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         if let Some(note) = sit_with_pinned_target(pid) {
             eprintln!("syscatch: {note}");
         }
+        // Before the line that says we are ready: whoever reads it may check the tracer's slice.
+        crate::os::sched::short_slice();
         eprintln!("syscatch: attached to {} thread(s) of process {pid}; {}", tracer.summary.threads_seen, plan.what);
         if spawned {
             // The spawned program is held at its entry point; let it go.
             let _ = ptrace::cont(pid, 0);
         }
-        crate::os::sched::short_slice();
         let end = tracer.run();
         let mut summary = tracer.summary.clone();
         if let Some(p) = tracer.python() {

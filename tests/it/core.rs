@@ -605,3 +605,54 @@ fn interrupting_a_command_that_is_still_starting_leaves_it_unharmed() {
     t.send("go");
     assert_eq!(t.out.next(), "main reached");
 }
+
+/// A `Name : value` field of /proc/.../sched.
+fn sched_field(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == name).then(|| v.trim().parse().ok())?
+    })
+}
+
+/// The tracer thread asks EEVDF for its shortest slice (0.1 ms, `os::sched::short_slice`) before it says it is
+/// attached; syscatch's other threads keep the default. Read from the kernel: `se.slice` in
+/// /proc/PID/task/TID/sched, the tracer being the thread the target's TracerPid names.
+#[test]
+fn the_tracer_thread_runs_with_the_shortest_slice() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("mmap_threads"), &["1", "1"]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    sc.wait_attached();
+    let sc_pid = sc.child.id() as i32;
+    let tracer = tracer_of(t.pid);
+    let read = |tid: i32| std::fs::read_to_string(format!("/proc/{sc_pid}/task/{tid}/sched")).unwrap();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let version: Vec<u32> = release.split(['.', '-']).take(2).filter_map(|v| v.parse().ok()).collect();
+    let slice = sched_field(&read(tracer), "se.slice");
+    match slice {
+        None => eprintln!("SKIPPED: this kernel ({}) does not show se.slice: the slice is not checked", release.trim()),
+        Some(_) if version < vec![6, 12] => {
+            eprintln!("SKIPPED: kernel {} predates custom EEVDF slices (6.12): not checked", release.trim())
+        }
+        Some(slice) => {
+            assert_eq!(slice, 100_000, "the tracer thread {tracer} of syscatch {sc_pid}");
+            assert_eq!(sched_field(&read(tracer), "policy"), Some(0), "still SCHED_OTHER");
+            // Only the tracer: the analysis threads were started before it asked, and keep the default.
+            let others: Vec<i32> = std::fs::read_dir(format!("/proc/{sc_pid}/task"))
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|&tid| tid != tracer)
+                .collect();
+            assert!(!others.is_empty());
+            for tid in others {
+                assert_ne!(sched_field(&read(tid), "se.slice"), Some(100_000), "thread {tid} of syscatch");
+            }
+        }
+    }
+    t.send("go");
+    t.out.until(|l| l == "done");
+    sc.signal(libc::SIGINT);
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+}
