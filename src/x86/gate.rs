@@ -27,6 +27,8 @@ pub const CODE: &[u8] = &[
 pub const AFTER_SYSCALL: u64 = 0x36;
 /// The block is this far below the thread's stack pointer: the 128-byte red zone, the rip slot, 64 bytes.
 pub const BELOW: u64 = 200;
+/// Bytes the gate pushes below its block (rflags and nine registers).
+pub const PUSHED: u64 = 80;
 /// How far before a place the gate wants free bytes after the code it follows, and its alignment.
 pub const MARGIN: u64 = 16;
 
@@ -72,6 +74,7 @@ mod tests {
         assert_eq!(text[text.len() - 2], "60 lea rsp, [rsp + 0x40]");
         assert_eq!(text[text.len() - 1], "65 ret 0x80");
         assert_eq!(BELOW, 64 + 8 + 128);
+        assert_eq!(PUSHED, 8 * 10);
     }
 
     #[test]

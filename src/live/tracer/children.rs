@@ -86,6 +86,7 @@ impl Tracer<'_> {
         self.retired.clear();
         self.fast = None;
         self.pad = None;
+        self.gate = super::inject::Gate::Untried;
         self.tell(Msg::Exec);
         // Calls still open end here. An execve being stepped on the thread the event names (the leader's id, which
         // the exec'ing thread has taken) is the call that succeeded (a failed one returns without the event): its

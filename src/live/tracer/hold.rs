@@ -134,7 +134,8 @@ impl Tracer<'_> {
     pub(super) fn settle_late(&mut self, tid: Tid, stop: Stop) -> Option<Stop> {
         let Some(late) = self.late.remove(&tid) else { return Some(stop) };
         let late = match late {
-            _ if matches!(stop, Stop::Exited(_) | Stop::Killed(_)) => return Some(stop),
+            // Gone, or its program replaced (exec: registers saved from the old program mean nothing now).
+            _ if matches!(stop, Stop::Exited(_) | Stop::Killed(_) | Stop::Exec) => return Some(stop),
             Late::ForkChild => {
                 let _ = self.k.detach(tid, 0);
                 return None;
@@ -148,15 +149,18 @@ impl Tracer<'_> {
             Late::Trap => Late::Trap,
             Late::Gate(saved) => {
                 let (regs, mask, entered) = *saved;
-                if stop == Stop::Syscall && !entered {
-                    // The entry stop: on to the exit.
-                    self.late.insert(tid, Late::Gate(Box::new((regs, mask, true))));
+                if stop == Stop::Syscall && !(entered && self.in_gate_after_syscall(tid)) {
+                    // The entry stop (or another call's): on to the exit.
+                    let entered = entered || self.in_gate_after_syscall(tid);
+                    self.late.insert(tid, Late::Gate(Box::new((regs, mask, entered))));
                     let _ = self.k.syscall(tid);
                     return None;
                 }
                 // The exit stop (or, before the call, a signal or our pending interrupt): back where it was.
                 let _ = self.k.set_sigmask(tid, mask);
                 let _ = self.k.set_regs(tid, &regs);
+                // Out of the gate: the guardian may put its bytes back again.
+                self.gate_told(true);
                 return Some(if stop == Stop::Syscall { Stop::Interrupted } else { stop });
             }
         };

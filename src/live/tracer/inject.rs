@@ -29,9 +29,31 @@ impl Tracer<'_> {
     /// gate, the call is stepped on it).
     pub(super) fn inject_syscall(&mut self, tid: Tid, insn: u64, nr: u64, a: [u64; 6]) -> Result<u64, Error> {
         match self.gate_at(insn) {
-            Some(at) => self.inject_gated(tid, at, nr, a),
-            None => self.inject_stepped(tid, insn, nr, a),
+            Some(at) if self.gate_fits(tid) => self.inject_gated(tid, at, nr, a),
+            _ => self.inject_stepped(tid, insn, nr, a),
         }
+    }
+
+    /// Whether thread `tid` can run the gate: the 280 bytes below its stack pointer (red zone, block, the gate's
+    /// pushes) lie in the writable mapping its stack pointer is in (not so on a stack nearly used up: a fault there,
+    /// with its signals blocked, would kill it), and no shadow stack (CET) is on for it (the gate's `ret` has no
+    /// matching `call`).
+    fn gate_fits(&self, tid: Tid) -> bool {
+        let pid = self.cfg.pid;
+        let Ok(sp) = self.k.get_regs(tid).map(|r| r.sp()) else { return false };
+        let low = sp.wrapping_sub(gate::BELOW + gate::PUSHED);
+        let maps = self.k.read_maps(pid).map(|m| crate::model::maps::parse_maps(&m)).unwrap_or_default();
+        let room = maps.iter().any(|m| m.contains(low) && m.contains(sp.wrapping_sub(1)) && m.perms.contains('w'));
+        let shstk = self.k.read_task_status(pid, tid).is_ok_and(|s| {
+            s.lines().any(|l| l.strip_prefix("x86_Thread_features:").is_some_and(|f| f.contains("shstk")))
+        });
+        room && !shstk
+    }
+
+    /// Whether stopped thread `tid` is just past the gate's `syscall` (at that call's entry or exit stop).
+    pub(super) fn in_gate_after_syscall(&self, tid: Tid) -> bool {
+        let Gate::Written { at, .. } = self.gate else { return false };
+        self.k.get_regs(tid).is_ok_and(|r| r.ip() == at + gate::AFTER_SYSCALL)
     }
 
     /// The gate's address, written on first use. `SYSCATCH_CALL_GATE=0` turns it off (the baseline of
@@ -69,8 +91,12 @@ impl Tracer<'_> {
     /// Tells the guardian the gate's bytes are ours to put back if syscatch dies (`true`, as for a planted int3,
     /// in pieces of at most 32 bytes), or no longer: while a call runs through the gate (the thread must find it
     /// there to get back), and once the bytes are back.
-    fn gate_told(&mut self, ours: bool) {
+    pub(super) fn gate_told(&mut self, ours: bool) {
         let Gate::Written { at, ref orig } = self.gate else { return };
+        // Never while a call whose wait gave up may still be inside it.
+        if ours && self.late.values().any(|l| matches!(l, Late::Gate(..))) {
+            return;
+        }
         let pieces: Vec<(u64, Vec<u8>, Vec<u8>)> = gate::CODE
             .chunks(32)
             .zip(orig.chunks(32))
@@ -165,6 +191,11 @@ impl Tracer<'_> {
                         break Err(Error::Ptrace(e));
                     }
                 }
+                Ok(Stop::Signal(s)) if !entered && self.k.sig_code(tid).is_ok_and(|c| c > 0) && s != libc::SIGTRAP => {
+                    // A fault of the gate's own (the kernel's si_code): ours, not the target's; this try given up
+                    // (the registers go back below, the signal with them).
+                    break Err(Error::SignalDuringCall(s));
+                }
                 Ok(Stop::Signal(s)) if !entered => {
                     // A signal that cannot be blocked (a foreign SIGTRAP) came before the call: kept for when the
                     // thread is let go, and this try given up.
@@ -192,8 +223,11 @@ impl Tracer<'_> {
                 }
             }
         };
+        // A thread that will take a signal when let go gets its registers as they were, a call it was in the
+        // middle of included: the kernel then restarts it or fails it with EINTR as that signal's handler says.
+        let holds = matches!(self.threads.get(&tid).map(|t| &t.state), Some(State::Held { sig, .. }) if *sig != 0);
         let _ = self.k.set_sigmask(tid, mask);
-        let _ = self.k.set_regs(tid, &back);
+        let _ = self.k.set_regs(tid, if holds { &saved } else { &back });
         self.gate_told(true);
         result
     }

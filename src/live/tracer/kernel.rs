@@ -201,12 +201,18 @@ impl Kernel for Live {
     fn exec_slack(&self, pid: Tid, near: u64) -> Option<(u64, u64)> {
         let maps = crate::live::resolve::read_maps(pid).ok()?;
         let map = crate::model::modules::group_modules(&maps).into_iter().find(|m| m.start <= near && near < m.end)?;
-        let module = crate::live::resolve::read_module(pid, &map, None).ok()?;
+        // The file checked against what is mapped (build-id), so its layout is the one in memory.
+        let mem = ProcMem::open(pid).ok()?;
+        let module = crate::live::resolve::read_module(pid, &map, Some(&mem)).ok()?;
         let (at, len) = module.exec_slack()?;
-        // Mapped, executable and private, as the file says (a copy of the module mapped otherwise is not used).
-        maps.iter()
-            .any(|m| m.contains(at) && m.is_exec() && m.perms.ends_with('p') && m.path == map.path)
-            .then_some((at, len))
+        // Mapped, executable and private, as the file says (a copy of the module mapped otherwise is not used),
+        // and holding the file's own bytes there (padding nobody wrote).
+        let m = maps.iter().find(|m| m.contains(at) && m.is_exec() && m.perms.ends_with('p') && m.path == map.path)?;
+        let off = usize::try_from(m.offset.checked_add(at - m.start)?).ok()?;
+        let file = module.data.get(off..off.checked_add(usize::try_from(len).ok()?)?)?;
+        let mut now = vec![0u8; file.len()];
+        mem.read_exact(at, &mut now).ok()?;
+        (now == file).then_some((at, len))
     }
     fn stop_requested(&self) -> i32 {
         signals::stop_requested()

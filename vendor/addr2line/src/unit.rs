@@ -381,7 +381,10 @@ impl<R: gimli::Reader> ResUnits<R> {
 
             // syscatch: dropped here, parsed again when a lookup needs it; the caller told how far it got.
             let info_end = offset.0.into_u64() + header.length_including_self().into_u64();
-            let line = dw_unit.line_program.as_ref().map(|p| p.header().offset().0.into_u64());
+            let line = dw_unit
+                .line_program
+                .as_ref()
+                .map(|p| p.header().offset().0.into_u64());
             drop(dw_unit);
             progress(info_end, line);
             res_units.push(ResUnit {
