@@ -462,3 +462,38 @@ fn sigkill_of_syscatch_during_an_injected_call_leaves_the_thread_unharmed() {
         assert_eq!(t.wait().code(), Some(23));
     }
 }
+
+/// A thread whose stack pointer is 240 bytes above a guard page when syscatch arms: the call gate needs 280 bytes
+/// below it, so the pad's calls are stepped on that thread instead (a fault in the gate, its signals blocked, would
+/// kill it). Attach and detach leave it to finish its read() as if nothing happened.
+#[test]
+fn a_thread_on_a_nearly_full_stack_is_not_sent_through_the_gate() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("tight_stack"), &[]);
+    // In its read() on the tight stack: /proc/PID/syscall says "0 0x0 ... SP PC" once it blocks there.
+    let blocked = || {
+        let s = std::fs::read_to_string(format!("/proc/{}/syscall", t.pid)).unwrap_or_default();
+        let f: Vec<&str> = s.split_whitespace().collect();
+        f.len() == 9
+            && f[0] == "0"
+            && f[1] == "0x0"
+            && u64::from_str_radix(f[7].trim_start_matches("0x"), 16).is_ok_and(|sp| sp % 4096 == 240)
+    };
+    assert!(poll(blocked), "the target blocks in read() 240 bytes above its guard page");
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start_cmd(syscatch_cmd().env("SYSCATCH_TRAP_PAD", "1").args([
+        "--syscall",
+        "mmap",
+        "--pid",
+        pid.as_str(),
+    ]));
+    sc.wait_attached();
+    assert!(sigtrap_caught(t.pid), "the trap pad is in place (its calls stepped)");
+    sc.signal(libc::SIGINT);
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    assert_text_pristine(t.pid, "after a clean detach");
+    t.send("x");
+    assert_eq!(t.out.next(), "read 1");
+    assert_eq!(t.wait().code(), Some(0));
+}
