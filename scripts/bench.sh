@@ -533,6 +533,8 @@ bench_syscatch sc_fast_nonmatch "syscatch --fast, non-matching call" "" getpid "
     "--fast: no stop, a jump and a compare" --fast
 bench_syscatch sc_fast_match "syscatch --fast, matching hit, rax + 64 KiB stack" "" mmap "$N_SC_MATCH" 65536 \
     "--fast: one stop after the kernel returned" --fast
+TRACER_FREE=1 bench_syscatch sc_fast_match_target_pinned "syscatch --fast, matching hit, target pinned to 1 CPU" \
+    "$PIN_CPU" mmap "$N_SC_MATCH" 65536 "target on CPU $PIN_CPU, syscatch started free" --fast
 # Bursts (issue 13): rounds of N back-to-back matching calls, no pause; the first round follows the attach, so it
 # includes the first event's costs. The note counts events whose stack window was dropped under pressure.
 bench_burst() { # id n [text]
@@ -778,6 +780,10 @@ ratio ratio_sc_floor_match "syscatch matching (64 KiB stack) / floor" sc_match_s
 ratio ratio_burst300_floor "syscatch burst of 300 matching / floor" sc_burst300_json floor_pinned
 ratio ratio_burst10k_floor "syscatch burst of 10k matching (3k with --quick) / floor" sc_burst10k_json floor_pinned
 ratio ratio_fast_floor_match "syscatch --fast matching (64 KiB stack) / floor" sc_fast_match floor_pinned
+ratio ratio_fast_floor_match_target_pinned "syscatch --fast matching, target pinned / floor (goal 1.5)" \
+    sc_fast_match_target_pinned floor_pinned
+ratio ratio_fast_floor_unpinned "syscatch --fast matching / floor placed by the scheduler alike" sc_fast_match \
+    floor_unpinned
 ratio ratio_burst300_text_floor "syscatch burst of 300, text to a pipe / floor" sc_burst300_text floor_pinned
 ratio ratio_burst10k_text_floor "syscatch burst of 10k (3k with --quick), text to a pipe / floor" sc_burst10k_text \
     floor_pinned
