@@ -54,6 +54,19 @@ pub fn disassembler() -> Option<Capstone> {
     Capstone::new().x86().mode(ArchMode::Mode64).detail(true).build().ok()
 }
 
+/// Hand-assembled code as text, one `"OFFSET MNEMONIC OPERANDS"` line per instruction, and how many bytes decoded
+/// (the tests of the code syscatch writes into targets: the trap pad, the call gate).
+#[cfg(test)]
+pub(crate) fn listing(code: &[u8]) -> (Vec<String>, usize) {
+    let cs = disassembler().expect("capstone");
+    let insns = cs.disasm_all(code, 0).expect("decodes");
+    let text = insns
+        .iter()
+        .map(|i| format!("{:x} {} {}", i.address(), i.mnemonic().unwrap_or(""), i.op_str().unwrap_or("")))
+        .collect();
+    (text, insns.iter().map(|i| i.len()).sum())
+}
+
 fn reg64(cs: &Capstone, id: RegId) -> Option<Reg> {
     Reg::from_name(&cs.reg_name(id)?)
 }

@@ -58,13 +58,8 @@ mod tests {
 
     #[test]
     fn the_code_is_what_the_source_says() {
-        let cs = breakpoints::disassembler().unwrap();
-        let insns = cs.disasm_all(CODE, 0).unwrap();
-        let text: Vec<String> = insns
-            .iter()
-            .map(|i| format!("{:x} {} {}", i.address(), i.mnemonic().unwrap(), i.op_str().unwrap()))
-            .collect();
-        assert_eq!(insns.iter().map(|i| i.len()).sum::<usize>(), CODE.len(), "{text:#?}");
+        let (text, decoded) = breakpoints::listing(CODE);
+        assert_eq!(decoded, CODE.len(), "{text:#?}");
         assert_eq!(text[0], "0 pushfq ", "{text:#?}");
         assert!(text.contains(&format!("{:x} syscall ", AFTER_SYSCALL - 2)), "{text:#?}");
         // The block's words as the gate reads them: rax = nr at rsp+80 (= the block, after ten pushes), the mask

@@ -64,14 +64,9 @@ mod tests {
 
     #[test]
     fn the_code_is_what_the_source_says() {
-        let cs = breakpoints::disassembler().unwrap();
-        let insns = cs.disasm_all(CODE, 0).unwrap();
-        let text: Vec<String> = insns
-            .iter()
-            .map(|i| format!("{:x} {} {}", i.address(), i.mnemonic().unwrap(), i.op_str().unwrap()))
-            .collect();
+        let (text, decoded) = breakpoints::listing(CODE);
         // Every byte decodes, the data page is 4096 bytes on, and the restorer is rt_sigreturn.
-        assert_eq!(insns.iter().map(|i| i.len()).sum::<usize>(), CODE.len(), "{text:#?}");
+        assert_eq!(decoded, CODE.len(), "{text:#?}");
         assert_eq!(text[0], "0 lea r9, [rip + 0xff9]");
         assert!(text.contains(&format!("{RESTORER:x} mov eax, 0xf")), "{text:#?}");
         assert_eq!(text.last().unwrap(), &format!("{:x} syscall ", RESTORER + 5));

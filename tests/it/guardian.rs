@@ -124,9 +124,7 @@ fn sigkill_of_syscatch_leaves_an_idle_target_healthy_with_fast() {
 
 /// SIGTRAP's bit in `SigCgt` of /proc/PID/status: a handler is installed.
 fn sigtrap_caught(pid: i32) -> bool {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let cgt = s.lines().find_map(|l| l.strip_prefix("SigCgt:")).map(|v| u64::from_str_radix(v.trim(), 16).unwrap());
-    cgt.unwrap() & (1 << (libc::SIGTRAP - 1)) != 0
+    u64::from_str_radix(&status_line(pid, "SigCgt:"), 16).unwrap() & (1 << (libc::SIGTRAP - 1)) != 0
 }
 
 /// A clean end tells the guardian so: it exits at once and never writes; the trap pad's handler and pages go.

@@ -149,9 +149,10 @@ impl Tracer<'_> {
             Late::Trap => Late::Trap,
             Late::Gate(saved) => {
                 let (regs, mask, entered) = *saved;
-                if stop == Stop::Syscall && !(entered && self.in_gate_after_syscall(tid)) {
+                let at_gate = stop == Stop::Syscall && self.in_gate_after_syscall(tid);
+                if stop == Stop::Syscall && !(entered && at_gate) {
                     // The entry stop (or another call's): on to the exit.
-                    let entered = entered || self.in_gate_after_syscall(tid);
+                    let entered = entered || at_gate;
                     self.late.insert(tid, Late::Gate(Box::new((regs, mask, entered))));
                     let _ = self.k.syscall(tid);
                     return None;
