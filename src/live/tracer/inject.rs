@@ -67,7 +67,6 @@ impl Tracer<'_> {
             let at = self.k.exec_slack(self.cfg.pid, near).and_then(|(start, len)| gate::place(start, len))?;
             let mut orig = vec![0u8; gate::CODE.len()];
             self.mem.read_exact(at, &mut orig).ok()?;
-            let put_back = orig.clone();
             self.gate = Gate::Written { at, orig };
             // Told first, as for an int3: a death from here on has the guardian put the bytes back.
             self.gate_told(true);
@@ -76,7 +75,9 @@ impl Tracer<'_> {
                 && self.mem.read_exact(at, &mut now).is_ok()
                 && now == gate::CODE;
             if !written {
-                let _ = self.mem.write_all(at, &put_back);
+                if let Gate::Written { ref orig, .. } = self.gate {
+                    let _ = self.mem.write_all(at, orig);
+                }
                 self.gate_told(false);
                 self.gate = Gate::Absent;
                 return None;
@@ -108,8 +109,8 @@ impl Tracer<'_> {
         }
     }
 
-    /// With every thread held (after arming; at detach): the gate's bytes back, unless a thread is still inside it (one whose
-    /// call did not return in time: it needs the gate to get back).
+    /// With every thread held (after arming; at detach): the gate's bytes back, unless a thread is still inside it
+    /// (one whose call did not return in time: it needs the gate to get back).
     pub(super) fn remove_gate(&mut self) {
         let Gate::Written { at, ref orig } = self.gate else { return };
         let end = at + gate::CODE.len() as u64;
