@@ -77,6 +77,9 @@ pub struct Summary {
     pub emulated: u64,
     /// Hits that needed a slow step-over (single steps instead of emulation).
     pub slow_path: u64,
+    /// `--fast` events whose registers came from the trampoline's record, read with the stack in one copy
+    /// (no `PTRACE_GETREGS`).
+    pub from_record: u64,
     pub threads_seen: u64,
     pub forks_cleaned: u64,
     pub signals_forwarded: u64,

@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Default)]
 pub struct Window {
     bytes: Vec<u8>,
+    /// Where the window's bytes begin in `bytes` (what was read before them was taken by [`Window::advance`]).
+    start: usize,
     home: Option<Windows>,
 }
 
@@ -21,33 +23,38 @@ impl Window {
     pub fn filled_from(pool: &Windows, fill: impl FnOnce(&mut Vec<u8>)) -> Window {
         let mut bytes = pool.take();
         fill(&mut bytes);
-        Window { bytes, home: Some(pool.clone()) }
+        Window { bytes, start: 0, home: Some(pool.clone()) }
+    }
+
+    /// Drops the first `n` bytes (all of them if fewer), without moving the rest.
+    pub fn advance(&mut self, n: usize) {
+        self.start = self.start.saturating_add(n).min(self.bytes.len());
     }
 }
 
 impl From<Vec<u8>> for Window {
     fn from(bytes: Vec<u8>) -> Window {
-        Window { bytes, home: None }
+        Window { bytes, start: 0, home: None }
     }
 }
 
 impl Deref for Window {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.bytes
+        &self.bytes[self.start..]
     }
 }
 
 impl AsRef<[u8]> for Window {
     fn as_ref(&self) -> &[u8] {
-        &self.bytes
+        self
     }
 }
 
 impl Clone for Window {
     /// A copy owns a buffer of its own, outside the pool.
     fn clone(&self) -> Window {
-        Window { bytes: self.bytes.clone(), home: None }
+        Window { bytes: self.to_vec(), start: 0, home: None }
     }
 }
 
@@ -61,7 +68,7 @@ impl Drop for Window {
 
 impl std::fmt::Debug for Window {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Window({} bytes)", self.bytes.len())
+        write!(f, "Window({} bytes)", self.len())
     }
 }
 
@@ -130,9 +137,11 @@ mod tests {
     fn a_dropped_window_goes_back_to_its_pool_and_is_reused() {
         let pool = Windows::new(4096, 2);
         assert_eq!(pool.idle(), 2);
-        let w = Window::filled_from(&pool, |b| b.extend_from_slice(&[1, 2, 3]));
+        let mut w = Window::filled_from(&pool, |b| b.extend_from_slice(&[9, 1, 2, 3]));
+        w.advance(1);
         assert_eq!((&w[..], pool.idle()), (&[1u8, 2, 3][..], 1));
-        let ptr = w.as_ptr();
+        assert_eq!(&w.clone()[..], &[1, 2, 3]);
+        let ptr = w.as_ptr().wrapping_sub(1);
         drop(w);
         assert_eq!(pool.idle(), 2);
         // The pool is a stack: the buffer just returned is the next one out, emptied.
@@ -144,7 +153,9 @@ mod tests {
     fn a_pool_keeps_a_bounded_number_of_idle_buffers_and_copies_stay_outside() {
         let pool = Windows::new(1 << 20, 0);
         let ws: Vec<Window> = (0..10).map(|_| Window::filled_from(&pool, |b| b.push(7))).collect();
-        let copy = ws[0].clone();
+        let mut copy = ws[0].clone();
+        copy.advance(5);
+        assert!(copy.is_empty());
         drop(ws);
         assert_eq!(pool.idle(), Windows::MIN_KEEP);
         drop(copy);

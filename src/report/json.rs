@@ -213,6 +213,7 @@ impl<W: Write> Renderer for Json<W> {
                 "python_us_per_event": s.python_us_per_event,
                 "emulated": s.emulated,
                 "slow_path": s.slow_path,
+                "from_record": s.from_record,
                 "forks_cleaned": s.forks_cleaned,
                 "signals_forwarded": s.signals_forwarded,
                 "warnings": s.warnings,

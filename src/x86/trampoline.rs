@@ -2,12 +2,24 @@
 //! a non-matching call never stops. Pure: plans the patch from the wrapper's decoded instructions and assembles
 //! the page's bytes; the tracer maps the page, writes it and patches with every thread stopped.
 //!
-//! Layout, for wanted numbers n1..nk (rax holds the number at the patched instruction):
+//! Layout, for wanted numbers n1..nk (rax holds the number at the patched instruction), with a second page
+//! holding one counter:
 //! ```text
 //! page:     cmp $n1,%rax ; je match1 ; ... ; cmp $nk,%rax ; je matchk
 //!           <displaced instruction> ; jmp patch+len          (no match: back into the wrapper)
-//! match_i:  <displaced instruction> ; syscall ; int3 ; jmp syscall+2   (one stop, rax already the result)
+//! match_i:  <displaced instruction> ; syscall
+//!           <the registers, this int3's address and MAGIC stored in the red zone below rsp>
+//!           mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
+//!           int3 ; jmp syscall+2                               (one stop, rax already the result)
 //! ```
+//!
+//! The red-zone record ([`Block`]) lets the tracer read a stopped thread's registers and its stack in one
+//! `process_vm_readv` at the stack pointer of the thread's last event, instead of `PTRACE_GETREGS` and then the
+//! copy: the wrapper is a leaf that pushes nothing and never uses its red zone, and a signal handler's frame
+//! goes below the red zone. Its sequence number, from a counter every thread increments, is stored last, so a
+//! record is whole once its number is newer than any the tracer has seen from that thread. Only `rcx`, `r11`
+//! and the flags change besides; `syscall` has just clobbered the first two, and [`plan`] requires the wrapper's
+//! next instruction to set the flags without reading them.
 
 use crate::model::maps::Mapping;
 use crate::model::regs::Reg;
@@ -40,6 +52,71 @@ pub enum Refusal {
     BranchIntoPatch,
     #[error("no instruction of 5 bytes or more can be replaced before `syscall`")]
     NoRoom,
+    #[error("the wrapper reads the flags after `syscall`")]
+    FlagsRead,
+}
+
+/// Bytes of the record below the stack pointer: the x86-64 red zone, which signal frames never touch.
+pub const BLOCK: usize = 128;
+/// The record's first word.
+pub const MAGIC: u64 = 0x5ca7_c4a1_7eb1_0c4b;
+/// Pages mapped for the trampoline: its code, then the counter's page.
+pub const PAGES: u64 = 2;
+/// Where each register goes in the record, as an offset from rsp: (register, REX.R bit, ModRM reg field).
+const SAVED: [(Reg, u8, u8, i8); 13] = [
+    (Reg::Rax, 0, 0, -104),
+    (Reg::Rdi, 0, 7, -96),
+    (Reg::Rsi, 0, 6, -88),
+    (Reg::Rdx, 0, 2, -80),
+    (Reg::R10, 1, 2, -72),
+    (Reg::R8, 1, 0, -64),
+    (Reg::R9, 1, 1, -56),
+    (Reg::Rbx, 0, 3, -48),
+    (Reg::Rbp, 0, 5, -40),
+    (Reg::R12, 1, 4, -32),
+    (Reg::R13, 1, 5, -24),
+    (Reg::R14, 1, 6, -16),
+    (Reg::R15, 1, 7, -8),
+];
+const AT_MAGIC: i8 = -128;
+const AT_SEQ: i8 = -120;
+const AT_INT3: i8 = -112;
+
+/// A matching call's record, read from the `BLOCK` bytes below its stack pointer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    /// From the shared counter, unique per pass through the trampoline and increasing.
+    pub seq: u64,
+    /// The int3 the pass stops at.
+    pub int3: u64,
+    /// The registers after `syscall` (rax is the result), in [`Reg`] order of `SAVED`.
+    pub regs: Vec<(Reg, u64)>,
+}
+
+impl Block {
+    /// The record in `bytes` (the `BLOCK` bytes below rsp), if it holds [`MAGIC`].
+    pub fn parse(bytes: &[u8]) -> Option<Block> {
+        let word = |off: i8| {
+            let at = usize::try_from(BLOCK as isize + off as isize).ok()?;
+            Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+        };
+        if word(AT_MAGIC)? != MAGIC {
+            return None;
+        }
+        let regs = SAVED.iter().map(|&(r, _, _, off)| Some((r, word(off)?))).collect::<Option<Vec<_>>>()?;
+        Some(Block { seq: word(AT_SEQ)?, int3: word(AT_INT3)?, regs })
+    }
+}
+
+/// `mov %reg,off(%rsp)` for a 64-bit register (REX.R `r`, ModRM reg field `reg`).
+fn store(code: &mut Vec<u8>, r: u8, reg: u8, off: i8) {
+    code.extend_from_slice(&[0x48 | (r << 2), 0x89, 0x44 | (reg << 3), 0x24, off as u8]);
+}
+
+/// Whether the instruction at the start of `after` (the wrapper's, just past `syscall`) writes the flags
+/// without reading them: `cmp` or `test` on rax, as every wrapper this is used on does.
+pub fn sets_flags_first(after: &[u8]) -> bool {
+    matches!(after, [0x48, 0x3d, ..] | [0x48, 0x83, 0xf8, ..] | [0x48, 0x85, 0xc0, ..] | [0x3d, ..] | [0x85, 0xc0, ..])
 }
 
 /// Chooses the instruction to replace: one of at least 5 bytes, after rax got the number (`mov %rdi,%rax` first)
@@ -54,6 +131,10 @@ pub fn plan(
     branch_targets: &[u64],
 ) -> Result<PatchPlan, Refusal> {
     let first = prefix.first().ok_or(Refusal::NoPrefix)?;
+    let after = usize::try_from(syscall_at.wrapping_sub(entry) + 2).ok().and_then(|a| code.get(a..));
+    if !after.is_some_and(sets_flags_first) {
+        return Err(Refusal::FlagsRead);
+    }
     if first.insn != Some(Insn::MovRegReg { dst: Reg::Rax, src: Reg::Rdi }) {
         return Err(Refusal::NoNumberMove);
     }
@@ -100,7 +181,9 @@ pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64]) -> Option<(Vec<u8>
     let reloc = &plan.orig;
     let compare_len = 12 * numbers.len();
     let miss_len = reloc.len() + 5;
-    let match_len = reloc.len() + 2 + 1 + 5;
+    // reloc, syscall, 13 stores, 2 x (movabs, store), counter (6 + 9 + 4 + 5), int3, jmp.
+    let match_len = reloc.len() + 2 + 13 * 5 + 2 * (10 + 5) + 24 + 1 + 5;
+    let counter = page + 4096;
     let mut code = Vec::new();
     let mut int3s = HashMap::new();
     let match_at = |i: usize| page + (compare_len + miss_len + i * match_len) as u64;
@@ -116,14 +199,33 @@ pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64]) -> Option<(Vec<u8>
     let here = page + code.len() as u64;
     code.push(0xe9);
     code.extend_from_slice(&rel32(here, 5, plan.at + reloc.len() as u64)?);
-    for &nr in numbers {
+    for (i, &nr) in numbers.iter().enumerate() {
+        let start = code.len();
+        let int3 = match_at(i) + (match_len - 6) as u64;
         code.extend_from_slice(reloc);
         code.extend_from_slice(&[0x0f, 0x05]);
+        for &(_, r, reg, off) in &SAVED {
+            store(&mut code, r, reg, off);
+        }
+        for (value, off) in [(int3, AT_INT3), (MAGIC, AT_MAGIC)] {
+            // movabs $value,%r11 ; mov %r11,off(%rsp)
+            code.extend_from_slice(&[0x49, 0xbb]);
+            code.extend_from_slice(&value.to_le_bytes());
+            store(&mut code, 1, 3, off);
+        }
+        // mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
+        code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0, 0xf0, 0x4c, 0x0f, 0xc1, 0x1d]);
+        let here = page + code.len() as u64;
+        code.extend_from_slice(&rel32(here, 4, counter)?);
+        code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
+        store(&mut code, 1, 3, AT_SEQ);
+        debug_assert_eq!(page + code.len() as u64, int3);
         int3s.insert(page + code.len() as u64, nr);
         code.push(0xcc);
         let here = page + code.len() as u64;
         code.push(0xe9);
         code.extend_from_slice(&rel32(here, 5, plan.syscall_at + 2)?);
+        debug_assert_eq!(code.len() - start, match_len);
     }
     (code.len() <= 4096).then_some((code, int3s))
 }
@@ -163,7 +265,7 @@ pub fn page_candidates(maps: &[Mapping], plan: &PatchPlan) -> Vec<u64> {
         }
         // A free page on each side of ours.
         let first = gap_start.saturating_add(PAGE).max(lowest).next_multiple_of(PAGE);
-        let last = gap_end.saturating_sub(2 * PAGE).min(highest) & !(PAGE - 1);
+        let last = gap_end.saturating_sub((PAGES + 1) * PAGE).min(highest) & !(PAGE - 1);
         if first > last {
             continue;
         }
@@ -229,14 +331,61 @@ mod tests {
         assert_eq!(text[4], "mov r9, qword ptr [rsp + 8]");
         assert_eq!(text[5], format!("jmp {:#x}", entry + 0x17));
         assert_eq!(text[7], "syscall");
-        assert_eq!(text[8], "int3");
-        assert_eq!(text[9], format!("jmp {:#x}", entry + 0x19));
+        assert_eq!(text[8], "mov qword ptr [rsp - 0x68], rax");
+        assert_eq!(text[12], "mov qword ptr [rsp - 0x48], r10");
+        assert_eq!(text[20], "mov qword ptr [rsp - 8], r15");
+        let int3 = int3s.iter().find(|&(_, &nr)| nr == 9).map(|(&a, _)| a).unwrap();
+        assert_eq!(text[21], format!("movabs r11, {int3:#x}"));
+        assert_eq!(text[22], "mov qword ptr [rsp - 0x70], r11");
+        assert_eq!(text[23], format!("movabs r11, {MAGIC:#x}"));
+        assert_eq!(text[24], "mov qword ptr [rsp - 0x80], r11");
+        assert_eq!(text[25], "mov r11d, 1");
+        assert_eq!(text[26], format!("lock xadd qword ptr [rip + {:#x}], r11", page + 4096 - (int3 - 9)));
+        assert_eq!(text[27], "lea r11, [r11 + 1]");
+        assert_eq!(text[28], "mov qword ptr [rsp - 0x78], r11");
+        assert_eq!(text[29], "int3");
+        assert_eq!(text[30], format!("jmp {:#x}", entry + 0x19));
         assert_eq!(int3s.len(), 2);
         assert_eq!(int3s.values().copied().max(), Some(11));
+        // The second match path is the same at its own place: each int3 is where its record says.
+        for &at in int3s.keys() {
+            let i = cs.disasm_all(&code, page).unwrap().iter().position(|i| i.address() == at).unwrap();
+            assert_eq!(text[i], "int3");
+            assert_eq!(text[i - 8], format!("movabs r11, {at:#x}"));
+        }
+        // A wrapper whose next instruction reads the flags is refused.
+        let mut odd = GLIBC_SYSCALL.to_vec();
+        odd[0x19..0x1f].copy_from_slice(&[0x73, 0x01, 0x90, 0x90, 0x90, 0x90]);
+        assert_eq!(plan(entry, &odd, &w.prefix, w.syscall_at, &targets), Err(Refusal::FlagsRead));
         // A branch into the patched bytes refuses.
         assert_eq!(plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x13]), Err(Refusal::BranchIntoPatch));
         // Too far for rel32.
         assert!(patch_bytes(&p, entry + (3u64 << 31)).is_none());
+    }
+
+    #[test]
+    fn a_record_parses_only_with_its_magic() {
+        let mut b = vec![0u8; BLOCK];
+        let put = |b: &mut Vec<u8>, off: i8, v: u64| {
+            let at = (BLOCK as isize + off as isize) as usize;
+            b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        for (i, &(_, _, _, off)) in SAVED.iter().enumerate() {
+            put(&mut b, off, 100 + i as u64);
+        }
+        put(&mut b, AT_SEQ, 7);
+        put(&mut b, AT_INT3, 0x1234);
+        assert_eq!(Block::parse(&b), None);
+        put(&mut b, AT_MAGIC, MAGIC);
+        let r = Block::parse(&b).unwrap();
+        assert_eq!((r.seq, r.int3), (7, 0x1234));
+        assert_eq!(r.regs[0], (Reg::Rax, 100));
+        assert_eq!(r.regs[12], (Reg::R15, 112));
+        // Every word of the red zone is used once.
+        let mut offs: Vec<i8> = SAVED.iter().map(|s| s.3).chain([AT_MAGIC, AT_SEQ, AT_INT3]).collect();
+        offs.sort();
+        assert_eq!(offs, (0..16).map(|i| -128 + 8 * i as i8).collect::<Vec<_>>());
+        assert_eq!(Block::parse(&b[..BLOCK - 1]), None);
     }
 
     fn map(start: u64, end: u64, perms: &str, path: &str) -> Mapping {
@@ -263,13 +412,13 @@ mod tests {
             map(0xffff_ffff_ff60_0000, 0xffff_ffff_ff60_1000, "--xp", "[vsyscall]"),
         ];
         let c = page_candidates(&maps, &p);
-        // The 16 KiB gap above libc (its middle two pages qualify: the nearer one), the space above the stack, then
-        // the 64 KiB hole 1 GiB below (its top page but one).
-        assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0x2000]);
+        // The 16 KiB gap above libc (room for the two pages and a free page each side), the space above the stack,
+        // then the 64 KiB hole 1 GiB below (at its top, with a free page above).
+        assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0x3000]);
         // Never adjacent to a mapping, never below the stack, always within rel32 of every branch.
         for &page in &c {
             assert_eq!(page % 4096, 0);
-            assert!(maps.iter().all(|m| page + 4096 < m.start || page > m.end), "{page:#x}");
+            assert!(maps.iter().all(|m| page + PAGES * 4096 < m.start || page > m.end), "{page:#x}");
             assert!(!(libc + 0x50_0000..libc + 0x1000_0000).contains(&page));
             assert!(patch_bytes(&p, page).is_some() && assemble(&p, page, &[9]).is_some(), "{page:#x}");
         }

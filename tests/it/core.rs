@@ -342,6 +342,88 @@ fn fast_mode_captures_exactly_without_stopping_other_calls() {
     assert_eq!(t.wait().code(), Some(7));
 }
 
+/// `--fast` reads a thread's registers from the trampoline's record at the stack pointer of its last event. Calls
+/// from two sites at different depths, from a signal handler that interrupts them, and SIGTRAPs sent to the same
+/// thread: every call is reported once with its own result, arguments and stack, and every signal arrives.
+#[test]
+fn fast_mode_reads_each_call_right_among_sites_handlers_and_sigtraps() {
+    fast_signals_round(&[]);
+}
+
+/// As above, in a target that leaves SIGTRAP alone: each stop's siginfo is not read there.
+#[test]
+fn fast_mode_reads_each_call_right_among_sites_and_handlers() {
+    fast_signals_round(&["notrap"]);
+}
+
+fn fast_signals_round(args: &[&str]) {
+    require_ptrace();
+    let mut t = Target::start(&testprog("fast_signals"), args);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast"]);
+    sc.wait_attached();
+    t.send("go 400");
+    let lines = t.out.until(|l| l == "done");
+    let truth = truth_mmaps(&lines);
+    let signals: Vec<u64> = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("signals "))
+        .expect("signals line")
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
+    assert_eq!(signals[0], signals[1], "every SIGUSR1 handled: {signals:?}");
+    // A SIGTRAP sent in the microsecond between a thread's int3 and its stop finds the int3's SIGTRAP pending
+    // and is merged with it by the kernel (as for any debugger's breakpoint): measured, 1 in 30-100 of these sends.
+    // Before the record's sequence numbers, one sent while the thread was stopped at the int3 was taken for a
+    // second hit of it (30-50 % of them lost, and the call reported twice).
+    assert!((signals[2] - signals[3]) * 10 <= signals[2], "SIGTRAPs lost: {signals:?}");
+    assert!(signals[0] > 0 && (signals[2] > 0) == args.is_empty(), "{signals:?}");
+    let values = json_lines(&out);
+    let mut got = captured_mmaps(&values);
+    let mut want = truth.clone();
+    got.sort();
+    want.sort();
+    if got != want {
+        let extra: Vec<_> =
+            got.iter().filter(|c| got.iter().filter(|d| d == c).count() > 1 || !want.contains(c)).collect();
+        let missing: Vec<_> = want.iter().filter(|c| !got.contains(c)).collect();
+        panic!("each call once, with its result and length: extra {extra:x?}, missing {missing:x?}");
+    }
+    // The stack of each event is its caller's: the length it asked for names the function. (Under pressure the
+    // tracer drops stack windows, never the calls: those are left out here.)
+    let events: Vec<&serde_json::Value> = values.iter().filter(|v| v["type"] == "event").collect();
+    let with_stacks: Vec<&&serde_json::Value> =
+        events.iter().filter(|v| !v["data"]["stack"].as_array().unwrap().is_empty()).collect();
+    assert!(with_stacks.len() * 2 > events.len(), "{} of {} with stacks", with_stacks.len(), events.len());
+    for v in with_stacks {
+        let len = u64::from_str_radix(v["data"]["args"][1].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+        let caller = match len {
+            4096 => "site_a",
+            8192 => "site_b_inner",
+            _ => "handler_inner",
+        };
+        let funcs: Vec<&str> =
+            v["data"]["stack"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
+        // Past the wrapper and `map`, inlined into each caller.
+        assert_eq!(funcs.iter().find(|&&f| f != "syscall" && f != "map"), Some(&caller), "{funcs:?}");
+        let outer = if len == 3 * 4096 { "on_usr1" } else { "main" };
+        assert!(funcs.contains(&outer), "{funcs:?}");
+    }
+    let sum = summary(&values);
+    assert_eq!(sum["matching"].as_u64(), Some(truth.len() as u64));
+    let from_record = sum["from_record"].as_u64().unwrap();
+    // Of every four calls, the two site_a calls after a site_a call are read at the guessed stack pointer.
+    assert!(from_record * 3 > truth.len() as u64, "events from the record: {from_record} of {}", truth.len());
+    assert_eq!(tracer_of(t.pid), 0);
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(0));
+}
+
 /// A process whose address space is crowded around libc (as one with hundreds of modules): the only free page
 /// within jump range is in a 64 KiB hole far below libc. `--fast` finds it from the maps' gaps and engages.
 #[test]
@@ -373,7 +455,7 @@ fn fast_mode_finds_the_one_free_gap_in_a_crowded_address_space() {
         .find_map(|w| w.as_str()?.split("trampoline page mapped at 0x").nth(1)?.split(' ').next())
         .expect("the page is named in the summary");
     let page = u64::from_str_radix(left, 16).unwrap();
-    assert!(page > hole && page + 4096 < hole + hole_len, "page {page:#x} in the hole {hole:#x}+{hole_len:#x}");
+    assert!(page > hole && page + 8192 < hole + hole_len, "pages {page:#x} in the hole {hole:#x}+{hole_len:#x}");
     let site = site_of(&err);
     assert_eq!(read_mem(t.pid, site, 32), libc_bytes_untraced(site, t.pid, 32), "the wrapper is restored");
     assert_eq!(tracer_of(t.pid), 0);

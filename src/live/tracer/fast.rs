@@ -1,8 +1,11 @@
-//! `--fast`: the in-process filter. With every thread stopped, the target is made to map one executable page in
+//! `--fast`: the in-process filter. With every thread stopped, the target is made to map an executable page in
 //! the nearest free gap of its address space within jump range of libc's wrapper (found from its maps; an mmap
 //! with `MAP_FIXED_NOREPLACE` run by a stopped thread on libc's own `syscall` instruction), the trampoline is
 //! written there, and one whole instruction of the wrapper is replaced by a jump to it. Non-matching calls then
-//! never stop; a matching call stops once, at the trampoline's int3, with rax already the result.
+//! never stop; a matching call stops once, at the trampoline's int3, with rax already the result. Its registers
+//! are also in a record below its stack pointer (`trampoline::Block`): at a thread's next stop after an event,
+//! the record and the stack are read in one copy at the same stack pointer, and the event needs no
+//! `PTRACE_GETREGS` when the record proves to be this stop's (the stop a call site repeating in a loop makes).
 
 use super::Tracer;
 use super::error::Error;
@@ -18,6 +21,42 @@ use crate::x86::trampoline::{self, PatchPlan};
 use std::collections::HashMap;
 use std::time::Instant;
 
+/// What the tracer knows of one thread's passes through the trampoline (see [`trampoline::Block`]).
+#[derive(Default)]
+pub(super) struct Passes {
+    /// The stack pointer of the thread's last event and how many bytes of stack could be read there, kept only
+    /// while nothing else has stopped the thread since (any stop takes it: a signal handler may have run): its
+    /// next stop is most likely the same call site's int3, whose record and stack are then read in one copy,
+    /// without `PTRACE_GETREGS`, and no further than the last time (a copy asked to go past the end of the stack
+    /// costs more than one that ends there).
+    pub guess: Option<(u64, usize)>,
+    /// The newest sequence number seen from this thread: a record is this stop's only if newer.
+    newest: u64,
+    /// The sequence numbers of the passes last reported. A pass can be reported at a stop before its int3 (a
+    /// SIGTRAP sent to the thread right after the record was written) and meet its int3 after other passes
+    /// were reported, from a signal handler that ran in between.
+    reported: [u64; 4],
+    /// The thread's registers at its last `PTRACE_GETREGS`, for what a record does not hold (fs_base, segments,
+    /// flags: none changes across a call of the wrapper).
+    regs: Option<Regs>,
+}
+
+/// A stop at one of the trampoline's int3s.
+pub(super) enum FastStop {
+    Event(Box<Event>),
+    /// The pass was reported already, at a stop just before or after this int3's: one of them is a SIGTRAP sent
+    /// to the thread (see [`Tracer::repeated_sigtrap`]).
+    Reported,
+}
+
+impl Passes {
+    fn report(&mut self, seq: u64) {
+        self.newest = self.newest.max(seq);
+        self.reported.rotate_right(1);
+        self.reported[0] = seq;
+    }
+}
+
 /// The live patch.
 pub(super) struct Fast {
     plan: PatchPlan,
@@ -28,6 +67,10 @@ pub(super) struct Fast {
     /// Each int3 in the page and the syscall number it reports.
     int3s: HashMap<u64, u64>,
     page: u64,
+    /// The target catches or ignores SIGTRAP (read before the trap pad took it): a SIGTRAP sent to a thread just
+    /// as it reaches our int3 merges with the int3's (one pending instance), so each stop's siginfo is read and
+    /// a sent one passed on. A target that leaves SIGTRAP at its default action would be killed by one.
+    sigtrap_handled: bool,
 }
 
 impl Tracer<'_> {
@@ -89,20 +132,25 @@ impl Tracer<'_> {
         for hint in trampoline::page_candidates(&maps, &plan).into_iter().take(16) {
             tried += 1;
             let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64 | MAP_FIXED_NOREPLACE;
-            let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
-            let got = self.inject_syscall(
-                tid,
-                plan.syscall_at,
-                libc::SYS_mmap as u64,
-                [hint, 4096, prot, flags, u64::MAX, 0],
-            )?;
+            let len = trampoline::PAGES * 4096;
+            let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+            let got =
+                self.inject_syscall(tid, plan.syscall_at, libc::SYS_mmap as u64, [hint, len, rw, flags, u64::MAX, 0])?;
             if got == hint {
-                page = Some(got);
-                break;
+                // The code page becomes read-only and executable (written through /proc/PID/mem); the counter's
+                // page stays writable.
+                let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+                let done =
+                    self.inject_syscall(tid, plan.syscall_at, libc::SYS_mprotect as u64, [got, 4096, rx, 0, 0, 0])?;
+                if done == 0 {
+                    page = Some(got);
+                    break;
+                }
             }
             if (got as i64) >= 0 {
-                // A kernel before 4.17 ignores MAP_FIXED_NOREPLACE: not where we asked; give it back.
-                self.inject_syscall(tid, plan.syscall_at, libc::SYS_munmap as u64, [got, 4096, 0, 0, 0, 0])?;
+                // A kernel before 4.17 ignores MAP_FIXED_NOREPLACE (not where we asked), or the code page cannot
+                // be made executable: give it back.
+                self.inject_syscall(tid, plan.syscall_at, libc::SYS_munmap as u64, [got, len, 0, 0, 0, 0])?;
             }
             // EEXIST (taken since the maps were read) or any other refusal: the next gap.
         }
@@ -110,6 +158,8 @@ impl Tracer<'_> {
             0 => Error::NoGap,
             tried => Error::PageRefused { tried },
         })?;
+        let status = self.k.read_status(pid).map(|s| crate::model::status::parse_status(&s)).map_err(Error::Status)?;
+        let sigtrap_handled = (status.sig_cgt | status.sig_ign) & super::pad::SIGTRAP_BIT != 0;
         let (code, int3s) = trampoline::assemble(&plan, page, numbers).ok_or(Error::TrampolineTooBig)?;
         let jump = trampoline::patch_bytes(&plan, page).ok_or(Error::OutOfRange)?;
         self.install_pad(Some(plan.syscall_at));
@@ -119,27 +169,118 @@ impl Tracer<'_> {
         }
         self.mem.write_all(page, &code).map_err(Error::WriteTrampoline)?;
         self.mem.write_all(plan.at, &jump).map_err(Error::WritePatch)?;
-        self.fast = Some(Fast { plan, jump, entry, int3s, page });
+        self.fast = Some(Fast { plan, jump, entry, int3s, page, sigtrap_handled });
         self.armed = true;
         self.start = Instant::now();
         Ok(())
     }
 
-    /// A matching call stopped at the trampoline's int3: its event (rax is the result; the arguments are where
-    /// the wrapper put them for the kernel: rdi, rsi, rdx, r10, r8, r9 survive `syscall`). `None`: not ours.
-    pub(super) fn fast_event(&mut self, tid: Tid, regs: &Regs) -> Option<Event> {
-        let fast = self.fast.as_ref()?;
-        let &nr = fast.int3s.get(&regs.ip().wrapping_sub(1))?;
-        let entry = fast.entry;
+    /// A SIGTRAP stop of a thread whose last stop was a trampoline event at stack pointer `sp`: reads the record
+    /// below `sp` with the stack in one copy. If the record is this stop's (newer than any seen from the thread),
+    /// the event is complete without `PTRACE_GETREGS`: reported, and the thread resumed. Otherwise the copy is
+    /// given back for the caller's usual path (it is the right one if the thread did stop at `sp`).
+    pub(super) fn fast_guessed(&mut self, tid: Tid, (sp, len): (u64, usize), seen: Instant) -> Result<(), Window> {
+        let mut window = self.read_with_record(tid, sp, len);
+        let Some(fast) = self.fast.as_ref() else { return Err(window) };
+        let Some(t) = self.threads.get_mut(&tid) else { return Err(window) };
+        let record = window.get(..trampoline::BLOCK).and_then(trampoline::Block::parse);
+        let (Some(b), Some(base)) = (record, t.passes.regs) else { return Err(window) };
+        let Some(&nr) = fast.int3s.get(&b.int3).filter(|_| b.seq > t.passes.newest) else { return Err(window) };
+        // Where the siginfo is read anyway, a stop that is not the int3's (a SIGTRAP sent to the thread, though
+        // the record is whole) is left to the usual path, which passes it on.
+        if fast.sigtrap_handled && super::own_sigtrap(&*self.k, tid) != 0 {
+            return Err(window);
+        }
+        let mut regs = base;
+        for &(r, v) in &b.regs {
+            regs.set(r, v);
+        }
+        regs.0.rsp = sp;
+        regs.0.rip = b.int3 + 1;
+        regs.0.rcx = fast.plan.syscall_at + 2;
+        regs.0.orig_rax = nr;
+        t.passes.report(b.seq);
+        self.summary.from_record += 1;
+        window.advance(trampoline::BLOCK);
+        let ev = self.fast_record(tid, &regs, nr, window);
+        self.resume_after_event(tid, sp, &ev, seen);
+        self.emit(ev);
+        Ok(())
+    }
+
+    /// Resumes a thread after its trampoline event `ev` at stack pointer `sp`, passing on a SIGTRAP that was sent
+    /// to it (see [`Fast::sigtrap_handled`]); unless it takes one, its next stop may be read at `sp`.
+    pub(super) fn resume_after_event(&mut self, tid: Tid, sp: u64, ev: &Event, seen: Instant) {
+        let read = ev.capture.as_ref().map_or(0, |c| c.stack.len());
+        let sig = self.sent_sigtrap(tid);
+        self.summary.stopped += seen.elapsed();
+        self.resume(tid, sig);
+        if let Some(t) = self.threads.get_mut(&tid)
+            && sig == 0
+        {
+            t.passes.guess = Some((sp, read));
+        }
+    }
+
+    /// SIGTRAP if this stop at a trampoline int3 carries a SIGTRAP sent to the thread, merged with the int3's.
+    pub(super) fn sent_sigtrap(&self, tid: Tid) -> i32 {
+        if self.fast.as_ref().is_some_and(|f| f.sigtrap_handled) { super::own_sigtrap(&*self.k, tid) } else { 0 }
+    }
+
+    /// The signal to pass on at a stop whose pass was reported already ([`FastStop::Reported`]): one of the
+    /// two stops was a SIGTRAP sent to the thread. Where the siginfo is read (a target that handles SIGTRAP), the
+    /// sent one went on at its own stop, and this stop's says whether it is the sent one; otherwise the first
+    /// stop was resumed without a signal, and this one passes SIGTRAP on.
+    pub(super) fn repeated_sigtrap(&self, tid: Tid) -> i32 {
+        if self.fast.as_ref().is_some_and(|f| f.sigtrap_handled) {
+            super::own_sigtrap(&*self.k, tid)
+        } else {
+            libc::SIGTRAP
+        }
+    }
+
+    /// A thread stopped with `regs` (from `PTRACE_GETREGS`) at one of the trampoline's int3s: its event (rax is
+    /// the result; the arguments are where the wrapper put them for the kernel: rdi, rsi, rdx, r10, r8, r9
+    /// survive `syscall`). `read`: a copy taken at a guessed stack pointer, used if it is this one. `None`: not
+    /// at one of our int3s. The caller resumes the thread and, for an event, sets its guess.
+    pub(super) fn fast_event(&mut self, tid: Tid, regs: &Regs, read: Option<(u64, Window)>) -> Option<FastStop> {
+        let int3 = regs.ip().wrapping_sub(1);
+        let &nr = self.fast.as_ref()?.int3s.get(&int3)?;
+        let sp = regs.sp();
+        let mut window = match read {
+            Some((at, w)) if at == sp => w,
+            _ => self.read_with_record(tid, sp, self.cfg.stack_bytes),
+        };
+        let record = window.get(..trampoline::BLOCK).and_then(trampoline::Block::parse).filter(|b| b.int3 == int3);
+        window.advance(trampoline::BLOCK);
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.passes.regs = Some(*regs);
+            if let Some(b) = record {
+                if t.passes.reported.contains(&b.seq) {
+                    return Some(FastStop::Reported);
+                }
+                t.passes.report(b.seq);
+            }
+        }
+        Some(FastStop::Event(Box::new(self.fast_record(tid, regs, nr, window))))
+    }
+
+    /// The record below `sp` and up to `len` bytes of stack from `sp`, in one copy.
+    fn read_with_record(&self, tid: Tid, sp: u64, len: usize) -> Window {
+        let at = sp.wrapping_sub(trampoline::BLOCK as u64);
+        Window::filled_from(&self.windows, |b| self.k.read_into(tid, at, trampoline::BLOCK + len, b))
+    }
+
+    /// The event of matching call `nr` stopped at the trampoline with `regs`, its stack copied from rsp in `stack`.
+    fn fast_record(&mut self, tid: Tid, regs: &Regs, nr: u64, stack: Window) -> Event {
         self.summary.hits += 1;
         self.summary.matching += 1;
         let g = &regs.0;
         // The wrapper pushes nothing before `syscall`: the stack is as at its entry, so frame 0 is the wrapper.
         let mut at_entry = *regs;
-        at_entry.0.rip = entry;
-        let stack = if self.cfg.stack_bytes > 0 { self.read_stack(tid, regs.sp()) } else { Window::default() };
+        at_entry.0.rip = self.fast.as_ref().map_or(g.rip, |f| f.entry);
         let asked = self.cfg.stack_bytes;
-        Some(Event {
+        Event {
             time: self.start.elapsed().as_secs_f64(),
             tid,
             probe: None,
@@ -156,7 +297,7 @@ impl Tracer<'_> {
                 Some(StackCapture { regs: at_entry, stack, asked, python })
             },
             also: Vec::new(),
-        })
+        }
     }
 
     /// Whether `addr` is one of the trampoline's int3s (never rewound: the page stays valid after detach).
@@ -185,7 +326,8 @@ impl Tracer<'_> {
             let _ = self.mem.write_all(a, &[0x90]);
         }
         self.summary.warnings.push(format!(
-            "--fast left its trampoline page mapped at {:#x} (4 KiB, harmless: a thread may still return into it)",
+            "--fast left its trampoline page mapped at {:#x} (8 KiB with its counter's page, harmless: a thread may \
+             still return into it)",
             fast.page
         ));
     }

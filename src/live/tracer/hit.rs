@@ -2,10 +2,18 @@
 //! call matches, and stepping it over: the displaced instruction emulated or stepped, a matching `syscall()`
 //! emulated up to its `syscall` instruction and only that stepped, a function probe waiting for its return.
 
+use super::fast::FastStop;
 use super::*;
 
 impl Tracer<'_> {
-    pub(super) fn on_trap(&mut self, tid: Tid, seen: Instant) {
+    /// `guess`: the stack pointer of the thread's last trampoline event and the stack read there, if nothing has
+    /// stopped the thread since.
+    pub(super) fn on_trap(&mut self, tid: Tid, seen: Instant, guess: Option<(u64, usize)>) {
+        let read = match guess.map(|g| (g.0, self.fast_guessed(tid, g, seen))) {
+            Some((_, Ok(()))) => return,
+            Some((sp, Err(window))) => Some((sp, window)),
+            None => None,
+        };
         let Ok(mut regs) = self.k.get_regs(tid) else { return };
         if let Some(Thread { state: State::Stepping { after, .. }, .. }) = self.threads.get(&tid) {
             let after = *after;
@@ -26,11 +34,18 @@ impl Tracer<'_> {
             }
             return;
         }
-        if let Some(ev) = self.fast_event(tid, &regs) {
-            self.summary.stopped += seen.elapsed();
-            self.resume(tid, 0);
-            self.emit(ev);
-            return;
+        match self.fast_event(tid, &regs, read) {
+            Some(FastStop::Event(ev)) => {
+                self.resume_after_event(tid, regs.sp(), &ev, seen);
+                self.emit(*ev);
+                return;
+            }
+            Some(FastStop::Reported) => {
+                let sig = self.repeated_sigtrap(tid);
+                self.resume(tid, sig);
+                return;
+            }
+            None => {}
         }
         let addr = regs.ip().wrapping_sub(1);
         if !self.planted(addr) {
@@ -164,7 +179,7 @@ impl Tracer<'_> {
         let want_ret = matched.iter().any(|&i| site.probes[i].want_ret);
         let (len, sp) = (self.cfg.stack_bytes, regs.sp());
         let stack = if want_stack && len > 0 {
-            // Fields, not `self.read_stack`: `site` still borrows the sites.
+            // Fields, not a method of `self`: `site` still borrows the sites.
             Window::filled_from(&self.windows, |b| self.k.read_into(tid, sp, len, b))
         } else {
             Window::default()

@@ -2,6 +2,7 @@
 //! emulator cannot run with the original byte briefly back in place.
 
 use super::error::Stuck;
+use super::fast::FastStop;
 use super::{Late, State, Thread, Tracer};
 use crate::live::guardian::Msg;
 use crate::model::event::End;
@@ -206,6 +207,9 @@ impl Tracer<'_> {
     /// [`Tracer::hold`]; `deliver`: false for the stop that follows a delivery (a second signal stop there, which
     /// the kernel does not make, would be kept rather than delivered in turn).
     fn hold_stop(&mut self, tid: Tid, stop: Stop, deliver: bool) {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.passes.guess = None;
+        }
         let Some(stop) = self.settle_late(tid, stop) else { return };
         if !self.threads.contains_key(&tid) {
             let status = self.k.read_status(tid).map(|s| status::parse_status(&s)).unwrap_or_default();
@@ -240,8 +244,13 @@ impl Tracer<'_> {
                     Ok(r) if after.is_some_and(|a| r.ip() < a && r.ip() >= a.saturating_sub(64)) => {}
                     Ok(r) if self.fast_int3(r.ip().wrapping_sub(1)) => {
                         // Stopped at the trampoline's int3: the call is complete; the thread runs on from here.
-                        if let Some(ev) = self.fast_event(tid, &r) {
-                            self.emit(ev);
+                        match self.fast_event(tid, &r, None) {
+                            Some(FastStop::Event(ev)) => {
+                                sig = self.sent_sigtrap(tid);
+                                self.emit(*ev);
+                            }
+                            Some(FastStop::Reported) => sig = self.repeated_sigtrap(tid),
+                            None => {}
                         }
                     }
                     Ok(mut r)
@@ -645,8 +654,20 @@ impl Tracer<'_> {
                 Stop::Signal(libc::SIGTRAP) => {
                     let Ok(mut r) = self.k.get_regs(tid) else { return Ok(()) };
                     if self.fast_int3(r.ip().wrapping_sub(1)) {
-                        if let Some(ev) = self.fast_event(tid, &r) {
-                            self.emit(ev);
+                        let pass_on = match self.fast_event(tid, &r, None) {
+                            Some(FastStop::Event(ev)) => {
+                                self.emit(*ev);
+                                self.sent_sigtrap(tid)
+                            }
+                            Some(FastStop::Reported) => self.repeated_sigtrap(tid),
+                            None => 0,
+                        };
+                        if pass_on != 0 {
+                            // A SIGTRAP sent to the thread: it gets it at detach.
+                            if let Some(Thread { state: State::Held { sig, .. }, .. }) = self.threads.get_mut(&tid) {
+                                *sig = pass_on;
+                            }
+                            return Ok(());
                         }
                         continue;
                     }

@@ -34,6 +34,7 @@ use crate::model::window::{Window, Windows};
 use crate::os::Tid;
 use crate::os::ptrace::Stop;
 use crate::x86::breakpoints::{self, Decoded, INT3, Insn, Memory};
+use crate::x86::trampoline;
 pub use error::{AttachError, Error};
 use kernel::{Kernel, Live, Mem};
 use nix::errno::Errno;
@@ -100,6 +101,8 @@ struct Thread {
     shared_child: bool,
     /// For a vfork child: the thread that created it, asleep in the kernel until this child execs or exits.
     vfork_parent: Option<Tid>,
+    /// Its passes through `--fast`'s trampoline.
+    passes: fast::Passes,
 }
 
 pub struct Tracer<'a> {
@@ -274,7 +277,8 @@ impl<'a> Tracer<'a> {
             late: HashMap::new(),
             python_seen: cfg_python_search.then(HashSet::new),
             // Four buffers touched now: a burst's first captures find them ready.
-            windows: Windows::new(stack_bytes, if stack_bytes > 0 { 4 } else { 0 }),
+            // Room for the record `--fast` reads below the stack in the same copy.
+            windows: Windows::new(stack_bytes + trampoline::BLOCK, if stack_bytes > 0 { 4 } else { 0 }),
         })
     }
 
@@ -354,7 +358,10 @@ impl<'a> Tracer<'a> {
     }
 
     fn add_thread(&mut self, tid: Tid, shared_child: bool) {
-        self.threads.insert(tid, Thread { state: State::Running, shared_child, vfork_parent: None });
+        self.threads.insert(
+            tid,
+            Thread { state: State::Running, shared_child, vfork_parent: None, passes: Default::default() },
+        );
         if !shared_child {
             self.summary.threads_seen += 1;
         }
@@ -525,6 +532,8 @@ impl<'a> Tracer<'a> {
 
     /// One stop while tracing.
     fn handle(&mut self, tid: Tid, stop: Stop, seen: Instant) {
+        // Any stop ends the guess: only the stop right after a trampoline event may be the same site's next one.
+        let guess = self.threads.get_mut(&tid).and_then(|t| t.passes.guess.take());
         let Some(stop) = self.settle_late(tid, stop) else { return };
         if !self.threads.contains_key(&tid) && !self.adopt_unknown(tid, stop) {
             return;
@@ -532,7 +541,7 @@ impl<'a> Tracer<'a> {
         match stop {
             Stop::Exited(code) => self.gone(tid, End::Exited(code)),
             Stop::Killed(sig) => self.gone(tid, End::Killed(sig)),
-            Stop::Signal(libc::SIGTRAP) => self.on_trap(tid, seen),
+            Stop::Signal(libc::SIGTRAP) => self.on_trap(tid, seen, guess),
             Stop::Signal(sig) => self.on_signal(tid, sig),
             Stop::GroupStop(_) => {
                 let _ = self.k.listen(tid);
@@ -596,11 +605,6 @@ impl<'a> Tracer<'a> {
         if tid == self.cfg.pid {
             self.leader_status = Some(how);
         }
-    }
-
-    /// Up to `--stack-bytes` of `tid`'s stack from `sp`, in a pooled buffer.
-    fn read_stack(&self, tid: Tid, sp: u64) -> Window {
-        Window::filled_from(&self.windows, |b| self.k.read_into(tid, sp, self.cfg.stack_bytes, b))
     }
 
     fn emit(&mut self, mut ev: Event) {
