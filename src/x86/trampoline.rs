@@ -8,7 +8,7 @@
 //! page:     cmp $n1,%rax ; je match1 ; ... ; cmp $nk,%rax ; je matchk
 //!           <displaced instruction> ; jmp patch+len          (no match: back into the wrapper)
 //! match_i:  <displaced instruction> ; syscall
-//!           <the registers, this int3's address and MAGIC stored in the red zone below rsp>
+//!           <the registers, this int3's address and the thread's fs base stored in the red zone below rsp>
 //!           mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
 //!           int3 ; jmp syscall+2                               (one stop, rax already the result)
 //! ```
@@ -17,9 +17,10 @@
 //! `process_vm_readv` at the stack pointer of the thread's last event, instead of `PTRACE_GETREGS` and then the
 //! copy: the wrapper is a leaf that pushes nothing and never uses its red zone, and a signal handler's frame
 //! goes below the red zone. Its sequence number, from a counter every thread increments, is stored last, so a
-//! record is whole once its number is newer than any the tracer has seen from that thread. Only `rcx`, `r11`
-//! and the flags change besides; `syscall` has just clobbered the first two, and [`plan`] requires the wrapper's
-//! next instruction to set the flags without reading them.
+//! record is whole once its number is newer than any the tracer has seen from that thread, and the thread's fs
+//! base in it tells one thread's record from another's (a coroutine's stack moves between threads). Only `rcx`,
+//! `r11` and the flags change besides; `syscall` has just clobbered the first two, and [`plan`] requires the
+//! wrapper's next instruction to set the flags without reading them.
 
 use crate::model::maps::Mapping;
 use crate::model::regs::Reg;
@@ -58,8 +59,6 @@ pub enum Refusal {
 
 /// Bytes of the record below the stack pointer: the x86-64 red zone, which signal frames never touch.
 pub const BLOCK: usize = 128;
-/// The record's first word.
-pub const MAGIC: u64 = 0x5ca7_c4a1_7eb1_0c4b;
 /// Pages mapped for the trampoline: its code, then the counter's page.
 pub const PAGES: u64 = 2;
 /// Where each register goes in the record, as an offset from rsp: (register, REX.R bit, ModRM reg field).
@@ -78,14 +77,20 @@ const SAVED: [(Reg, u8, u8, i8); 13] = [
     (Reg::R14, 1, 6, -16),
     (Reg::R15, 1, 7, -8),
 ];
-const AT_MAGIC: i8 = -128;
+const AT_THREAD: i8 = -128;
 const AT_SEQ: i8 = -120;
 const AT_INT3: i8 = -112;
+/// Bytes of a match path between its `syscall` and its int3: 13 stores, the int3's address (movabs + store), the
+/// thread (rdfsbase + store), the counter (mov, lock xadd, lea, store).
+const RECORD_CODE: u64 = 13 * 5 + 15 + 10 + 24;
 
-/// A matching call's record, read from the `BLOCK` bytes below its stack pointer.
+/// A matching call's record, read from the `BLOCK` bytes below its stack pointer. Nothing marks a record as one:
+/// the reader checks that `int3` is one of the trampoline's and `thread` the stopped thread's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Block {
-    /// From the shared counter, unique per pass through the trampoline and increasing.
+    /// The writing thread's fs base (its thread pointer), or 0 where `rdfsbase` is not available.
+    pub thread: u64,
+    /// From the shared counter, unique per pass through the trampoline and increasing; also r11 at the int3.
     pub seq: u64,
     /// The int3 the pass stops at.
     pub int3: u64,
@@ -94,17 +99,39 @@ pub struct Block {
 }
 
 impl Block {
-    /// The record in `bytes` (the `BLOCK` bytes below rsp), if it holds [`MAGIC`].
+    /// The record in `bytes` (the `BLOCK` bytes below rsp).
     pub fn parse(bytes: &[u8]) -> Option<Block> {
         let word = |off: i8| {
             let at = usize::try_from(BLOCK as isize + off as isize).ok()?;
             Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
         };
-        if word(AT_MAGIC)? != MAGIC {
-            return None;
-        }
         let regs = SAVED.iter().map(|&(r, _, _, off)| Some((r, word(off)?))).collect::<Option<Vec<_>>>()?;
-        Some(Block { seq: word(AT_SEQ)?, int3: word(AT_INT3)?, regs })
+        Some(Block { thread: word(AT_THREAD)?, seq: word(AT_SEQ)?, int3: word(AT_INT3)?, regs })
+    }
+
+    /// rcx at the int3: the return address `syscall` left, just past the match path's own `syscall`.
+    pub fn rcx(&self) -> u64 {
+        self.int3.wrapping_sub(RECORD_CODE)
+    }
+
+    /// The flags at the int3 (those of the counter's `lock xadd`, which added 1 to `seq - 1`), the others as in
+    /// `eflags`.
+    pub fn eflags(&self, eflags: u64) -> u64 {
+        const CF: u64 = 1;
+        const PF: u64 = 1 << 2;
+        const AF: u64 = 1 << 4;
+        const ZF: u64 = 1 << 6;
+        const SF: u64 = 1 << 7;
+        const OF: u64 = 1 << 11;
+        let (old, new) = (self.seq.wrapping_sub(1), self.seq);
+        let mut f = eflags & !(CF | PF | AF | ZF | SF | OF);
+        f |= if new < old { CF } else { 0 };
+        f |= if (new as u8).count_ones().is_multiple_of(2) { PF } else { 0 };
+        f |= (old ^ 1 ^ new) & 0x10;
+        f |= if new == 0 { ZF } else { 0 };
+        f |= if new >> 63 == 1 { SF } else { 0 };
+        f |= if old == i64::MAX as u64 { OF } else { 0 };
+        f
     }
 }
 
@@ -176,13 +203,23 @@ pub fn patch_bytes(plan: &PatchPlan, page: u64) -> Option<Vec<u8>> {
     Some(b)
 }
 
-/// The trampoline page's code and, for each `int3` in it, the syscall number it reports.
-pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64]) -> Option<(Vec<u8>, HashMap<u64, u64>)> {
+/// Bytes of one match path: the displaced instruction, `syscall`, the record's code, int3, jmp.
+fn match_len(reloc: &[u8]) -> usize {
+    reloc.len() + 2 + RECORD_CODE as usize + 1 + 5
+}
+
+/// Whether the trampoline for `count` wanted numbers fits its page (known before the page is mapped).
+pub fn fits(plan: &PatchPlan, count: usize) -> bool {
+    12 * count + plan.orig.len() + 5 + count * match_len(&plan.orig) <= 4096
+}
+
+/// The trampoline page's code and, for each `int3` in it, the syscall number it reports. `fsgsbase`: whether
+/// user code may run `rdfsbase` (the kernel says so in AT_HWCAP2); without it the record's thread word is 0.
+pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64], fsgsbase: bool) -> Option<(Vec<u8>, HashMap<u64, u64>)> {
     let reloc = &plan.orig;
     let compare_len = 12 * numbers.len();
     let miss_len = reloc.len() + 5;
-    // reloc, syscall, 13 stores, 2 x (movabs, store), counter (6 + 9 + 4 + 5), int3, jmp.
-    let match_len = reloc.len() + 2 + 13 * 5 + 2 * (10 + 5) + 24 + 1 + 5;
+    let match_len = match_len(reloc);
     let counter = page + 4096;
     let mut code = Vec::new();
     let mut int3s = HashMap::new();
@@ -207,12 +244,17 @@ pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64]) -> Option<(Vec<u8>
         for &(_, r, reg, off) in &SAVED {
             store(&mut code, r, reg, off);
         }
-        for (value, off) in [(int3, AT_INT3), (MAGIC, AT_MAGIC)] {
-            // movabs $value,%r11 ; mov %r11,off(%rsp)
-            code.extend_from_slice(&[0x49, 0xbb]);
-            code.extend_from_slice(&value.to_le_bytes());
-            store(&mut code, 1, 3, off);
-        }
+        // movabs $int3,%r11 ; mov %r11,int3(%rsp)
+        code.extend_from_slice(&[0x49, 0xbb]);
+        code.extend_from_slice(&int3.to_le_bytes());
+        store(&mut code, 1, 3, AT_INT3);
+        // rdfsbase %r11, or xor %r11d,%r11d and a 2-byte nop ; mov %r11,thread(%rsp)
+        code.extend_from_slice(if fsgsbase {
+            &[0xf3, 0x49, 0x0f, 0xae, 0xc3]
+        } else {
+            &[0x45, 0x31, 0xdb, 0x66, 0x90]
+        });
+        store(&mut code, 1, 3, AT_THREAD);
         // mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
         code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0, 0xf0, 0x4c, 0x0f, 0xc1, 0x1d]);
         let here = page + code.len() as u64;
@@ -319,7 +361,10 @@ mod tests {
         let jmp = patch_bytes(&p, page).unwrap();
         assert_eq!(jmp.len(), 5);
         assert_eq!(jmp[0], 0xe9);
-        let (code, int3s) = assemble(&p, page, &[9, 11]).unwrap();
+        assert!(fits(&p, 29) && !fits(&p, 30));
+        let numbers: Vec<u64> = (0..30).collect();
+        assert!(assemble(&p, page, &numbers[..29], true).is_some() && assemble(&p, page, &numbers, true).is_none());
+        let (code, int3s) = assemble(&p, page, &[9, 11], true).unwrap();
         let text: Vec<String> = cs
             .disasm_all(&code, page)
             .unwrap()
@@ -337,7 +382,7 @@ mod tests {
         let int3 = int3s.iter().find(|&(_, &nr)| nr == 9).map(|(&a, _)| a).unwrap();
         assert_eq!(text[21], format!("movabs r11, {int3:#x}"));
         assert_eq!(text[22], "mov qword ptr [rsp - 0x70], r11");
-        assert_eq!(text[23], format!("movabs r11, {MAGIC:#x}"));
+        assert_eq!(text[23], "rdfsbase r11");
         assert_eq!(text[24], "mov qword ptr [rsp - 0x80], r11");
         assert_eq!(text[25], "mov r11d, 1");
         assert_eq!(text[26], format!("lock xadd qword ptr [rip + {:#x}], r11", page + 4096 - (int3 - 9)));
@@ -347,12 +392,31 @@ mod tests {
         assert_eq!(text[30], format!("jmp {:#x}", entry + 0x19));
         assert_eq!(int3s.len(), 2);
         assert_eq!(int3s.values().copied().max(), Some(11));
-        // The second match path is the same at its own place: each int3 is where its record says.
+        let insns = cs.disasm_all(&code, page).unwrap();
+        // The second match path is the same at its own place: each int3 is where its record says, and rcx at the
+        // int3 (as a record gives it) is just past the path's `syscall`.
         for &at in int3s.keys() {
-            let i = cs.disasm_all(&code, page).unwrap().iter().position(|i| i.address() == at).unwrap();
+            let i = insns.iter().position(|i| i.address() == at).unwrap();
             assert_eq!(text[i], "int3");
             assert_eq!(text[i - 8], format!("movabs r11, {at:#x}"));
+            let b = Block { thread: 0, seq: 1, int3: at, regs: Vec::new() };
+            assert_eq!(
+                insns.iter().find(|i| i.address() == b.rcx() - 2).map(|i| i.mnemonic().unwrap()),
+                Some("syscall")
+            );
         }
+        // Without rdfsbase the thread word is 0, in the same length.
+        let (plain, same) = assemble(&p, page, &[9, 11], false).unwrap();
+        assert_eq!((plain.len(), same), (code.len(), int3s));
+        let text: Vec<String> =
+            cs.disasm_all(&plain, page).unwrap().iter().map(|i| i.mnemonic().unwrap().to_string()).collect();
+        assert_eq!(text[23..26], ["xor", "nop", "mov"]);
+        // The flags the counter's `lock xadd` leaves: after 0x7f + 1, AF and no PF (0x80 has one bit set); after
+        // 0xff + 1, AF and PF (0x00); after 0x80 + 1, PF only; the other bits kept.
+        let flags = |seq| Block { thread: 0, seq, int3: 0, regs: Vec::new() }.eflags(0x202 | 0x8c5);
+        assert_eq!(flags(0x80), 0x202 | 0x10);
+        assert_eq!(flags(0x100), 0x202 | 0x10 | 0x4);
+        assert_eq!(flags(0x81), 0x202 | 0x4);
         // A wrapper whose next instruction reads the flags is refused.
         let mut odd = GLIBC_SYSCALL.to_vec();
         odd[0x19..0x1f].copy_from_slice(&[0x73, 0x01, 0x90, 0x90, 0x90, 0x90]);
@@ -364,7 +428,7 @@ mod tests {
     }
 
     #[test]
-    fn a_record_parses_only_with_its_magic() {
+    fn a_record_is_read_word_by_word() {
         let mut b = vec![0u8; BLOCK];
         let put = |b: &mut Vec<u8>, off: i8, v: u64| {
             let at = (BLOCK as isize + off as isize) as usize;
@@ -375,14 +439,13 @@ mod tests {
         }
         put(&mut b, AT_SEQ, 7);
         put(&mut b, AT_INT3, 0x1234);
-        assert_eq!(Block::parse(&b), None);
-        put(&mut b, AT_MAGIC, MAGIC);
+        put(&mut b, AT_THREAD, 0x7f00_0000_0640);
         let r = Block::parse(&b).unwrap();
-        assert_eq!((r.seq, r.int3), (7, 0x1234));
+        assert_eq!((r.thread, r.seq, r.int3), (0x7f00_0000_0640, 7, 0x1234));
         assert_eq!(r.regs[0], (Reg::Rax, 100));
         assert_eq!(r.regs[12], (Reg::R15, 112));
         // Every word of the red zone is used once.
-        let mut offs: Vec<i8> = SAVED.iter().map(|s| s.3).chain([AT_MAGIC, AT_SEQ, AT_INT3]).collect();
+        let mut offs: Vec<i8> = SAVED.iter().map(|s| s.3).chain([AT_THREAD, AT_SEQ, AT_INT3]).collect();
         offs.sort();
         assert_eq!(offs, (0..16).map(|i| -128 + 8 * i as i8).collect::<Vec<_>>());
         assert_eq!(Block::parse(&b[..BLOCK - 1]), None);
@@ -420,7 +483,7 @@ mod tests {
             assert_eq!(page % 4096, 0);
             assert!(maps.iter().all(|m| page + PAGES * 4096 < m.start || page > m.end), "{page:#x}");
             assert!(!(libc + 0x50_0000..libc + 0x1000_0000).contains(&page));
-            assert!(patch_bytes(&p, page).is_some() && assemble(&p, page, &[9]).is_some(), "{page:#x}");
+            assert!(patch_bytes(&p, page).is_some() && assemble(&p, page, &[9], true).is_some(), "{page:#x}");
         }
         // Nothing at all within reach: no candidate.
         let full = vec![map(libc - 3 * gib, libc + 3 * gib, "---p", "")];

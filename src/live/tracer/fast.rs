@@ -35,7 +35,7 @@ pub(super) struct Passes {
     /// The sequence numbers of the passes last reported. A pass can be reported at a stop before its int3 (a
     /// SIGTRAP sent to the thread right after the record was written) and meet its int3 after other passes
     /// were reported, from a signal handler that ran in between.
-    reported: [u64; 4],
+    reported: [u64; 8],
     /// The thread's registers at its last `PTRACE_GETREGS`, for what a record does not hold (fs_base, segments,
     /// flags: none changes across a call of the wrapper).
     regs: Option<Regs>,
@@ -71,6 +71,8 @@ pub(super) struct Fast {
     /// as it reaches our int3 merges with the int3's (one pending instance), so each stop's siginfo is read and
     /// a sent one passed on. A target that leaves SIGTRAP at its default action would be killed by one.
     sigtrap_handled: bool,
+    /// The records hold the writing thread's fs base (`rdfsbase`): without it, no stop is read from a record.
+    fsgsbase: bool,
 }
 
 impl Tracer<'_> {
@@ -123,34 +125,45 @@ impl Tracer<'_> {
                 return Err(Error::InsidePatch { tid: t });
             }
         }
+        if !trampoline::fits(&plan, numbers.len()) {
+            return Err(Error::TrampolineTooBig);
+        }
         // All threads are held: the maps cannot change under us but for other processes writing ours (none do).
         let pid = self.cfg.pid;
+        let status = self.k.read_status(pid).map(|s| crate::model::status::parse_status(&s)).map_err(Error::Status)?;
+        let sigtrap_handled = (status.sig_cgt | status.sig_ign) & super::pad::SIGTRAP_BIT != 0;
         let maps = self.k.read_maps(pid).map_err(|error| Error::Maps { pid, error })?;
         let maps = crate::model::maps::parse_maps(&maps);
+        let len = trampoline::PAGES * 4096;
+        let munmap = |t: &mut Self, at: u64| {
+            t.inject_syscall(tid, plan.syscall_at, libc::SYS_munmap as u64, [at, len, 0, 0, 0, 0]).map(|_| ())
+        };
         let mut page = None;
         let mut tried = 0;
         for hint in trampoline::page_candidates(&maps, &plan).into_iter().take(16) {
             tried += 1;
             let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64 | MAP_FIXED_NOREPLACE;
-            let len = trampoline::PAGES * 4096;
-            let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+            // Mapped executable, the counter's page then made writable: dropping exec is allowed where adding it
+            // is not (PR_SET_MDWE, systemd's MemoryDenyWriteExecute). The code is written through /proc/PID/mem.
+            let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
             let got =
-                self.inject_syscall(tid, plan.syscall_at, libc::SYS_mmap as u64, [hint, len, rw, flags, u64::MAX, 0])?;
+                self.inject_syscall(tid, plan.syscall_at, libc::SYS_mmap as u64, [hint, len, rx, flags, u64::MAX, 0])?;
             if got == hint {
-                // The code page becomes read-only and executable (written through /proc/PID/mem); the counter's
-                // page stays writable.
-                let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
-                let done =
-                    self.inject_syscall(tid, plan.syscall_at, libc::SYS_mprotect as u64, [got, 4096, rx, 0, 0, 0])?;
+                let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+                let done = self
+                    .inject_syscall(tid, plan.syscall_at, libc::SYS_mprotect as u64, [got + 4096, 4096, rw, 0, 0, 0])
+                    .inspect_err(|_| {
+                        let _ = munmap(self, got);
+                    })?;
                 if done == 0 {
                     page = Some(got);
                     break;
                 }
             }
             if (got as i64) >= 0 {
-                // A kernel before 4.17 ignores MAP_FIXED_NOREPLACE (not where we asked), or the code page cannot
-                // be made executable: give it back.
-                self.inject_syscall(tid, plan.syscall_at, libc::SYS_munmap as u64, [got, len, 0, 0, 0, 0])?;
+                // A kernel before 4.17 ignores MAP_FIXED_NOREPLACE (not where we asked), or the counter's page
+                // cannot be made writable: give it back.
+                munmap(self, got)?;
             }
             // EEXIST (taken since the maps were read) or any other refusal: the next gap.
         }
@@ -158,18 +171,29 @@ impl Tracer<'_> {
             0 => Error::NoGap,
             tried => Error::PageRefused { tried },
         })?;
-        let status = self.k.read_status(pid).map(|s| crate::model::status::parse_status(&s)).map_err(Error::Status)?;
-        let sigtrap_handled = (status.sig_cgt | status.sig_ign) & super::pad::SIGTRAP_BIT != 0;
-        let (code, int3s) = trampoline::assemble(&plan, page, numbers).ok_or(Error::TrampolineTooBig)?;
-        let jump = trampoline::patch_bytes(&plan, page).ok_or(Error::OutOfRange)?;
+        let fsgsbase = crate::os::user_fsgsbase();
+        let assembled = trampoline::assemble(&plan, page, numbers, fsgsbase)
+            .ok_or(Error::TrampolineTooBig)
+            .and_then(|a| Ok((a, trampoline::patch_bytes(&plan, page).ok_or(Error::OutOfRange)?)));
+        let ((code, int3s), jump) = match assembled {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = munmap(self, page);
+                return Err(e);
+            }
+        };
+        // The code first (nothing jumps there yet), so a refusal can still give the pages back.
+        if let Err(e) = self.mem.write_all(page, &code) {
+            let _ = munmap(self, page);
+            return Err(Error::WriteTrampoline(e));
+        }
         self.install_pad(Some(plan.syscall_at));
         for &a in int3s.keys() {
             self.pad_list(crate::x86::trappad::entry(a, true));
             self.tell(Msg::Nop(a));
         }
-        self.mem.write_all(page, &code).map_err(Error::WriteTrampoline)?;
         self.mem.write_all(plan.at, &jump).map_err(Error::WritePatch)?;
-        self.fast = Some(Fast { plan, jump, entry, int3s, page, sigtrap_handled });
+        self.fast = Some(Fast { plan, jump, entry, int3s, page, sigtrap_handled, fsgsbase });
         self.armed = true;
         self.start = Instant::now();
         Ok(())
@@ -185,20 +209,27 @@ impl Tracer<'_> {
         let Some(t) = self.threads.get_mut(&tid) else { return Err(window) };
         let record = window.get(..trampoline::BLOCK).and_then(trampoline::Block::parse);
         let (Some(b), Some(base)) = (record, t.passes.regs) else { return Err(window) };
-        let Some(&nr) = fast.int3s.get(&b.int3).filter(|_| b.seq > t.passes.newest) else { return Err(window) };
-        // Where the siginfo is read anyway, a stop that is not the int3's (a SIGTRAP sent to the thread, though
-        // the record is whole) is left to the usual path, which passes it on.
-        if fast.sigtrap_handled && super::own_sigtrap(&*self.k, tid) != 0 {
+        // This thread's (its fs base: the same stack can be another thread's, a coroutine's that moved), and
+        // newer than any seen from it.
+        let ours = fast.fsgsbase && b.thread != 0 && b.thread == base.0.fs_base && b.seq > t.passes.newest;
+        let Some(&nr) = fast.int3s.get(&b.int3).filter(|_| ours) else { return Err(window) };
+        // Where the siginfo is read anyway, a stop that is not the int3's (a SIGTRAP sent to the thread, or
+        // another trap of the kernel's, though the record is whole) is left to the usual path, which passes it on.
+        if fast.sigtrap_handled && !super::from_int3(&*self.k, tid) {
             return Err(window);
         }
+        // What PTRACE_GETREGS would give: the record's registers, rcx and r11 as the match path left them (r11
+        // holds the sequence number), its flags, and what a call of the wrapper does not change.
         let mut regs = base;
         for &(r, v) in &b.regs {
             regs.set(r, v);
         }
         regs.0.rsp = sp;
         regs.0.rip = b.int3 + 1;
-        regs.0.rcx = fast.plan.syscall_at + 2;
-        regs.0.orig_rax = nr;
+        regs.0.rcx = b.rcx();
+        regs.0.r11 = b.seq;
+        regs.0.eflags = b.eflags(base.0.eflags);
+        regs.0.orig_rax = u64::MAX;
         t.passes.report(b.seq);
         self.summary.from_record += 1;
         window.advance(trampoline::BLOCK);
@@ -222,9 +253,11 @@ impl Tracer<'_> {
         }
     }
 
-    /// SIGTRAP if this stop at a trampoline int3 carries a SIGTRAP sent to the thread, merged with the int3's.
+    /// SIGTRAP if this stop at a trampoline int3 carries another SIGTRAP (sent to the thread, or another trap of
+    /// the kernel's), merged with the int3's.
     pub(super) fn sent_sigtrap(&self, tid: Tid) -> i32 {
-        if self.fast.as_ref().is_some_and(|f| f.sigtrap_handled) { super::own_sigtrap(&*self.k, tid) } else { 0 }
+        let handled = self.fast.as_ref().is_some_and(|f| f.sigtrap_handled);
+        if handled && !super::from_int3(&*self.k, tid) { libc::SIGTRAP } else { 0 }
     }
 
     /// The signal to pass on at a stop whose pass was reported already ([`FastStop::Reported`]): one of the
@@ -232,11 +265,7 @@ impl Tracer<'_> {
     /// sent one went on at its own stop, and this stop's says whether it is the sent one; otherwise the first
     /// stop was resumed without a signal, and this one passes SIGTRAP on.
     pub(super) fn repeated_sigtrap(&self, tid: Tid) -> i32 {
-        if self.fast.as_ref().is_some_and(|f| f.sigtrap_handled) {
-            super::own_sigtrap(&*self.k, tid)
-        } else {
-            libc::SIGTRAP
-        }
+        if self.fast.as_ref().is_some_and(|f| f.sigtrap_handled) { self.sent_sigtrap(tid) } else { libc::SIGTRAP }
     }
 
     /// A thread stopped with `regs` (from `PTRACE_GETREGS`) at one of the trampoline's int3s: its event (rax is

@@ -197,6 +197,12 @@ fn own_sigtrap(k: &dyn Kernel, tid: Tid) -> i32 {
     if k.sig_code(tid).is_ok_and(|c| c <= 0) { libc::SIGTRAP } else { 0 }
 }
 
+/// Whether `tid`'s SIGTRAP stop is an int3's: the kernel sends those with SI_KERNEL (other traps have their own
+/// codes, a signal sent by a process has SI_USER, SI_TKILL, ...). An unreadable siginfo counts as the int3's.
+fn from_int3(k: &dyn Kernel, tid: Tid) -> bool {
+    k.sig_code(tid).ok().is_none_or(|c| c == libc::SI_KERNEL)
+}
+
 impl<'a> Tracer<'a> {
     /// On the real kernel, with the guardian started before anything is planted.
     fn new(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, AttachError> {
