@@ -36,8 +36,9 @@ pub(super) struct Passes {
     /// SIGTRAP sent to the thread right after the record was written) and meet its int3 after other passes
     /// were reported, from a signal handler that ran in between.
     reported: [u64; 8],
-    /// The thread's registers at its last `PTRACE_GETREGS`, for what a record does not hold (fs_base, segments,
-    /// flags: none changes across a call of the wrapper).
+    /// The thread's registers at its last `PTRACE_GETREGS`, for what a record does not hold: fs and gs base,
+    /// the segment selectors, the flags other than the arithmetic ones. A program that changes one of those
+    /// between two calls (wrfsbase, `std`) gets the old value in the second event's registers.
     regs: Option<Regs>,
 }
 
@@ -192,7 +193,11 @@ impl Tracer<'_> {
             self.pad_list(crate::x86::trappad::entry(a, true));
             self.tell(Msg::Nop(a));
         }
-        self.mem.write_all(plan.at, &jump).map_err(Error::WritePatch)?;
+        if let Err(e) = self.mem.write_all(plan.at, &jump) {
+            // Nothing jumps to the pages: they go (the pad stays, for the breakpoint used instead).
+            let _ = munmap(self, page);
+            return Err(Error::WritePatch(e));
+        }
         self.fast = Some(Fast { plan, jump, entry, int3s, page, sigtrap_handled, fsgsbase });
         self.armed = true;
         self.start = Instant::now();
@@ -210,7 +215,9 @@ impl Tracer<'_> {
         let record = window.get(..trampoline::BLOCK).and_then(trampoline::Block::parse);
         let (Some(b), Some(base)) = (record, t.passes.regs) else { return Err(window) };
         // This thread's (its fs base: the same stack can be another thread's, a coroutine's that moved), and
-        // newer than any seen from it.
+        // newer than any seen from it. Two threads running with one fs base (a raw clone without CLONE_SETTLS, a
+        // coroutine that carries its TLS across threads with wrfsbase) and calling at one stack address are not
+        // told apart.
         let ours = fast.fsgsbase && b.thread != 0 && b.thread == base.0.fs_base && b.seq > t.passes.newest;
         let Some(&nr) = fast.int3s.get(&b.int3).filter(|_| ours) else { return Err(window) };
         // Where the siginfo is read anyway, a stop that is not the int3's (a SIGTRAP sent to the thread, or
