@@ -672,6 +672,28 @@ fn starts_a_command_under_the_tracer_and_returns_its_status() {
     assert_eq!(summary(&values)["end"], "target_exited");
 }
 
+/// `--fast` on a command syscatch starts: its one thread is stopped at the entry point already (it used to wait
+/// for an interrupt that never came, then fall back to a breakpoint).
+#[test]
+fn starts_a_command_with_fast() {
+    require_ptrace();
+    let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cmd-fast-events.jsonl");
+    let prog = testprog("target");
+    let mut cmd_line = syscatch_cmd();
+    cmd_line.args(["--json", "--fast", "-o"]).arg(&events).arg("--").arg(&prog);
+    let mut t = Target::start_cmd(cmd_line.stderr(std::process::Stdio::piped()));
+    let truth = truth_mmaps(&cmd(&mut t, "mmap 4"));
+    t.send("exit 5");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut t.child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(t.wait().code(), Some(5), "syscatch exits with the command's status");
+    assert!(!err.contains("not possible"), "--fast was installed: {err}");
+    let text = std::fs::read_to_string(&events).unwrap();
+    let values = json_lines(&text.lines().map(str::to_string).collect::<Vec<_>>());
+    assert_eq!(captured_mmaps(&values), truth);
+    assert_eq!(truth.len(), 4);
+}
+
 #[test]
 fn demo_runs_and_catches_the_leak() {
     require_ptrace();

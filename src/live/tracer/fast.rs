@@ -107,6 +107,9 @@ impl Tracer<'_> {
             return Err(Error::WrapperChanged);
         }
         self.realtime(|t| {
+            if t.adopted_at_entry() {
+                return t.install(numbers, entry, plan);
+            }
             let stuck = t.hold_all(None);
             // Rewriting the wrapper needs every thread stopped: one that cannot stop might return into it.
             let result = match stuck.first() {

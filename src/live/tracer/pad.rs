@@ -59,10 +59,15 @@ impl Tracer<'_> {
                 Some(_) => return None,
             }
         }
+        (arming && self.adopted_at_entry()).then_some(self.cfg.pid)
+    }
+
+    /// Whether the target is a program syscatch started, still stopped at its entry point (its one thread's stop
+    /// taken while it ran there, so no interrupt would ever be reported for it): nothing in it can run.
+    pub(super) fn adopted_at_entry(&self) -> bool {
         let pid = self.cfg.pid;
         let only = self.threads.len() == 1 && matches!(self.threads.get(&pid).map(|t| &t.state), Some(State::Running));
-        let stopped = || self.k.read_status(pid).is_ok_and(|s| status::parse_status(&s).state == 't');
-        (arming && only && stopped()).then_some(pid)
+        only && self.k.read_status(pid).is_ok_and(|s| status::parse_status(&s).state == 't')
     }
 
     /// Lets held thread `tid`, stopped at an event inside a system call, finish that call and stop again at an
