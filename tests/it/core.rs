@@ -356,14 +356,33 @@ fn fast_mode_reads_each_call_right_among_sites_and_handlers() {
     fast_signals_round(&["notrap"]);
 }
 
-fn fast_signals_round(args: &[&str]) {
+/// `prog args` traced by `syscatch --pid P --json --fast` and `sc_args`: sends `go`, and returns the target (still
+/// running, past its "done" line), its lines up to "done", and syscatch's JSON values once it ended on SIGINT,
+/// having installed `--fast` and detached.
+fn fast_run(prog: &str, args: &[&str], sc_args: &[&str], go: &str) -> (Target, Vec<String>, Vec<serde_json::Value>) {
     require_ptrace();
-    let mut t = Target::start(&testprog("fast_signals"), args);
+    let mut t = Target::start(&testprog(prog), args);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast"]);
+    let mut sc = Syscatch::start(&[&["--pid", pid.as_str(), "--json", "--fast"], sc_args].concat());
     sc.wait_attached();
-    t.send("go 400");
+    t.send(go);
     let lines = t.out.until(|l| l == "done");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
+    assert_eq!(tracer_of(t.pid), 0);
+    (t, lines, json_lines(&out))
+}
+
+/// Ends a target of [`fast_run`]: it exits 0 on its next line.
+fn fast_run_end(mut t: Target) {
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(0));
+}
+
+fn fast_signals_round(args: &[&str]) {
+    let (t, lines, values) = fast_run("fast_signals", args, &["--syscall", "mmap"], "go 400");
     let truth = truth_mmaps(&lines);
     let signals: Vec<u64> = lines
         .iter()
@@ -372,10 +391,6 @@ fn fast_signals_round(args: &[&str]) {
         .split_whitespace()
         .map(|n| n.parse().unwrap())
         .collect();
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
     assert_eq!(signals[0], signals[1], "every SIGUSR1 handled: {signals:?}");
     // A SIGTRAP sent in the microsecond between a thread's int3 and its stop finds the int3's SIGTRAP pending
     // and is merged with it by the kernel (as for any debugger's breakpoint): measured, 1 in 30-100 of these sends.
@@ -383,7 +398,6 @@ fn fast_signals_round(args: &[&str]) {
     // second hit of it (30-50 % of them lost, and the call reported twice).
     assert!(signals[3] <= signals[2] && (signals[2] - signals[3]) * 10 <= signals[2], "SIGTRAPs: {signals:?}");
     assert!(signals[0] > 0 && (signals[2] > 0) == args.is_empty(), "{signals:?}");
-    let values = json_lines(&out);
     let mut got = captured_mmaps(&values);
     let mut want = truth.clone();
     got.sort();
@@ -423,35 +437,21 @@ fn fast_signals_round(args: &[&str]) {
     // Of every four calls, the two site_a calls after a site_a call are read at the guessed stack pointer (fewer
     // where a signal's stop came between: 33-50 % measured).
     assert!(from_record * 5 > truth.len() as u64, "events from the record: {from_record} of {}", truth.len());
-    assert_eq!(tracer_of(t.pid), 0);
-    t.send("exit");
-    assert_eq!(t.wait().code(), Some(0));
+    fast_run_end(t);
 }
 
 /// A coroutine's stack moves between two threads: at one thread's next stop, the record at its last event's
 /// stack pointer is the other thread's. Each call is reported once, under the thread that made it.
 #[test]
 fn fast_mode_tells_a_moving_coroutines_calls_apart() {
-    require_ptrace();
-    let mut t = Target::start(&testprog("fast_coro"), &[]);
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "getppid", "--json", "--fast", "--stack-bytes", "0"]);
-    sc.wait_attached();
-    t.send("go");
-    let mut want: Vec<(i64, u64)> = t
-        .out
-        .until(|l| l == "done")
+    let (t, lines, values) = fast_run("fast_coro", &[], &["--syscall", "getppid", "--stack-bytes", "0"], "go");
+    let mut want: Vec<(i64, u64)> = lines
         .iter()
         .filter_map(|l| {
             let mut it = l.strip_prefix("call ")?.split_whitespace();
             Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
         })
         .collect();
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
-    let values = json_lines(&out);
     let mut got: Vec<(i64, u64)> = values
         .iter()
         .filter(|v| v["type"] == "event")
@@ -467,30 +467,18 @@ fn fast_mode_tells_a_moving_coroutines_calls_apart() {
     want.sort();
     got.sort();
     assert_eq!(got, want, "each call once, under its own thread");
-    assert_eq!(tracer_of(t.pid), 0);
-    t.send("exit");
-    assert_eq!(t.wait().code(), Some(0));
+    fast_run_end(t);
 }
 
 /// Under PR_SET_MDWE (kernel 6.3+: the target prints "no mdwe" instead of its pid before that), a mapping cannot
 /// gain exec: the trampoline's pages are mapped executable and the counter's page made writable, not the reverse.
 #[test]
 fn fast_mode_engages_in_a_target_that_denies_write_then_execute() {
-    require_ptrace();
-    let mut t = Target::start(&testprog("mdwe"), &[]);
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast"]);
-    sc.wait_attached();
-    t.send("go");
-    let truth = truth_mmaps(&t.out.until(|l| l == "done"));
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
-    assert_eq!(captured_mmaps(&json_lines(&out)), truth);
+    let (t, lines, values) = fast_run("mdwe", &[], &["--syscall", "mmap"], "go");
+    let truth = truth_mmaps(&lines);
+    assert_eq!(captured_mmaps(&values), truth);
     assert_eq!(truth.len(), 3);
-    t.send("exit");
-    assert_eq!(t.wait().code(), Some(0));
+    fast_run_end(t);
 }
 
 /// A process whose address space is crowded around libc (as one with hundreds of modules): the only free page

@@ -244,16 +244,16 @@ impl Tracer<'_> {
         self.summary.from_record += 1;
         window.advance(trampoline::BLOCK);
         let ev = self.fast_record(tid, &regs, nr, window);
-        self.resume_after_event(tid, sp, &ev, seen);
+        // The int3's own stop (checked above where it matters): nothing to pass on.
+        self.resume_after_event(tid, sp, &ev, seen, 0);
         self.emit(ev);
         Ok(())
     }
 
-    /// Resumes a thread after its trampoline event `ev` at stack pointer `sp`, passing on a SIGTRAP that was sent
-    /// to it (see [`Fast::sigtrap_handled`]); unless it takes one, its next stop may be read at `sp`.
-    pub(super) fn resume_after_event(&mut self, tid: Tid, sp: u64, ev: &Event, seen: Instant) {
+    /// Resumes a thread after its trampoline event `ev` at stack pointer `sp` with signal `sig` (a SIGTRAP sent to
+    /// it, see [`Tracer::sent_sigtrap`]); unless it takes one, its next stop may be read at `sp`.
+    pub(super) fn resume_after_event(&mut self, tid: Tid, sp: u64, ev: &Event, seen: Instant, sig: i32) {
         let read = ev.capture.as_ref().map_or(0, |c| c.stack.len());
-        let sig = self.sent_sigtrap(tid);
         self.summary.stopped += seen.elapsed();
         self.resume(tid, sig);
         if let Some(t) = self.threads.get_mut(&tid)

@@ -36,7 +36,8 @@ impl Tracer<'_> {
         }
         match self.fast_event(tid, &regs, read) {
             Some(FastStop::Event(ev)) => {
-                self.resume_after_event(tid, regs.sp(), &ev, seen);
+                let sig = self.sent_sigtrap(tid);
+                self.resume_after_event(tid, regs.sp(), &ev, seen, sig);
                 self.emit(*ev);
                 return;
             }

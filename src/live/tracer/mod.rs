@@ -13,6 +13,7 @@
 //! stack depth completes.
 
 mod children;
+mod detach;
 mod error;
 mod fast;
 mod hit;
