@@ -138,8 +138,15 @@ impl Lingering {
     const NAP: Duration = Duration::from_micros(500);
     const NAPS: u32 = 4;
 
-    /// The next message, or `Timeout` once `deadline` (if any) has passed, or `Disconnected`.
-    fn recv<T>(&mut self, rx: &Receiver<T>, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+    /// The next message, or `Timeout` once `deadline` (if any) has passed, or `Disconnected`. `idle` runs when a
+    /// nap has found nothing (once per wait).
+    fn recv<T>(
+        &mut self,
+        rx: &Receiver<T>,
+        deadline: Option<Instant>,
+        idle: &mut dyn FnMut(),
+    ) -> Result<T, RecvTimeoutError> {
+        let mut idled = false;
         loop {
             match rx.try_recv() {
                 Ok(v) => {
@@ -148,6 +155,10 @@ impl Lingering {
                 }
                 Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
                 Err(crossbeam_channel::TryRecvError::Empty) => {}
+            }
+            if self.empty_naps > 0 && !idled {
+                idled = true;
+                idle();
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -169,6 +180,16 @@ impl Lingering {
     }
 }
 
+/// Writes out what was rendered since the last time (`unflushed`); a failure ends the trace, as a failed render.
+fn flush_rendered(renderer: &mut dyn Renderer, unflushed: &mut bool, output_error: &mut Option<std::io::Error>) {
+    if std::mem::take(unflushed)
+        && let Err(e) = renderer.flush()
+    {
+        *output_error = Some(e);
+        crate::os::signals::fault();
+    }
+}
+
 #[allow(clippy::large_enum_variant)]
 enum Staged {
     Call(Unwinding),
@@ -187,7 +208,7 @@ fn unwinder(
     crate::os::sched::batch();
     let cpu0 = crate::os::sched::thread_cpu();
     let mut lingering = Lingering::default();
-    while let Ok(q) = lingering.recv(&rx, None) {
+    while let Ok(q) = lingering.recv(&rx, None, &mut || {}) {
         let (mut ev, stack_dropped) = match q {
             Queued::Call { ev, stack_dropped } => (ev, stack_dropped),
             Queued::Smaps(s) => {
@@ -260,6 +281,8 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut interned = Interned::default();
     let mut prefetching = true;
     let mut lingering = Lingering::default();
+    // Events rendered since the output was last flushed.
+    let mut unflushed = false;
     // This thread's CPU time not spent on events: loading the modules above, the prefetch, smaps samples.
     let mut aside = crate::os::sched::thread_cpu();
     loop {
@@ -270,6 +293,8 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         let q = match urx.try_recv() {
             Ok(q) => Some(q),
             Err(crossbeam_channel::TryRecvError::Empty) if prefetching => {
+                // Between two modules: what was rendered goes out first (see below).
+                flush_rendered(&mut *renderer, &mut unflushed, &mut output_error);
                 let c0 = crate::os::sched::thread_cpu();
                 prefetching = resolver.prefetch_one();
                 aside += crate::os::sched::thread_cpu().saturating_sub(c0);
@@ -277,7 +302,11 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             }
             // No deadline without a sampler: `next_sample` then never moves, and once passed it would turn every
             // wait into a spin.
-            Err(_) => match lingering.recv(&urx, sampler.is_some().then_some(next_sample)) {
+            // Once a nap finds nothing more, what was rendered goes out: events that come one at a time show as
+            // they come (on a terminal or a pipe), and a burst is still written in large pieces.
+            Err(_) => match lingering.recv(&urx, sampler.is_some().then_some(next_sample), &mut || {
+                flush_rendered(&mut *renderer, &mut unflushed, &mut output_error)
+            }) {
                 Ok(q) => Some(q),
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -350,6 +379,9 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         let stack = id.map(|id| (id, &interned.stacks[id]));
         if let Some(t) = tracker.as_mut() {
             t.event(&ev, stack.map(|(_, s)| s));
+        }
+        if cfg.render_events && output_error.is_none() {
+            unflushed = true;
         }
         if cfg.render_events
             && output_error.is_none()

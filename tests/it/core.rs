@@ -817,3 +817,24 @@ fn the_tracer_thread_runs_with_the_shortest_slice() {
     let (status, _, err) = sc.finish();
     assert!(status.success(), "{err:#?}");
 }
+
+/// Each event is written as it comes, not held back until the end or until the output buffer fills: one call,
+/// then the target waits, and its line must already be on syscatch's stdout (a pipe, as for `| grep`).
+#[test]
+fn shows_each_event_while_the_trace_runs() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("target"), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--stack-bytes", "0"]);
+    sc.wait_attached();
+    t.send("mmap 1");
+    let truth = truth_mmaps(&t.out.until(|l| l == "ok"));
+    assert_eq!(truth.len(), 1);
+    // The target now waits on stdin and syscatch runs on; before the fix this line came only at the end.
+    let shown = sc.out.until(|l| l.contains(" mmap("));
+    let line = shown.last().unwrap();
+    assert!(line.ends_with(&format!("= {:#x}", truth[0].0)), "the call's line with its result: {line}");
+    t.send("exit 0");
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "syscatch failed: {err:#?}");
+}
