@@ -149,8 +149,47 @@ bench_floor() { # id name pin n
     row_values "$id" "$name" us/hit "$n" "$5" "${VALS[@]}"
 }
 
+# Starts a target of `mode` (pinned to `pin` if given) and syscatch on it, armed (started on `tpin` if given).
+# OUTPUT=text: text events on stdout, read through a pipe (with the diagnostics), instead of JSON to a file.
+# Sets SC_EVENTS (where the events go) and the target's and tracer's variables (target_start, tracer_start).
+sc_start() { # pin tpin mode stack-bytes [extra syscatch flags]
+    local pin=$1 tpin=$2 mode=$3 sb=$4 extra=${5:-}
+    SC_EVENTS=$TMP/events$((SEQ += 1)).jsonl
+    target_cmd "$mode"
+    target_start "$pin" "${TCMD[@]}" || die "cannot start the $mode target"
+    local -a out=(--json -o "$SC_EVENTS") stream=err
+    [[ ${OUTPUT:-json} == text ]] && out=() stream=out
+    tracer_start "$tpin" $stream '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --stack-bytes "$sb" \
+        "${out[@]}" $extra
+}
+
+# After syscatch has ended: whether it counted the hits and matching calls of `mode` a run of EXPECT iterations
+# makes (else SC_WHY says what it counted). Sets SC_EVENTS to the events (the log, for text) and SC_HITS.
+sc_counted() { # mode [extra syscatch flags]
+    local mode=$1 extra=${2:-} hits matching want_matching want_hits
+    if [[ ${OUTPUT:-json} == text ]]; then
+        SC_EVENTS=$TR_LOG
+        # The text summary: "...; H hits, M matching, ..."
+        hits=$(grep -o '[0-9]* hits, [0-9]* matching' "$SC_EVENTS" | tail -1)
+        matching=${hits#*, } matching=${matching% matching} hits=${hits%% hits*}
+    else
+        hits=$(summary_field "$SC_EVENTS" hits)
+        matching=$(summary_field "$SC_EVENTS" matching)
+    fi
+    want_matching=0
+    [[ $mode == mmap || $mode == chain || $mode == py3.* ]] && want_matching=$EXPECT
+    # With --fast a call that does not match never stops, so it is not a hit.
+    want_hits=$EXPECT
+    [[ $extra == *--fast* ]] && want_hits=$want_matching
+    # The Python target unmaps through syscall() too: one non-matching hit per iteration.
+    [[ $mode == py3.* && $extra != *--fast* ]] && want_hits=$((EXPECT * 2))
+    SC_HITS=$hits
+    SC_WHY="syscatch counted ${hits:-?} hits/${matching:-?} matching, expected $want_hits/$want_matching"
+    [[ $hits == "$want_hits" && $matching == "$want_matching" ]]
+}
+
 bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
-    local id=$1 name=$2 pin=$3 mode=$4 n=$5 sb=$6 note=$7 extra=${8:-} ev hits matching want_matching want_hits
+    local id=$1 name=$2 pin=$3 mode=$4 n=$5 sb=$6 note=$7 extra=${8:-} ev
     # TRACER_FREE=1: only the target is pinned; syscatch starts free to place itself (it moves its tracer there).
     local tpin=$pin
     [[ -n ${TRACER_FREE:-} ]] && tpin=""
@@ -159,14 +198,7 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
         return
     }
     say "$name"
-    ev=$TMP/events$((SEQ += 1)).jsonl
-    target_cmd "$mode"
-    target_start "$pin" "${TCMD[@]}" || die "cannot start the $mode target"
-    # OUTPUT=text: text events on stdout, read through a pipe (with the diagnostics), instead of JSON to a file.
-    local -a out=(--json -o "$ev") stream=err
-    [[ ${OUTPUT:-json} == text ]] && out=() stream=out
-    if ! tracer_start "$tpin" $stream '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --stack-bytes "$sb" \
-        "${out[@]}" $extra; then
+    if ! sc_start "$pin" "$tpin" "$mode" "$sb" "$extra"; then
         target_quit
         row "$id" "$name" us/hit failed "syscatch did not attach"
         return
@@ -176,26 +208,11 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
     kill -INT "$TR_PROC"
     tracer_wait
     target_quit
-    if [[ $stream == out ]]; then
-        ev=$TR_LOG
-        # The text summary: "...; H hits, M matching, ..."
-        hits=$(grep -o '[0-9]* hits, [0-9]* matching' "$ev" | tail -1)
-        matching=${hits#*, } matching=${matching% matching} hits=${hits%% hits*}
-    else
-        hits=$(summary_field "$ev" hits)
-        matching=$(summary_field "$ev" matching)
-    fi
-    want_matching=0
-    [[ $mode == mmap || $mode == chain || $mode == py3.* ]] && want_matching=$EXPECT
-    # With --fast a call that does not match never stops, so it is not a hit.
-    want_hits=$EXPECT
-    [[ $extra == *--fast* ]] && want_hits=$want_matching
-    # The Python target unmaps through syscall() too: one non-matching hit per iteration.
-    [[ $mode == py3.* && $extra != *--fast* ]] && want_hits=$((EXPECT * 2))
-    if ((ok != 0)) || [[ $hits != "$want_hits" || $matching != "$want_matching" ]]; then
-        row "$id" "$name" us/hit failed "syscatch counted ${hits:-?} hits/${matching:-?} matching, expected $want_hits/$want_matching"
+    if ((ok != 0)) || ! sc_counted "$mode" "$extra"; then
+        row "$id" "$name" us/hit failed "$SC_WHY"
         return
     fi
+    ev=$SC_EVENTS
     if [[ $mode == chain && $sb != 0 ]]; then
         # The figures are only worth something if the stacks are whole: every chainNN function in the first event.
         local chain
@@ -209,7 +226,67 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
     LAST_EVENTS=$ev
     # The tracer's own time between seeing each stop and resuming the thread, averaged over every hit.
     LAST_STOPPED_US=$(summary_field "$ev" stopped_ms)
-    [[ -n $LAST_STOPPED_US ]] && LAST_STOPPED_US=$(calc "$LAST_STOPPED_US * 1000 / $hits")
+    [[ -n $LAST_STOPPED_US ]] && LAST_STOPPED_US=$(calc "$LAST_STOPPED_US * 1000 / $SC_HITS")
+}
+
+# The goals' ratios measured pair by pair. This machine's speed can drift by a third within minutes, and a row
+# measured minutes after the floor inherits the drift in its ratio. Here the floor, the untraced loop and the
+# traced loop run at once, all pinned to CPU $PIN_CPU (syscatch started free: it moves its tracer there), and take
+# turns round after round; each turn gives (traced - untraced) / (floor - untraced getpid) per hit, and the row is
+# the median of the turns' ratios (min and max beside it): 2 * RUNS + 1 turns, as each is short.
+bench_paired() { # id name mode n stack-bytes [extra syscatch flags]
+    local id=$1 name=$2 mode=$3 n=$4 sb=$5 extra=${6:-} nf=$(($4 > 2000 ? $4 : 2000)) i f b s hits warm=$(($4 / 10 > 10 ? $4 / 10 : 10))
+    local f_in f_out f_proc f_tr f_drain f_log u_in u_out u_proc ratios=()
+    want "$id" || {
+        skip "$id" "$name" x
+        return
+    }
+    say "$name"
+    target_start "$PIN_CPU" "$TMP/loop" int3 || die "cannot start the int3 target"
+    f_in=$T_IN f_out=$T_OUT f_proc=$T_PROC
+    if ! tracer_start "$PIN_CPU" err '^floor: attached' "$TMP/floor" "$T_PID"; then
+        target_quit
+        row "$id" "$name" x failed "the floor tracer did not attach"
+        return
+    fi
+    f_tr=$TR_PROC f_drain=$TR_DRAIN f_log=$TR_LOG
+    target_cmd "$mode"
+    target_start "$PIN_CPU" "${TCMD[@]}" || die "cannot start the $mode target"
+    u_in=$T_IN u_out=$T_OUT u_proc=$T_PROC
+    local ok=0
+    sc_start "$PIN_CPU" "" "$mode" "$sb" "$extra" || ok=1
+    if ((ok == 0)); then
+        round_on "$f_in" "$f_out" "$nf" >/dev/null && round_on "$u_in" "$u_out" "$warm" >/dev/null &&
+            target_round "$warm" >/dev/null || ok=1
+    fi
+    for ((i = 0; i < 2 * RUNS + 1 && ok == 0; i++)); do
+        f=$(round_on "$f_in" "$f_out" "$nf") && b=$(round_on "$u_in" "$u_out" "$n") && s=$(target_round "$n") || {
+            ok=1
+            break
+        }
+        ratios+=("$(calc "(($s - $b) / $n) / ($f / $nf - ${BASE[getpid]})")")
+    done
+    [[ -n ${TR_PROC:-} ]] && kill -INT "$TR_PROC" 2>/dev/null
+    tracer_wait
+    target_quit
+    T_IN=$u_in T_OUT=$u_out T_PROC=$u_proc target_quit
+    T_IN=$f_in T_OUT=$f_out T_PROC=$f_proc target_quit
+    TR_PROC=$f_tr TR_DRAIN=$f_drain tracer_wait
+    EXPECT=$((warm + (2 * RUNS + 1) * n))
+    if ((ok != 0)); then
+        row "$id" "$name" x failed "a round failed (syscatch: $(tail -1 "$TR_LOG"))"
+        return
+    fi
+    if ! sc_counted "$mode" "$extra"; then
+        row "$id" "$name" x failed "$SC_WHY"
+        return
+    fi
+    hits=$(grep -o '^floor: [0-9]* hits' "$f_log" | grep -o '[0-9]*')
+    if [[ $hits != $((nf * (2 * RUNS + 2))) ]]; then
+        row "$id" "$name" x failed "floor counted ${hits:-?} hits, expected $((nf * (2 * RUNS + 2)))"
+        return
+    fi
+    row_values "$id" "$name" x "$n" "paired with the floor, round by round" "${ratios[@]}"
 }
 
 bench_gdb() { # id name mode n with-bt note
@@ -536,12 +613,13 @@ bench_syscatch sc_fast_match "syscatch --fast, matching hit, rax + 64 KiB stack"
 TRACER_FREE=1 bench_syscatch sc_fast_match_target_pinned "syscatch --fast, matching hit, target pinned to 1 CPU" \
     "$PIN_CPU" mmap "$N_SC_MATCH" 65536 "target on CPU $PIN_CPU, syscatch started free" --fast
 # Bursts (issue 13): rounds of N back-to-back matching calls, no pause; the first round follows the attach, so it
-# includes the first event's costs. The note counts events whose stack window was dropped under pressure.
+# includes the first event's costs. As the issue measured them: the target pinned, syscatch started free. The note
+# counts events whose stack window was dropped under pressure.
 bench_burst() { # id n [text]
     local how="JSON to a file"
     [[ ${3:-} == text ]] && how="text to a read pipe"
-    OUTPUT=${3:-json} bench_syscatch "$1" "syscatch burst of $2 matching calls, 64 KiB stack, $how" "" mmap "$2" \
-        65536 "back to back"
+    OUTPUT=${3:-json} TRACER_FREE=1 bench_syscatch "$1" "syscatch burst of $2 matching calls, 64 KiB stack, $how" \
+        "$PIN_CPU" mmap "$2" 65536 "target on CPU $PIN_CPU, back to back"
     if [[ ${R_STATUS[$1]} == ok ]]; then
         R_NOTE[$1]="back to back; $(grep -c 'stack window dropped' "$LAST_EVENTS") of the events without their stack"
     fi
@@ -561,6 +639,16 @@ else
 fi
 bench_burst sc_burst300_text 300 text
 bench_burst sc_burst10k_text $((QUICK ? 3000 : 10000)) text
+# Issue 13's goals, each measured pair by pair with the floor (see bench_paired): target pinned, syscatch free.
+bench_paired paired_nonmatch "paired: non-matching hit / floor (goal 1.3)" getpid "$N_SC" 65536
+bench_paired paired_fast_match "paired: --fast matching hit / floor (goal 1.5)" mmap "$N_SC_MATCH" 65536 --fast
+bench_paired paired_burst300_json "paired: burst of 300, JSON to a file / floor (goal 4)" mmap 300 65536
+bench_paired paired_burst10k_json "paired: burst of 10k (3k with --quick), JSON / floor (goal 4)" mmap \
+    $((QUICK ? 3000 : 10000)) 65536
+OUTPUT=text bench_paired paired_burst300_text "paired: burst of 300, text to a read pipe / floor (goal 4)" mmap 300 \
+    65536
+OUTPUT=text bench_paired paired_burst10k_text "paired: burst of 10k (3k with --quick), text / floor (goal 4)" mmap \
+    $((QUICK ? 3000 : 10000)) 65536
 # The first matching call after attaching against the 1000th, each timed alone by the target (a fresh syscatch per
 # run, untraced call subtracted): the first must not pay for loading symbols or DWARF.
 bench_first() {

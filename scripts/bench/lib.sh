@@ -49,9 +49,13 @@ target_start() { # pin-cpu-or-empty cmd...
 }
 # One loop of N iterations; prints the loop's own time in ns.
 target_round() {
+    round_on "$T_IN" "$T_OUT" "$1"
+}
+# The same on the target whose fifos are `in` and `out`.
+round_on() { # in out n
     local line
-    echo "go $1" >&"$T_IN"
-    read -r -t "$READ_TIMEOUT" -u "$T_OUT" line || return 1
+    echo "go $3" >&"$1"
+    read -r -t "$READ_TIMEOUT" -u "$2" line || return 1
     [[ $line == ns\ * ]] || return 1
     echo "${line#ns }"
 }
