@@ -639,9 +639,45 @@ else
 fi
 bench_burst sc_burst300_text 300 text
 bench_burst sc_burst10k_text $((QUICK ? 3000 : 10000)) text
+# The floor against itself with `floor -c`, in turns as bench_paired: what `--fast`'s stop costs in any tracer (wait4,
+# one process_vm_readv of the record below the stack pointer and of the stack, CONT) against waitpid, GETREGS, CONT.
+bench_paired_design() { # id name stack-bytes
+    local id=$1 name=$2 sb=$3 n=2000 i f g hits a_in a_out a_proc a_tr a_drain a_log ok=0 ratios=()
+    want "$id" || {
+        skip "$id" "$name" x
+        return
+    }
+    say "$name"
+    target_start "$PIN_CPU" "$TMP/loop" int3 || die "cannot start the int3 target"
+    a_in=$T_IN a_out=$T_OUT a_proc=$T_PROC
+    tracer_start "$PIN_CPU" err '^floor: attached' "$TMP/floor" "$T_PID" || ok=1
+    a_tr=$TR_PROC a_drain=$TR_DRAIN a_log=$TR_LOG
+    target_start "$PIN_CPU" "$TMP/loop" int3 || die "cannot start the int3 target"
+    ((ok == 0)) && { tracer_start "$PIN_CPU" err '^floor: attached' "$TMP/floor" -c "$sb" "$T_PID" || ok=1; }
+    for ((i = 0; i < 2 * RUNS + 2 && ok == 0; i++)); do
+        f=$(round_on "$a_in" "$a_out" "$n") && g=$(target_round "$n") || ok=1
+        # The first turn is a warm-up (and the copying floor's first hit reads the registers).
+        ((i > 0 && ok == 0)) && ratios+=("$(calc "($g / $n - ${BASE[getpid]}) / ($f / $n - ${BASE[getpid]})")")
+    done
+    target_quit
+    tracer_wait
+    hits=$(grep -o '^floor: [0-9]* hits' "$TR_LOG" | grep -o '[0-9]*')
+    T_IN=$a_in T_OUT=$a_out T_PROC=$a_proc target_quit
+    TR_PROC=$a_tr TR_DRAIN=$a_drain tracer_wait
+    [[ $hits == $((n * (2 * RUNS + 2))) ]] || ok=1
+    hits=$(grep -o '^floor: [0-9]* hits' "$a_log" | grep -o '[0-9]*')
+    [[ $hits == $((n * (2 * RUNS + 2))) ]] || ok=1
+    if ((ok != 0)); then
+        row "$id" "$name" x failed "a floor tracer did not attach, or a turn failed or missed hits"
+        return
+    fi
+    row_values "$id" "$name" x "$n" "floor -c $sb against floor, round by round" "${ratios[@]}"
+}
+
 # Issue 13's goals, each measured pair by pair with the floor (see bench_paired): target pinned, syscatch free.
 bench_paired paired_nonmatch "paired: non-matching hit / floor (goal 1.3)" getpid "$N_SC" 65536
 bench_paired paired_fast_match "paired: --fast matching hit / floor (goal 1.5)" mmap "$N_SC_MATCH" 65536 --fast
+bench_paired_design paired_fast_design "paired: --fast's three system calls in a C tracer / floor" 65536
 bench_paired paired_burst300_json "paired: burst of 300, JSON to a file / floor (goal 4)" mmap 300 65536
 bench_paired paired_burst10k_json "paired: burst of 10k (3k with --quick), JSON / floor (goal 4)" mmap \
     $((QUICK ? 3000 : 10000)) 65536

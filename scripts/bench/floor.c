@@ -1,7 +1,7 @@
 /* The ptrace floor: the least a breakpoint tracer can do per hit. Seizes one single-threaded process and, for
  * each stop, does exactly waitpid + PTRACE_GETREGS + PTRACE_CONT (nothing to repair: the target's int3 is a
  * literal instruction, so rip is already past it). Other signals are passed through.
- * Usage: floor [-r | -p] [-s USEC] [-t MS] [-f K] PID
+ * Usage: floor [-r | -p] [-s USEC] [-t MS] [-f K] [-c BYTES] PID
  * Prints "floor: attached to PID" on stderr once seized, and "floor: H hits" when the target exits.
  * The options add one of syscatch's costs at a time, to measure each lever in isolation (bench.sh uses none):
  *   -r       also PTRACE_SETREGS per hit (syscatch writes rip back after emulating the displaced instruction)
@@ -9,7 +9,11 @@
  *   -s USEC  after each CONT, poll waitpid(WNOHANG) for up to USEC microseconds before blocking
  *   -f K     every K hits, read the tracee's last CPU from /proc/PID/stat and move the tracer there
  *            (sched_setaffinity on itself only; the target's affinity is never touched)
- *   -t MS    a SIGALRM interval timer of MS milliseconds, no SA_RESTART (syscatch's tick; waitpid gets EINTR) */
+ *   -t MS    a SIGALRM interval timer of MS milliseconds, no SA_RESTART (syscatch's tick; waitpid gets EINTR)
+ *   -c BYTES what `syscatch --fast` does at a repeating call site instead of GETREGS: one process_vm_readv of the
+ *            128 bytes below the stack pointer and up to BYTES of stack above it, asking no more than the second
+ *            hit got (GETREGS only at the first hit, for the stack pointer: the target's int3 is always reached at
+ *            the same one) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>
@@ -20,6 +24,7 @@
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <sys/user.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -52,19 +57,22 @@ static long long now_ns(void) {
 
 int main(int argc, char **argv) {
     int setregs = 0, poke = 0, opt;
+    long copy = -1; /* -c: bytes of stack per hit instead of GETREGS */
+    static char buf[128 + (1 << 17)];
     long spin_us = 0, tick_ms = 0, follow = 0, moves = 0;
-    while ((opt = getopt(argc, argv, "rps:t:f:")) != -1) {
+    while ((opt = getopt(argc, argv, "rps:t:f:c:")) != -1) {
         switch (opt) {
         case 'r': setregs = 1; break;
+        case 'c': copy = 128 + (atol(optarg) < (1 << 17) ? atol(optarg) : (1 << 17)); break;
         case 'p': poke = 1; break;
         case 'f': follow = atol(optarg); break;
         case 's': spin_us = atol(optarg); break;
         case 't': tick_ms = atol(optarg); break;
-        default: fprintf(stderr, "usage: floor [-r | -p] [-s USEC] [-t MS] [-f K] PID\n"); return 2;
+        default: fprintf(stderr, "usage: floor [-r | -p] [-s USEC] [-t MS] [-f K] [-c BYTES] PID\n"); return 2;
         }
     }
     if (optind + 1 != argc) {
-        fprintf(stderr, "usage: floor [-r | -p] [-s USEC] [-t MS] [-f K] PID\n");
+        fprintf(stderr, "usage: floor [-r | -p] [-s USEC] [-t MS] [-f K] [-c BYTES] PID\n");
         return 2;
     }
     pid_t pid = atoi(argv[optind]);
@@ -104,7 +112,14 @@ int main(int argc, char **argv) {
         if (WIFEXITED(status) || WIFSIGNALED(status)) break;
         int sig = WSTOPSIG(status);
         if (sig == SIGTRAP && (status >> 16) == 0) {
-            ptrace(PTRACE_GETREGS, t, 0, &regs);
+            if (copy >= 0 && hits > 0) {
+                /* As syscatch: no more than the first copy got (asking past the end of the stack costs more). */
+                struct iovec local = {buf, (size_t)copy}, remote = {(void *)(regs.rsp - 128), (size_t)copy};
+                ssize_t got = process_vm_readv(t, &local, 1, &remote, 1, 0);
+                if (hits == 1 && got > 0) copy = got;
+            } else {
+                ptrace(PTRACE_GETREGS, t, 0, &regs);
+            }
             if (setregs) ptrace(PTRACE_SETREGS, t, 0, &regs);
             if (poke) {
                 ptrace(PTRACE_POKEUSER, t, (void *)offsetof(struct user_regs_struct, rax), (void *)regs.rax);
