@@ -208,7 +208,11 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
     kill -INT "$TR_PROC"
     tracer_wait
     target_quit
-    if ((ok != 0)) || ! sc_counted "$mode" "$extra"; then
+    if ((ok != 0)); then
+        row "$id" "$name" us/hit failed "a round failed (syscatch: $(tail -1 "$TR_LOG"))"
+        return
+    fi
+    if ! sc_counted "$mode" "$extra"; then
         row "$id" "$name" us/hit failed "$SC_WHY"
         return
     fi
@@ -256,11 +260,17 @@ bench_paired() { # id name mode n stack-bytes [extra syscatch flags]
     local ok=0
     sc_start "$PIN_CPU" "" "$mode" "$sb" "$extra" || ok=1
     if ((ok == 0)); then
-        round_on "$f_in" "$f_out" "$nf" >/dev/null && round_on "$u_in" "$u_out" "$warm" >/dev/null &&
-            target_round "$warm" >/dev/null || ok=1
+        # In subshells, as every round: a target that died ends its round (SIGPIPE), not the bench.
+        (round_on "$f_in" "$f_out" "$nf" && round_on "$u_in" "$u_out" "$warm" && target_round "$warm") >/dev/null ||
+            ok=1
     fi
     for ((i = 0; i < 2 * RUNS + 1 && ok == 0; i++)); do
-        f=$(round_on "$f_in" "$f_out" "$nf") && b=$(round_on "$u_in" "$u_out" "$n") && s=$(target_round "$n") || {
+        # The order turns around every other turn, so neither the floor nor syscatch always follows the other.
+        if ((i % 2 == 0)); then
+            f=$(round_on "$f_in" "$f_out" "$nf") && b=$(round_on "$u_in" "$u_out" "$n") && s=$(target_round "$n")
+        else
+            s=$(target_round "$n") && b=$(round_on "$u_in" "$u_out" "$n") && f=$(round_on "$f_in" "$f_out" "$nf")
+        fi || {
             ok=1
             break
         }
@@ -621,7 +631,7 @@ bench_burst() { # id n [text]
     OUTPUT=${3:-json} TRACER_FREE=1 bench_syscatch "$1" "syscatch burst of $2 matching calls, 64 KiB stack, $how" \
         "$PIN_CPU" mmap "$2" 65536 "target on CPU $PIN_CPU, back to back"
     if [[ ${R_STATUS[$1]} == ok ]]; then
-        R_NOTE[$1]="back to back; $(grep -c 'stack window dropped' "$LAST_EVENTS") of the events without their stack"
+        R_NOTE[$1]="target on CPU $PIN_CPU, back to back; $(grep -c 'stack window dropped' "$LAST_EVENTS") of the events without their stack"
     fi
 }
 bench_burst sc_burst300_json 300
@@ -655,7 +665,11 @@ bench_paired_design() { # id name stack-bytes
     target_start "$PIN_CPU" "$TMP/loop" int3 || die "cannot start the int3 target"
     ((ok == 0)) && { tracer_start "$PIN_CPU" err '^floor: attached' "$TMP/floor" -c "$sb" "$T_PID" || ok=1; }
     for ((i = 0; i < 2 * RUNS + 2 && ok == 0; i++)); do
-        f=$(round_on "$a_in" "$a_out" "$n") && g=$(target_round "$n") || ok=1
+        if ((i % 2 == 0)); then
+            f=$(round_on "$a_in" "$a_out" "$n") && g=$(target_round "$n")
+        else
+            g=$(target_round "$n") && f=$(round_on "$a_in" "$a_out" "$n")
+        fi || ok=1
         # The first turn is a warm-up (and the copying floor's first hit reads the registers).
         ((i > 0 && ok == 0)) && ratios+=("$(calc "($g / $n - ${BASE[getpid]}) / ($f / $n - ${BASE[getpid]})")")
     done

@@ -129,7 +129,7 @@ baseline() { # mode [n]
 measure_rounds() { # mode n
     local mode=$1 n=$2 t i warm=$(($2 / 10 > 10 ? $2 / 10 : 10))
     VALS=()
-    target_round "$warm" >/dev/null || return 1
+    (target_round "$warm") >/dev/null || return 1
     for ((i = 0; i < RUNS; i++)); do
         t=$(target_round "$n") || return 1
         VALS+=("$(calc "($t / $n - ${BASE[$mode]}) / 1000")")

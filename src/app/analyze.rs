@@ -182,7 +182,9 @@ impl Lingering {
 
 /// Writes out what was rendered since the last time (`unflushed`); a failure ends the trace, as a failed render.
 fn flush_rendered(renderer: &mut dyn Renderer, unflushed: &mut bool, output_error: &mut Option<std::io::Error>) {
+    // After a failure nothing more is written: the first error is the one reported.
     if std::mem::take(unflushed)
+        && output_error.is_none()
         && let Err(e) = renderer.flush()
     {
         *output_error = Some(e);
@@ -279,7 +281,8 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut seen: HashSet<u64> = HashSet::new();
     let mut output_error = None;
     let mut interned = Interned::default();
-    let mut prefetching = true;
+    // (A test can leave the prefetch out, to see how events go out when it is over.)
+    let mut prefetching = !crate::os::faults::injected("no-prefetch");
     let mut lingering = Lingering::default();
     // Events rendered since the output was last flushed.
     let mut unflushed = false;

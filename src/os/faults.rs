@@ -4,7 +4,8 @@
 //! signal-delivery-stop while holding the threads: the test SIGKILLs it there) and `injected-call` (syscatch stops
 //! itself right after starting each system call it injects; the test acts at the first, the trap pad's mmap: the
 //! thread is on its way
-//! through the call gate, or single-stepping libc's `syscall` without one). Here, below their callers, so no
+//! through the call gate, or single-stepping libc's `syscall` without one), `no-prefetch` (the analysis thread
+//! does not prefetch symbol tables: events go out as once it is over). Here, below their callers, so no
 //! layer under `app` asks `app`. Only debug builds read the variable: a release build has no way to make itself
 //! fail.
 

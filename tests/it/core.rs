@@ -825,7 +825,12 @@ fn shows_each_event_while_the_trace_runs() {
     require_ptrace();
     let mut t = Target::start(&testprog("target"), &[]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--stack-bytes", "0"]);
+    // Without the symbol prefetch, which flushes between two modules: an event must go out without it.
+    let mut sc = Syscatch::start_cmd(
+        syscatch_cmd()
+            .args(["--pid", &pid, "--syscall", "mmap", "--stack-bytes", "0"])
+            .env("SYSCATCH_TEST_FAULT", "no-prefetch"),
+    );
     sc.wait_attached();
     t.send("mmap 1");
     let truth = truth_mmaps(&t.out.until(|l| l == "ok"));
