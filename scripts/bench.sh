@@ -702,10 +702,11 @@ OUTPUT=text bench_paired paired_burst10k_text "paired: burst of 10k (3k with --q
 # The first matching call after attaching against the 1000th, each timed alone by the target (a fresh syscatch per
 # run, untraced call subtracted): the first must not pay for loading symbols or DWARF.
 bench_first() {
-    local f=() t=() i line
+    local f=() t=() a=() i line
     if ! want sc_first_event; then
         skip sc_first_event "first matching call after attach" us
         skip sc_1000th_event "1000th matching call" us
+        skip sc_again_event "a matching call alone, 100 ms after the 1000th" us
         return
     fi
     say "first vs 1000th matching call"
@@ -722,19 +723,22 @@ bench_first() {
         kill -INT "$TR_PROC"
         tracer_wait
         target_quit
-        [[ $line =~ ^first\ ([0-9]+)\ nth\ ([0-9]+)$ ]] || {
+        [[ $line =~ ^first\ ([0-9]+)\ nth\ ([0-9]+)\ again\ ([0-9]+)$ ]] || {
             row sc_first_event "first matching call after attach" us failed "the target said: $line"
             return
         }
         f+=("$(calc "(${BASH_REMATCH[1]} - ${BASE[mmap]}) / 1000")")
         t+=("$(calc "(${BASH_REMATCH[2]} - ${BASE[mmap]}) / 1000")")
+        a+=("$(calc "(${BASH_REMATCH[3]} - ${BASE[mmap]}) / 1000")")
     done
     row_values sc_first_event "first matching call after attach (64 KiB stack)" us "" "fresh syscatch per run" "${f[@]}"
     row_values sc_1000th_event "1000th matching call, same runs" us "" "back to back after the first" "${t[@]}"
+    row_values sc_again_event "a matching call alone, 100 ms after the 1000th" us "" "same runs; from idle, as the first" \
+        "${a[@]}"
     # The kernel's own first stop, for reference: the floor tracer's first hit against its 1000th, measured the
     # same way (a fresh floor and target per run). A first trap costs more than a warm one even with nothing to
     # load (cold caches and TLBs, a wake-up after a long sleep); syscatch should add nothing to that.
-    f=() t=()
+    f=() t=() a=()
     for ((i = 0; i < RUNS; i++)); do
         target_start "" "$TMP/loop" int3 || die "cannot start the int3 target"
         if ! tracer_start "" err '^floor: attached' "$TMP/floor" "$T_PID"; then
@@ -746,15 +750,17 @@ bench_first() {
         read -r -t "$READ_TIMEOUT" -u "$T_OUT" line
         target_quit
         tracer_wait
-        [[ $line =~ ^first\ ([0-9]+)\ nth\ ([0-9]+)$ ]] || {
+        [[ $line =~ ^first\ ([0-9]+)\ nth\ ([0-9]+)\ again\ ([0-9]+)$ ]] || {
             row floor_first_event "floor: first hit after attach" us failed "the target said: $line"
             return
         }
         f+=("$(calc "(${BASH_REMATCH[1]} - ${BASE[getpid]}) / 1000")")
         t+=("$(calc "(${BASH_REMATCH[2]} - ${BASE[getpid]}) / 1000")")
+        a+=("$(calc "(${BASH_REMATCH[3]} - ${BASE[getpid]}) / 1000")")
     done
     row_values floor_first_event "floor: first hit after attach" us "" "fresh floor tracer per run" "${f[@]}"
     row_values floor_1000th_event "floor: 1000th hit, same runs" us "" "back to back after the first" "${t[@]}"
+    row_values floor_again_event "floor: a hit alone, 100 ms after the 1000th" us "" "same runs" "${a[@]}"
 }
 bench_first
 bench_gdb gdb_nonmatch "gdb: break syscall if \$rdi == 9, non-matching" getpid "$N_GDB" 0 "commands: silent, continue"
@@ -928,6 +934,9 @@ ratio ratio_burst10k_text_floor "syscatch burst of 10k (3k with --quick), text t
 ratio ratio_first_1000th "first matching call / 1000th (goal: no more than the floor's)" sc_first_event sc_1000th_event
 ratio ratio_floor_first_1000th "floor: first hit / 1000th (the kernel's own first-stop cost)" floor_first_event \
     floor_1000th_event
+ratio ratio_first_again "first matching call / one alone after 100 ms idle (first-time costs only)" sc_first_event \
+    sc_again_event
+ratio ratio_floor_first_again "floor: first hit / one alone after 100 ms idle" floor_first_event floor_again_event
 ratio ratio_gdb_sc "gdb / syscatch, non-matching" gdb_nonmatch sc_nonmatch
 ratio ratio_stack34_sc_eu "syscatch stack / eu-stack, 34 threads, time (goal <= 1)" stack34_sc stack34_eu
 ratio ratio_stack34_sc_eu_rss "syscatch stack / eu-stack, 34 threads, peak RSS (goal <= 1)" stack34_sc_rss \

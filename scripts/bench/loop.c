@@ -4,8 +4,8 @@
  *   int3    a literal int3, then syscall(SYS_getpid): one trap per iteration for the floor tracer (dies untraced)
  *   mmap    syscall(SYS_mmap) of one page, then glibc munmap (not through syscall()): one matching hit
  * Prints "pid N", then for each line "go N" runs N iterations and prints "ns T" (T: the loop's CLOCK_MONOTONIC
- * time in nanoseconds); "each N" runs N iterations and prints "first F nth T": the first and the last call's own
- * times (ns); "quit" or end of input exits 0. */
+ * time in nanoseconds); "each N" runs N iterations and prints "first F nth T again A": the first and the last
+ * call's own times, and that of one more call made alone 100 ms later (ns); "quit" or end of input exits 0. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +19,25 @@ static long long now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* One iteration of the loop's mode; non-zero if mmap failed. */
+static int one(int m) {
+    if (m == 0) {
+        syscall(SYS_getpid);
+    } else if (m == 1) {
+        __asm__ volatile("int3" ::: "memory");
+        syscall(SYS_getpid);
+    } else {
+        void *p = (void *)syscall(SYS_mmap, NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                                  -1, 0);
+        if (p == MAP_FAILED) {
+            perror("mmap");
+            return 3;
+        }
+        munmap(p, 4096);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -39,26 +58,21 @@ int main(int argc, char **argv) {
         long long t0 = now_ns(), first = 0, nth = 0, c0 = 0;
         for (long i = 0; i < n; i++) {
             if (each) c0 = now_ns();
-            if (m == 0) {
-                syscall(SYS_getpid);
-            } else if (m == 1) {
-                __asm__ volatile("int3" ::: "memory");
-                syscall(SYS_getpid);
-            } else {
-                void *p = (void *)syscall(SYS_mmap, NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                                          -1, 0);
-                if (p == MAP_FAILED) {
-                    perror("mmap");
-                    return 3;
-                }
-                munmap(p, 4096);
-            }
+            if (one(m)) return 3;
             if (each && i == 0) first = now_ns() - c0;
             if (each && i == n - 1) nth = now_ns() - c0;
         }
-        long long t1 = now_ns();
+        long long t1 = now_ns(), again = 0;
+        if (each) {
+            /* A call made alone after an idle pause: what the first costs from idle alone, loading nothing. */
+            struct timespec pause = {0, 100 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+            c0 = now_ns();
+            if (one(m)) return 3;
+            again = now_ns() - c0;
+        }
         if (each)
-            printf("first %lld nth %lld\n", first, nth);
+            printf("first %lld nth %lld again %lld\n", first, nth, again);
         else
             printf("ns %lld\n", t1 - t0);
         fflush(stdout);
