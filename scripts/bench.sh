@@ -141,7 +141,7 @@ bench_floor() { # id name pin n
     local ok=$?
     target_quit
     tracer_wait
-    hits=$(grep -o '^floor: [0-9]* hits' "$TR_LOG" | grep -o '[0-9]*')
+    hits=$(floor_hits "$TR_LOG")
     if ((ok != 0)) || [[ $hits != "$EXPECT" ]]; then
         row "$id" "$name" us/hit failed "floor counted ${hits:-?} hits, expected $EXPECT"
         return
@@ -239,37 +239,33 @@ bench_syscatch() { # id name pin mode n stack-bytes note [extra syscatch flags]
 # turns round after round; each turn gives (traced - untraced) / (floor - untraced getpid) per hit, and the row is
 # the median of the turns' ratios (min and max beside it): 2 * RUNS + 1 turns, as each is short.
 bench_paired() { # id name mode n stack-bytes [extra syscatch flags]
-    local id=$1 name=$2 mode=$3 n=$4 sb=$5 extra=${6:-} nf=$(($4 > 2000 ? $4 : 2000)) i f b s hits warm=$(($4 / 10 > 10 ? $4 / 10 : 10))
-    local f_in f_out f_proc f_tr f_drain f_log u_in u_out u_proc ratios=()
+    local id=$1 name=$2 mode=$3 n=$4 sb=$5 extra=${6:-} nf=$(($4 > 2000 ? $4 : 2000)) i f b s warm=$(($4 / 10 > 10 ? $4 / 10 : 10))
+    local u_in u_out u_proc ok=0 ratios=()
     want "$id" || {
         skip "$id" "$name" x
         return
     }
     say "$name"
-    target_start "$PIN_CPU" "$TMP/loop" int3 || die "cannot start the int3 target"
-    f_in=$T_IN f_out=$T_OUT f_proc=$T_PROC
-    if ! tracer_start "$PIN_CPU" err '^floor: attached' "$TMP/floor" "$T_PID"; then
-        target_quit
+    if ! paired_floor_start; then
+        paired_floor_end
         row "$id" "$name" x failed "the floor tracer did not attach"
         return
     fi
-    f_tr=$TR_PROC f_drain=$TR_DRAIN f_log=$TR_LOG
     target_cmd "$mode"
     target_start "$PIN_CPU" "${TCMD[@]}" || die "cannot start the $mode target"
     u_in=$T_IN u_out=$T_OUT u_proc=$T_PROC
-    local ok=0
     sc_start "$PIN_CPU" "" "$mode" "$sb" "$extra" || ok=1
     if ((ok == 0)); then
         # In subshells, as every round: a target that died ends its round (SIGPIPE), not the bench.
-        (round_on "$f_in" "$f_out" "$nf" && round_on "$u_in" "$u_out" "$warm" && target_round "$warm") >/dev/null ||
+        (round_on "$P_IN" "$P_OUT" "$nf" && round_on "$u_in" "$u_out" "$warm" && target_round "$warm") >/dev/null ||
             ok=1
     fi
     for ((i = 0; i < 2 * RUNS + 1 && ok == 0; i++)); do
         # The order turns around every other turn, so neither the floor nor syscatch always follows the other.
         if ((i % 2 == 0)); then
-            f=$(round_on "$f_in" "$f_out" "$nf") && b=$(round_on "$u_in" "$u_out" "$n") && s=$(target_round "$n")
+            f=$(round_on "$P_IN" "$P_OUT" "$nf") && b=$(round_on "$u_in" "$u_out" "$n") && s=$(target_round "$n")
         else
-            s=$(target_round "$n") && b=$(round_on "$u_in" "$u_out" "$n") && f=$(round_on "$f_in" "$f_out" "$nf")
+            s=$(target_round "$n") && b=$(round_on "$u_in" "$u_out" "$n") && f=$(round_on "$P_IN" "$P_OUT" "$nf")
         fi || {
             ok=1
             break
@@ -280,8 +276,7 @@ bench_paired() { # id name mode n stack-bytes [extra syscatch flags]
     tracer_wait
     target_quit
     T_IN=$u_in T_OUT=$u_out T_PROC=$u_proc target_quit
-    T_IN=$f_in T_OUT=$f_out T_PROC=$f_proc target_quit
-    TR_PROC=$f_tr TR_DRAIN=$f_drain tracer_wait
+    paired_floor_end
     EXPECT=$((warm + (2 * RUNS + 1) * n))
     if ((ok != 0)); then
         row "$id" "$name" x failed "a round failed (syscatch: $(tail -1 "$TR_LOG"))"
@@ -291,12 +286,65 @@ bench_paired() { # id name mode n stack-bytes [extra syscatch flags]
         row "$id" "$name" x failed "$SC_WHY"
         return
     fi
-    hits=$(grep -o '^floor: [0-9]* hits' "$f_log" | grep -o '[0-9]*')
-    if [[ $hits != $((nf * (2 * RUNS + 2))) ]]; then
-        row "$id" "$name" x failed "floor counted ${hits:-?} hits, expected $((nf * (2 * RUNS + 2)))"
+    if [[ $P_HITS != $((nf * (2 * RUNS + 2))) ]]; then
+        row "$id" "$name" x failed "floor counted ${P_HITS:-?} hits, expected $((nf * (2 * RUNS + 2)))"
         return
     fi
     row_values "$id" "$name" x "$n" "paired with the floor, round by round" "${ratios[@]}"
+}
+
+# The floor against itself with `floor -c`, in turns as bench_paired: what `--fast`'s stop costs in any tracer (wait4,
+# one process_vm_readv of the record below the stack pointer and of the stack, CONT) against waitpid, GETREGS, CONT.
+bench_paired_design() { # id name stack-bytes
+    local id=$1 name=$2 sb=$3 n=2000 i f g hits ok=0 ratios=()
+    want "$id" || {
+        skip "$id" "$name" x
+        return
+    }
+    say "$name"
+    paired_floor_start || ok=1
+    target_start "$PIN_CPU" "$TMP/loop" int3 || die "cannot start the int3 target"
+    ((ok == 0)) && { tracer_start "$PIN_CPU" err '^floor: attached' "$TMP/floor" -c "$sb" "$T_PID" || ok=1; }
+    for ((i = 0; i < 2 * RUNS + 2 && ok == 0; i++)); do
+        if ((i % 2 == 0)); then
+            f=$(round_on "$P_IN" "$P_OUT" "$n") && g=$(target_round "$n")
+        else
+            g=$(target_round "$n") && f=$(round_on "$P_IN" "$P_OUT" "$n")
+        fi || ok=1
+        # The first turn is a warm-up (and the copying floor's first hit reads the registers).
+        ((i > 0 && ok == 0)) && ratios+=("$(calc "($g / $n - ${BASE[getpid]}) / ($f / $n - ${BASE[getpid]})")")
+    done
+    target_quit
+    tracer_wait
+    hits=$(floor_hits "$TR_LOG")
+    paired_floor_end
+    if ((ok != 0)) || [[ $hits != $((n * (2 * RUNS + 2))) || $P_HITS != "$hits" ]]; then
+        row "$id" "$name" x failed "a floor tracer did not attach, or a turn failed or missed hits"
+        return
+    fi
+    row_values "$id" "$name" x "$n" "floor -c $sb against floor, round by round" "${ratios[@]}"
+}
+
+# The hits a floor tracer counted (the line it prints when its target exits).
+floor_hits() { # log
+    grep -o '^floor: [0-9]* hits' "$1" | grep -o '[0-9]*'
+}
+
+# The floor of a paired row: pinned, on its own int3 loop, kept aside while the row starts its other loops. Its
+# target's fifos and process go to P_IN, P_OUT, P_PROC, its tracer to P_TR, P_DRAIN, P_LOG.
+paired_floor_start() {
+    target_start "$PIN_CPU" "$TMP/loop" int3 || die "cannot start the int3 target"
+    P_IN=$T_IN P_OUT=$T_OUT P_PROC=$T_PROC
+    tracer_start "$PIN_CPU" err '^floor: attached' "$TMP/floor" "$T_PID"
+    local rc=$?
+    P_TR=$TR_PROC P_DRAIN=$TR_DRAIN P_LOG=$TR_LOG
+    return $rc
+}
+# Ends it (not in a subshell: it waits for its own children); P_HITS: the hits it counted.
+paired_floor_end() {
+    T_IN=$P_IN T_OUT=$P_OUT T_PROC=$P_PROC target_quit
+    TR_PROC=$P_TR TR_DRAIN=$P_DRAIN tracer_wait
+    P_HITS=$(floor_hits "$P_LOG")
 }
 
 bench_gdb() { # id name mode n with-bt note
@@ -649,45 +697,6 @@ else
 fi
 bench_burst sc_burst300_text 300 text
 bench_burst sc_burst10k_text $((QUICK ? 3000 : 10000)) text
-# The floor against itself with `floor -c`, in turns as bench_paired: what `--fast`'s stop costs in any tracer (wait4,
-# one process_vm_readv of the record below the stack pointer and of the stack, CONT) against waitpid, GETREGS, CONT.
-bench_paired_design() { # id name stack-bytes
-    local id=$1 name=$2 sb=$3 n=2000 i f g hits a_in a_out a_proc a_tr a_drain a_log ok=0 ratios=()
-    want "$id" || {
-        skip "$id" "$name" x
-        return
-    }
-    say "$name"
-    target_start "$PIN_CPU" "$TMP/loop" int3 || die "cannot start the int3 target"
-    a_in=$T_IN a_out=$T_OUT a_proc=$T_PROC
-    tracer_start "$PIN_CPU" err '^floor: attached' "$TMP/floor" "$T_PID" || ok=1
-    a_tr=$TR_PROC a_drain=$TR_DRAIN a_log=$TR_LOG
-    target_start "$PIN_CPU" "$TMP/loop" int3 || die "cannot start the int3 target"
-    ((ok == 0)) && { tracer_start "$PIN_CPU" err '^floor: attached' "$TMP/floor" -c "$sb" "$T_PID" || ok=1; }
-    for ((i = 0; i < 2 * RUNS + 2 && ok == 0; i++)); do
-        if ((i % 2 == 0)); then
-            f=$(round_on "$a_in" "$a_out" "$n") && g=$(target_round "$n")
-        else
-            g=$(target_round "$n") && f=$(round_on "$a_in" "$a_out" "$n")
-        fi || ok=1
-        # The first turn is a warm-up (and the copying floor's first hit reads the registers).
-        ((i > 0 && ok == 0)) && ratios+=("$(calc "($g / $n - ${BASE[getpid]}) / ($f / $n - ${BASE[getpid]})")")
-    done
-    target_quit
-    tracer_wait
-    hits=$(grep -o '^floor: [0-9]* hits' "$TR_LOG" | grep -o '[0-9]*')
-    T_IN=$a_in T_OUT=$a_out T_PROC=$a_proc target_quit
-    TR_PROC=$a_tr TR_DRAIN=$a_drain tracer_wait
-    [[ $hits == $((n * (2 * RUNS + 2))) ]] || ok=1
-    hits=$(grep -o '^floor: [0-9]* hits' "$a_log" | grep -o '[0-9]*')
-    [[ $hits == $((n * (2 * RUNS + 2))) ]] || ok=1
-    if ((ok != 0)); then
-        row "$id" "$name" x failed "a floor tracer did not attach, or a turn failed or missed hits"
-        return
-    fi
-    row_values "$id" "$name" x "$n" "floor -c $sb against floor, round by round" "${ratios[@]}"
-}
-
 # Issue 13's goals, each measured pair by pair with the floor (see bench_paired): target pinned, syscatch free.
 bench_paired paired_nonmatch "paired: non-matching hit / floor (goal 1.3)" getpid "$N_SC" 65536
 bench_paired paired_fast_match "paired: --fast matching hit / floor (goal 1.5)" mmap "$N_SC_MATCH" 65536 --fast
