@@ -76,6 +76,14 @@ pub fn read_file(path: impl AsRef<Path>) -> std::io::Result<Bytes> {
     if ptr == libc::MAP_FAILED {
         return read_plain(file);
     }
+    // A uprobe on this file (bpftrace, perf probe) is installed by the kernel into every mapping of it that could be
+    // made executable, ours included: its int3 would be read as the file's byte, and syscatch would take a
+    // uprobed `syscall()` for a clean one and plant its own int3 over the uprobe's (seen: no event at all while
+    // bpftrace had a uprobe there). The uprobe's page is a private copy; dropping it gives the file's bytes back
+    // (the kernel does not install the int3 again on the next fault, only on a new registration).
+    // SAFETY: the whole of the mapping just made; dropping its pages changes no byte a reader sees but the
+    // uprobes' int3s. The result only tells whether the kernel took it.
+    unsafe { libc::madvise(ptr, len, libc::MADV_DONTNEED) };
     Ok(Bytes::new(Mapped { ptr: ptr as *const u8, len }))
 }
 

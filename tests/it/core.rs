@@ -2,6 +2,7 @@
 //! detach, no harm done.
 
 use crate::common::*;
+use std::collections::HashMap;
 
 /// The breakpoint address syscatch reports in its "attached" line.
 fn site_of(err: &[String]) -> u64 {
@@ -842,4 +843,65 @@ fn shows_each_event_while_the_trace_runs() {
     t.send("exit 0");
     let (status, _, err) = sc.finish();
     assert!(status.success(), "syscatch failed: {err:#?}");
+}
+
+/// A uprobe on `syscall()` (bpftrace, perf probe) puts an int3 there that is not ours; the kernel also installs it
+/// in syscatch's own read-only mapping of the file, where it once passed for the file's byte: syscatch planted its
+/// int3 over the uprobe's and reported nothing at all. The uprobe is set on a copy of libc that only this target
+/// maps (through LD_LIBRARY_PATH), so no other process on the machine meets it.
+#[test]
+fn refuses_a_uprobed_syscall_wrapper_and_leaves_the_target_alone() {
+    require_ptrace();
+    let events = std::path::Path::new("/sys/kernel/tracing/uprobe_events");
+    assert!(events.exists(), "tracefs is not mounted at /sys/kernel/tracing: this test sets a uprobe through it");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("uprobed-libc");
+    std::fs::create_dir_all(&dir).unwrap();
+    let libc = dir.join("libc.so.6");
+    let _ = std::fs::remove_file(&libc);
+    std::fs::copy("/lib/x86_64-linux-gnu/libc.so.6", &libc).unwrap();
+    let nm = std::process::Command::new("nm").args(["-D", "--defined-only"]).arg(&libc).output().unwrap();
+    let off = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 3 && w[2].split('@').next() == Some("syscall")).then(|| u64::from_str_radix(w[0], 16).unwrap())
+        })
+        .expect("syscall in libc's dynamic symbols");
+    let name = format!("syscatch_it_{}", std::process::id());
+    let append = |line: String| {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(events).unwrap();
+        f.write_all(line.as_bytes())
+    };
+    append(format!("p:{name}/wrapper {}:{off:#x}\n", libc.display())).expect("uprobe registered");
+    let enable = std::path::PathBuf::from(format!("/sys/kernel/tracing/events/{name}/wrapper/enable"));
+    std::fs::write(&enable, "1").unwrap();
+    let prog = testprog("target");
+    let mut t = Target::start_cmd(std::process::Command::new(&prog).env("LD_LIBRARY_PATH", &dir));
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert!(maps.contains(&libc.display().to_string()), "the target maps the copy");
+        for fast in [false, true] {
+            let pid = t.pid.to_string();
+            let mut args = vec!["--pid", pid.as_str(), "--syscall", "mmap", "--for", "1s"];
+            if fast {
+                args.push("--fast");
+            }
+            let (status, _, err) = Syscatch::start(&args).finish();
+            assert_eq!(status.code(), Some(1), "fast {fast}: {err:#?}");
+            let line = err.iter().find(|l| l.contains("uprobe")).unwrap_or_else(|| panic!("fast {fast}: {err:#?}"));
+            assert!(line.contains("0xcc in memory"), "{line}");
+            assert_eq!(tracer_of(t.pid), 0);
+        }
+    }));
+    let _ = std::fs::write(&enable, "0");
+    let _ = append(format!("-:{name}/wrapper\n"));
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    // Still running as before: it maps and unmaps on request.
+    t.send("mmap 1");
+    assert!(t.out.next().starts_with("mmap "));
+    t.send("exit");
+    let _ = t.wait();
 }
