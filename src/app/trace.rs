@@ -7,6 +7,7 @@ use crate::cli::TraceArgs;
 use crate::live::plan::{Plan, Wrapper};
 use crate::live::process::{self, Ids};
 use crate::live::tracer::{AttachError, Config, Numbers, Probe, SiteSpec, Tracer};
+use crate::model::consts::SYS_MUNMAP;
 use crate::model::event::{End, Event, Sink, Summary};
 use crate::os::{Tid, procfs, ptrace, signals};
 use crate::report::Renderer;
@@ -219,16 +220,22 @@ fn syscall_plan(numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Plan {
         }],
         what: format!("breakpoint on syscall() at {:#x}", site.addr),
         fast: fast.then_some((wanted, site)),
+        ring: Vec::new(),
         depths: HashMap::new(),
         watched: crate::live::mappaths::Watched::default(),
     }
 }
 
 /// `--leaks`: the plan of `--syscall` plus probes on libc's own mapping functions, so that mappings made through
-/// `mmap()` (also by a hook library that redirected GOT slots and calls the real one) are caught too.
-fn leak_plan(pid: Tid, numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Result<Plan> {
+/// `mmap()` (also by a hook library that redirected GOT slots and calls the real one) are caught too. With
+/// `--fast`, munmap calls go to the trampoline's ring, without a stop: the leak model needs only their range and
+/// result (unless `--syscall` named munmap: its events then keep their stacks).
+fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wrapper, fast: bool) -> Result<Plan> {
     let at = site.addr;
     let mut plan = syscall_plan(numbers, site, fast);
+    if fast && !asked.contains(&SYS_MUNMAP) {
+        plan.ring.push(SYS_MUNMAP);
+    }
     plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap)"));
     if fast {
         let why = "(--fast watches only syscall(); run without --fast to catch them)";
@@ -256,6 +263,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
     // `kill -INT` that came before attaching and traced on until the end.
     signals::install_stop_handlers();
     let mut numbers = syscall_numbers(&args.syscall)?;
+    let asked = numbers.clone();
     let out = Output::from_trace(args)?;
     if out.leaks.is_some() {
         numbers.extend(crate::analysis::leaks::LEAK_SYSCALLS.iter().filter_map(|s| syscalls::parse(s)));
@@ -272,7 +280,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             let site = syscall_site(pid, &mem)?;
             drop(mem);
             let plan = if out.report {
-                leak_plan(pid, numbers, site, args.fast)?
+                leak_plan(pid, numbers, &asked, site, args.fast)?
             } else {
                 syscall_plan(numbers, site, args.fast)
             };
@@ -291,7 +299,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
                 }
             };
             let plan = if out.report {
-                leak_plan(pid, numbers, site, args.fast)
+                leak_plan(pid, numbers, &asked, site, args.fast)
             } else {
                 Ok(syscall_plan(numbers, site, args.fast))
             };
@@ -400,7 +408,9 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         deadline: out.duration.map(|d| Instant::now() + d),
         live_status: std::io::stderr().is_terminal() && !spawned,
     };
-    signals::install_handlers(50);
+    // The tick also paces the reading of `--fast`'s ring when no stop comes (512 slots: 51,200 calls a second
+    // before its writers fall back to stops).
+    signals::install_handlers(if plan.ring.is_empty() { 50 } else { 10 });
     let mut sink = ChannelSink { tx, dropped: 0, windows_dropped: 0, stalled: false };
     // Asked to stop while getting ready (the handlers are in place from the start, see `trace`): not attached yet,
     // so nothing to undo.
@@ -419,7 +429,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         };
         let arming = Instant::now();
         match &plan.fast {
-            Some((wanted, site)) => tracer.arm_preferring_fast(wanted, site.addr, &site.code),
+            Some((wanted, site)) => tracer.arm_preferring_fast(wanted, &plan.ring, site.addr, &site.code),
             None => tracer.arm(),
         }
         .map_err(|e| anyhow!("process {pid}: {e}"))?;

@@ -18,6 +18,8 @@ pub struct Plan {
     pub specs: Vec<SiteSpec>,
     /// `--fast`: the wanted syscall numbers on this wrapper.
     pub fast: Option<(Vec<u64>, Wrapper)>,
+    /// With `fast`: the numbers whose calls need no stack, written to the trampoline's ring without a stop.
+    pub ring: Vec<u64>,
     /// Says what was planted, in the "attached" line.
     pub what: String,
     /// A probe's own `stack(N)` limit, by probe name.

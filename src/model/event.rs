@@ -80,6 +80,9 @@ pub struct Summary {
     /// `--fast` events whose registers came from the trampoline's record, read with the stack in one copy
     /// (no `PTRACE_GETREGS`).
     pub from_record: u64,
+    /// `--fast` calls read from the trampoline's ring: made without a stop (their stack was not needed).
+    #[serde(default)]
+    pub from_ring: u64,
     pub threads_seen: u64,
     pub forks_cleaned: u64,
     pub signals_forwarded: u64,

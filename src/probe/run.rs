@@ -104,6 +104,7 @@ pub fn plan(
     Ok(Plan {
         specs: specs.into_values().collect(),
         fast: None,
+        ring: Vec::new(),
         what: format!("{n} breakpoint(s): {}", what.join(", ")),
         depths,
         watched: Default::default(),

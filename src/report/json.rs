@@ -214,6 +214,7 @@ impl<W: Write> Renderer for Json<W> {
                 "emulated": s.emulated,
                 "slow_path": s.slow_path,
                 "from_record": s.from_record,
+                "from_ring": s.from_ring,
                 "forks_cleaned": s.forks_cleaned,
                 "signals_forwarded": s.signals_forwarded,
                 "warnings": s.warnings,

@@ -140,7 +140,7 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             self.err,
             "syscatch: {end} after {:.3}s; {} hits, {} matching, {} events ({}); {} threads seen; \
              threads stopped {:.3} ms in all (tracer side); {} emulated and {} slow step-overs; {} fork children cleaned; \
-             {} signals forwarded",
+             {} signals forwarded{}",
             s.duration.as_secs_f64(),
             s.hits,
             s.matching,
@@ -152,6 +152,11 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             s.slow_path,
             s.forks_cleaned,
             s.signals_forwarded,
+            if s.from_ring > 0 {
+                format!("; {} calls written down without a stop (--fast's ring)", s.from_ring)
+            } else {
+                String::new()
+            },
         )?;
         for w in &s.warnings {
             writeln!(self.err, "syscatch: WARNING: {w}")?;

@@ -13,6 +13,22 @@
 //!           int3 ; jmp syscall+2                               (one stop, rax already the result)
 //! ```
 //!
+//! Numbers whose calls need no stack (`ring`: munmap for the leak model) take a ring path instead: after
+//! `syscall` it takes a sequence number from the same counter, and if the ring has room for it (`seq - tail <
+//! RING_SLOTS`, `tail` written by the tracer) writes the call into slot `seq % RING_SLOTS` of the ring pages
+//! ([`Slot`]: its number, arguments, result and the thread's fs base, the sequence number last) and jumps back
+//! with no stop. A full ring (the tracer is behind, or gone) takes the match path's record and int3 instead, with
+//! the number already taken, so no call is lost and the tracer puts every event in sequence order:
+//! ```text
+//! ring_i:   <displaced instruction> ; syscall ; mov %rax,-8(%rsp)
+//!           mov $1,%eax ; lock xadd %rax,counter(%rip) ; lea 1(%rax),%rax      (rax: seq)
+//!           mov %rax,%rcx ; sub tail(%rip),%rcx ; cmp $RING_SLOTS,%rcx ; jae full_i
+//!           r11 = ring + (seq % RING_SLOTS) * SLOT ; the slot's words, its seq last
+//!           mov -8(%rsp),%rax ; jmp syscall+2
+//! full_i:   the record (seq as taken), r11 = seq and the flags as the counter's xadd left them, rcx as a record
+//!           implies ; int3 ; jmp syscall+2
+//! ```
+//!
 //! The red-zone record ([`Block`]) lets the tracer read a stopped thread's registers and its stack in one
 //! `process_vm_readv` at the stack pointer of the thread's last event, instead of `PTRACE_GETREGS` and then the
 //! copy: the wrapper is a leaf that pushes nothing and never uses its red zone, and a signal handler's frame
@@ -59,8 +75,23 @@ pub enum Refusal {
 
 /// Bytes of the record below the stack pointer: the x86-64 red zone, which signal frames never touch.
 pub const BLOCK: usize = 128;
-/// Pages mapped for the trampoline: its code, then the counter's page.
+/// Slots of the ring (a power of two) and bytes per slot.
+pub const RING_SLOTS: u64 = 512;
+pub const SLOT: u64 = 128;
+/// Pages mapped for the trampoline: its code, the counter's page (the counter, then the ring's tail), and the
+/// ring's when it has one.
 pub const PAGES: u64 = 2;
+pub const RING_PAGES: u64 = RING_SLOTS * SLOT / 4096;
+
+/// Pages mapped for a trampoline with or without a ring.
+pub fn pages(ring: bool) -> u64 {
+    PAGES + if ring { RING_PAGES } else { 0 }
+}
+/// Offsets from the trampoline page of the counter, the ring's tail (the oldest sequence number whose slot the
+/// tracer has not read yet) and the ring.
+pub const COUNTER: u64 = 4096;
+pub const TAIL: u64 = 4096 + 8;
+pub const RING: u64 = 2 * 4096;
 /// Where each register goes in the record, as an offset from rsp: (register, REX.R bit, ModRM reg field).
 const SAVED: [(Reg, u8, u8, i8); 13] = [
     (Reg::Rax, 0, 0, -104),
@@ -208,53 +239,155 @@ fn match_len(reloc: &[u8]) -> usize {
     reloc.len() + 2 + RECORD_CODE as usize + 1 + 5
 }
 
-/// Whether the trampoline for `count` wanted numbers fits its page (known before the page is mapped).
-pub fn fits(plan: &PatchPlan, count: usize) -> bool {
-    12 * count + plan.orig.len() + 5 + count * match_len(&plan.orig) <= 4096
+/// Bytes of one ring path up to its full path, and of the full path (see the module's text).
+const RING_CODE: usize = 5 + 5 + 9 + 4 + 3 + 7 + 7 + 6 + 2 + 6 + 3 + 7 + 3 + 8 + 6 * 4 + 5 + 4 + 5 + 4 + 3 + 5 + 5;
+const FULL_CODE: usize = 3 + 5 + 13 * 5 + 15 + 10 + 4 + 4 + 5 + 7 + 1 + 5;
+
+fn ring_len(reloc: &[u8]) -> usize {
+    reloc.len() + 2 + RING_CODE + FULL_CODE
 }
 
-/// The trampoline page's code and, for each `int3` in it, the syscall number it reports. `fsgsbase`: whether
-/// user code may run `rdfsbase` (the kernel says so in AT_HWCAP2); without it the record's thread word is 0.
-pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64], fsgsbase: bool) -> Option<(Vec<u8>, HashMap<u64, u64>)> {
+/// Whether the trampoline for `count` wanted numbers, `ring` of them on the ring, fits its page (known before the
+/// page is mapped).
+pub fn fits(plan: &PatchPlan, count: usize, ring: usize) -> bool {
+    let stops = count.saturating_sub(ring);
+    12 * count + plan.orig.len() + 5 + stops * match_len(&plan.orig) + ring * ring_len(&plan.orig) <= 4096
+}
+
+/// A call the ring path wrote down: slot `seq % RING_SLOTS` of the ring, read by the tracer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    /// Written last: the slot is whole once this is the sequence number the reader expects there.
+    pub seq: u64,
+    pub nr: u64,
+    /// rdi, rsi, rdx, r10, r8, r9 as the kernel took them.
+    pub args: [u64; 6],
+    /// rax after `syscall`.
+    pub ret: u64,
+    /// The writing thread's fs base.
+    pub thread: u64,
+}
+
+impl Slot {
+    /// The slot in `bytes` (its `SLOT` bytes).
+    pub fn parse(bytes: &[u8]) -> Option<Slot> {
+        let word = |i: usize| Some(u64::from_le_bytes(bytes.get(i * 8..i * 8 + 8)?.try_into().ok()?));
+        let mut args = [0u64; 6];
+        for (i, a) in args.iter_mut().enumerate() {
+            *a = word(2 + i)?;
+        }
+        Some(Slot { seq: word(0)?, nr: word(1)?, args, ret: word(8)?, thread: word(9)? })
+    }
+}
+
+/// The trampoline page's code, assembled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assembled {
+    pub code: Vec<u8>,
+    /// Each `int3` in it and the syscall number it reports.
+    pub int3s: HashMap<u64, u64>,
+    /// Each ring path's stretch from just past its `syscall` to just past the store that completes its slot: a
+    /// thread stopped in there has made its call, and its slot is not whole yet.
+    pub ring_writes: Vec<(u64, u64)>,
+}
+
+/// The trampoline page's code for `numbers` (the wanted ones: a stop each, or, for those also in `ring`, the
+/// ring). `fsgsbase`: whether user code may run `rdfsbase` (the kernel says so in AT_HWCAP2); without it the
+/// record's thread word is 0, and `ring` must be empty (a slot names its thread by its fs base).
+pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64], ring: &[u64], fsgsbase: bool) -> Option<Assembled> {
+    if !fsgsbase && !ring.is_empty() {
+        return None;
+    }
     let reloc = &plan.orig;
     let compare_len = 12 * numbers.len();
     let miss_len = reloc.len() + 5;
-    let match_len = match_len(reloc);
-    let counter = page + 4096;
+    let counter = page + COUNTER;
     let mut code = Vec::new();
     let mut int3s = HashMap::new();
-    let match_at = |i: usize| page + (compare_len + miss_len + i * match_len) as u64;
+    let mut ring_writes = Vec::new();
+    let path_len = |nr: &u64| if ring.contains(nr) { ring_len(reloc) } else { match_len(reloc) };
+    let path_at = |i: usize| page + (compare_len + miss_len + numbers[..i].iter().map(path_len).sum::<usize>()) as u64;
     for (i, &nr) in numbers.iter().enumerate() {
         let imm = i32::try_from(nr).ok()?;
         code.extend_from_slice(&[0x48, 0x3d]);
         code.extend_from_slice(&imm.to_le_bytes());
         let here = page + code.len() as u64;
         code.extend_from_slice(&[0x0f, 0x84]);
-        code.extend_from_slice(&rel32(here, 6, match_at(i))?);
+        code.extend_from_slice(&rel32(here, 6, path_at(i))?);
     }
     code.extend_from_slice(reloc);
     let here = page + code.len() as u64;
     code.push(0xe9);
     code.extend_from_slice(&rel32(here, 5, plan.at + reloc.len() as u64)?);
+    let back = plan.syscall_at + 2;
+    // `op` with a rip-relative operand at `to` whose rel32 ends the instruction (`tail` bytes after it).
+    let riprel = |code: &mut Vec<u8>, op: &[u8], to: u64, tail: &[u8]| -> Option<()> {
+        code.extend_from_slice(op);
+        let end = page + (code.len() + 4 + tail.len()) as u64;
+        code.extend_from_slice(&i32::try_from(to as i128 - end as i128).ok()?.to_le_bytes());
+        code.extend_from_slice(tail);
+        Some(())
+    };
     for (i, &nr) in numbers.iter().enumerate() {
         let start = code.len();
-        let int3 = match_at(i) + (match_len - 6) as u64;
+        debug_assert_eq!(page + start as u64, path_at(i));
         code.extend_from_slice(reloc);
         code.extend_from_slice(&[0x0f, 0x05]);
-        for &(_, r, reg, off) in &SAVED {
-            store(&mut code, r, reg, off);
+        if ring.contains(&nr) {
+            let after_syscall = page + code.len() as u64;
+            let full_at = path_at(i) + (reloc.len() + 2 + RING_CODE) as u64;
+            // mov %rax,-8(%rsp) ; mov $1,%eax ; lock xadd %rax,counter(%rip) ; lea 1(%rax),%rax
+            code.extend_from_slice(&[0x48, 0x89, 0x44, 0x24, 0xf8, 0xb8, 1, 0, 0, 0]);
+            riprel(&mut code, &[0xf0, 0x48, 0x0f, 0xc1, 0x05], counter, &[])?;
+            code.extend_from_slice(&[0x48, 0x8d, 0x40, 0x01]);
+            // mov %rax,%rcx ; sub tail(%rip),%rcx ; cmp $RING_SLOTS,%rcx ; jae full
+            code.extend_from_slice(&[0x48, 0x89, 0xc1]);
+            riprel(&mut code, &[0x48, 0x2b, 0x0d], page + TAIL, &[])?;
+            code.extend_from_slice(&[0x48, 0x81, 0xf9]);
+            code.extend_from_slice(&(RING_SLOTS as u32).to_le_bytes());
+            riprel(&mut code, &[0x0f, 0x83], full_at, &[])?;
+            // mov %eax,%ecx ; and $(RING_SLOTS-1),%ecx ; shl $7,%ecx ; lea ring(%rip),%r11 ; add %rcx,%r11
+            code.extend_from_slice(&[0x89, 0xc1, 0x81, 0xe1]);
+            code.extend_from_slice(&((RING_SLOTS - 1) as u32).to_le_bytes());
+            debug_assert_eq!(SLOT, 1 << 7);
+            code.extend_from_slice(&[0xc1, 0xe1, 0x07]);
+            riprel(&mut code, &[0x4c, 0x8d, 0x1d], page + RING, &[])?;
+            code.extend_from_slice(&[0x49, 0x01, 0xcb]);
+            // movq $nr,8(%r11) ; the arguments ; the result (from the red zone) ; rdfsbase ; then the seq
+            code.extend_from_slice(&[0x49, 0xc7, 0x43, 0x08]);
+            code.extend_from_slice(&imm32(nr)?);
+            for m in [[0x49, 0x89, 0x7b, 0x10], [0x49, 0x89, 0x73, 0x18], [0x49, 0x89, 0x53, 0x20]] {
+                code.extend_from_slice(&m);
+            }
+            for m in [[0x4d, 0x89, 0x53, 0x28], [0x4d, 0x89, 0x43, 0x30], [0x4d, 0x89, 0x4b, 0x38]] {
+                code.extend_from_slice(&m);
+            }
+            code.extend_from_slice(&[0x48, 0x8b, 0x4c, 0x24, 0xf8, 0x49, 0x89, 0x4b, 0x40]);
+            code.extend_from_slice(&[0xf3, 0x48, 0x0f, 0xae, 0xc1, 0x49, 0x89, 0x4b, 0x48]);
+            code.extend_from_slice(&[0x49, 0x89, 0x03]);
+            ring_writes.push((after_syscall, page + code.len() as u64));
+            // mov -8(%rsp),%rax ; jmp back
+            code.extend_from_slice(&[0x48, 0x8b, 0x44, 0x24, 0xf8]);
+            riprel(&mut code, &[0xe9], back, &[])?;
+            debug_assert_eq!(page + code.len() as u64, full_at);
+            // The full ring: mov %rax,%rcx (the seq) ; mov -8(%rsp),%rax ; the record as a match path writes it.
+            code.extend_from_slice(&[0x48, 0x89, 0xc1, 0x48, 0x8b, 0x44, 0x24, 0xf8]);
+            let int3 = full_at + (FULL_CODE - 6) as u64;
+            record_head(&mut code, int3, fsgsbase);
+            // lea -1(%rcx),%r11 ; add $1,%r11 (r11 = seq, the flags of the counter's xadd) ; mov %r11,seq(%rsp)
+            code.extend_from_slice(&[0x4c, 0x8d, 0x59, 0xff, 0x49, 0x83, 0xc3, 0x01]);
+            store(&mut code, 1, 3, AT_SEQ);
+            // lea (int3 - RECORD_CODE)(%rip),%rcx: rcx as `Block::rcx` gives it for a match path.
+            riprel(&mut code, &[0x48, 0x8d, 0x0d], int3.wrapping_sub(RECORD_CODE), &[])?;
+            debug_assert_eq!(page + code.len() as u64, int3);
+            int3s.insert(int3, nr);
+            code.push(0xcc);
+            riprel(&mut code, &[0xe9], back, &[])?;
+            debug_assert_eq!(code.len() - start, ring_len(reloc));
+            continue;
         }
-        // movabs $int3,%r11 ; mov %r11,int3(%rsp)
-        code.extend_from_slice(&[0x49, 0xbb]);
-        code.extend_from_slice(&int3.to_le_bytes());
-        store(&mut code, 1, 3, AT_INT3);
-        // rdfsbase %r11, or xor %r11d,%r11d and a 2-byte nop ; mov %r11,thread(%rsp)
-        code.extend_from_slice(if fsgsbase {
-            &[0xf3, 0x49, 0x0f, 0xae, 0xc3]
-        } else {
-            &[0x45, 0x31, 0xdb, 0x66, 0x90]
-        });
-        store(&mut code, 1, 3, AT_THREAD);
+        let int3 = path_at(i) + (match_len(reloc) - 6) as u64;
+        record_head(&mut code, int3, fsgsbase);
         // mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
         code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0, 0xf0, 0x4c, 0x0f, 0xc1, 0x1d]);
         let here = page + code.len() as u64;
@@ -262,14 +395,30 @@ pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64], fsgsbase: bool) ->
         code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
         store(&mut code, 1, 3, AT_SEQ);
         debug_assert_eq!(page + code.len() as u64, int3);
-        int3s.insert(page + code.len() as u64, nr);
+        int3s.insert(int3, nr);
         code.push(0xcc);
-        let here = page + code.len() as u64;
-        code.push(0xe9);
-        code.extend_from_slice(&rel32(here, 5, plan.syscall_at + 2)?);
-        debug_assert_eq!(code.len() - start, match_len);
+        riprel(&mut code, &[0xe9], back, &[])?;
+        debug_assert_eq!(code.len() - start, match_len(reloc));
     }
-    (code.len() <= 4096).then_some((code, int3s))
+    (code.len() <= 4096).then_some(Assembled { code, int3s, ring_writes })
+}
+
+fn imm32(v: u64) -> Option<[u8; 4]> {
+    i32::try_from(v).ok().map(|v| v.to_le_bytes())
+}
+
+/// A record's first part: the registers, the int3's address and the thread (rdfsbase, or 0).
+fn record_head(code: &mut Vec<u8>, int3: u64, fsgsbase: bool) {
+    for &(_, r, reg, off) in &SAVED {
+        store(code, r, reg, off);
+    }
+    // movabs $int3,%r11 ; mov %r11,int3(%rsp)
+    code.extend_from_slice(&[0x49, 0xbb]);
+    code.extend_from_slice(&int3.to_le_bytes());
+    store(code, 1, 3, AT_INT3);
+    // rdfsbase %r11, or xor %r11d,%r11d and a 2-byte nop ; mov %r11,thread(%rsp)
+    code.extend_from_slice(if fsgsbase { &[0xf3, 0x49, 0x0f, 0xae, 0xc3] } else { &[0x45, 0x31, 0xdb, 0x66, 0x90] });
+    store(code, 1, 3, AT_THREAD);
 }
 
 /// Where the trampoline page may go, nearest to the patched instruction first: in the gaps between `maps` (the
@@ -278,7 +427,7 @@ pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64], fsgsbase: bool) ->
 /// might be extended in place keeps a free page beside it), never in the gap just below `[stack]` (the main stack
 /// grows down into it), and never below 1 MiB (`vm.mmap_min_addr`) or above the 47-bit user space. One candidate
 /// per gap: the caller maps it with `MAP_FIXED_NOREPLACE` and moves on to the next one if that fails.
-pub fn page_candidates(maps: &[Mapping], plan: &PatchPlan) -> Vec<u64> {
+pub fn page_candidates(maps: &[Mapping], plan: &PatchPlan, pages: u64) -> Vec<u64> {
     const PAGE: u64 = 4096;
     const LOW: u64 = 0x10_0000;
     const HIGH: u64 = 0x7fff_ffff_f000;
@@ -307,7 +456,7 @@ pub fn page_candidates(maps: &[Mapping], plan: &PatchPlan) -> Vec<u64> {
         }
         // A free page on each side of ours.
         let first = gap_start.saturating_add(PAGE).max(lowest).next_multiple_of(PAGE);
-        let last = gap_end.saturating_sub((PAGES + 1) * PAGE).min(highest) & !(PAGE - 1);
+        let last = gap_end.saturating_sub((pages + 1) * PAGE).min(highest) & !(PAGE - 1);
         if first > last {
             continue;
         }
@@ -361,10 +510,13 @@ mod tests {
         let jmp = patch_bytes(&p, page).unwrap();
         assert_eq!(jmp.len(), 5);
         assert_eq!(jmp[0], 0xe9);
-        assert!(fits(&p, 29) && !fits(&p, 30));
+        assert!(fits(&p, 29, 0) && !fits(&p, 30, 0));
         let numbers: Vec<u64> = (0..30).collect();
-        assert!(assemble(&p, page, &numbers[..29], true).is_some() && assemble(&p, page, &numbers, true).is_none());
-        let (code, int3s) = assemble(&p, page, &[9, 11], true).unwrap();
+        assert!(
+            assemble(&p, page, &numbers[..29], &[], true).is_some()
+                && assemble(&p, page, &numbers, &[], true).is_none()
+        );
+        let Assembled { code, int3s, .. } = assemble(&p, page, &[9, 11], &[], true).unwrap();
         let text: Vec<String> = cs
             .disasm_all(&code, page)
             .unwrap()
@@ -406,7 +558,7 @@ mod tests {
             );
         }
         // Without rdfsbase the thread word is 0, in the same length.
-        let (plain, same) = assemble(&p, page, &[9, 11], false).unwrap();
+        let Assembled { code: plain, int3s: same, .. } = assemble(&p, page, &[9, 11], &[], false).unwrap();
         assert_eq!((plain.len(), same), (code.len(), int3s));
         let text: Vec<String> =
             cs.disasm_all(&plain, page).unwrap().iter().map(|i| i.mnemonic().unwrap().to_string()).collect();
@@ -425,6 +577,92 @@ mod tests {
         assert_eq!(plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x13]), Err(Refusal::BranchIntoPatch));
         // Too far for rel32.
         assert!(patch_bytes(&p, entry + (3u64 << 31)).is_none());
+    }
+
+    #[test]
+    fn a_ring_path_writes_its_slot_then_its_number_and_a_full_ring_stops() {
+        let cs = disassembler().unwrap();
+        let entry = 0x7f00_0010_1810;
+        let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
+        let p = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x22]).unwrap();
+        let page = entry - 0x10_0000;
+        // Without rdfsbase a slot could not name its thread: no ring.
+        assert!(assemble(&p, page, &[9, 11], &[11], false).is_none());
+        let a = assemble(&p, page, &[9, 11, 25], &[11], true).unwrap();
+        assert!(fits(&p, 3, 1) && a.code.len() <= 4096);
+        assert_eq!(a.int3s.len(), 3, "the ring's full path stops at an int3 of its own");
+        assert_eq!(a.ring_writes.len(), 1);
+        let insns = cs.disasm_all(&a.code, page).unwrap();
+        let text: Vec<String> = insns
+            .iter()
+            .map(|i| format!("{} {}", i.mnemonic().unwrap(), i.op_str().unwrap()).trim().to_string())
+            .collect();
+        let at = |addr: u64| insns.iter().position(|i| i.address() == addr).unwrap();
+        // munmap's compare jumps to the ring path, which starts like a match path.
+        let ring_at = u64::from_str_radix(text[3].trim_start_matches("je 0x"), 16).unwrap();
+        let r = at(ring_at);
+        assert_eq!(text[r..r + 2], ["mov r9, qword ptr [rsp + 8]", "syscall"]);
+        let (write_from, write_to) = a.ring_writes[0];
+        assert_eq!(insns[r + 2].address(), write_from, "the write starts just past syscall");
+        let counter = page + COUNTER;
+        let want = [
+            "mov qword ptr [rsp - 8], rax".to_string(),
+            "mov eax, 1".into(),
+            format!("lock xadd qword ptr [rip + {:#x}], rax", counter - insns[r + 5].address()),
+            "lea rax, [rax + 1]".into(),
+            "mov rcx, rax".into(),
+            format!("sub rcx, qword ptr [rip + {:#x}]", page + TAIL - insns[r + 8].address()),
+            format!("cmp rcx, {:#x}", RING_SLOTS),
+        ];
+        assert_eq!(text[r + 2..r + 9], want);
+        assert!(text[r + 9].starts_with("jae "));
+        let slot_code = [
+            "mov ecx, eax".to_string(),
+            format!("and ecx, {:#x}", RING_SLOTS - 1),
+            "shl ecx, 7".into(),
+            format!("lea r11, [rip + {:#x}]", page + RING - insns[r + 14].address()),
+            "add r11, rcx".into(),
+            "mov qword ptr [r11 + 8], 0xb".into(),
+            "mov qword ptr [r11 + 0x10], rdi".into(),
+            "mov qword ptr [r11 + 0x18], rsi".into(),
+            "mov qword ptr [r11 + 0x20], rdx".into(),
+            "mov qword ptr [r11 + 0x28], r10".into(),
+            "mov qword ptr [r11 + 0x30], r8".into(),
+            "mov qword ptr [r11 + 0x38], r9".into(),
+            "mov rcx, qword ptr [rsp - 8]".into(),
+            "mov qword ptr [r11 + 0x40], rcx".into(),
+            "rdfsbase rcx".into(),
+            "mov qword ptr [r11 + 0x48], rcx".into(),
+            "mov qword ptr [r11], rax".into(),
+            "mov rax, qword ptr [rsp - 8]".into(),
+            format!("jmp {:#x}", entry + 0x19),
+        ];
+        assert_eq!(text[r + 10..r + 29], slot_code);
+        assert_eq!(insns[r + 27].address(), write_to, "the write ends with the sequence number's store");
+        // The full path: the record as a match path leaves it, r11 the sequence number, rcx as `Block::rcx` says.
+        let full = u64::from_str_radix(text[r + 9].trim_start_matches("jae 0x"), 16).unwrap();
+        assert_eq!(full, insns[r + 29].address());
+        let f = r + 29;
+        assert_eq!(text[f..f + 3], ["mov rcx, rax", "mov rax, qword ptr [rsp - 8]", "mov qword ptr [rsp - 0x68], rax"]);
+        let int3 = insns[f..].iter().find(|i| i.mnemonic() == Some("int3")).unwrap().address();
+        assert_eq!(a.int3s[&int3], 11);
+        let i = at(int3);
+        assert_eq!(text[i - 4..i - 1], ["lea r11, [rcx - 1]", "add r11, 1", "mov qword ptr [rsp - 0x78], r11"]);
+        assert_eq!(text[i - 1], format!("lea rcx, [rip - {:#x}]", insns[i].address() - (int3 - RECORD_CODE)));
+        assert_eq!(text[i + 1], format!("jmp {:#x}", entry + 0x19));
+        // The other numbers' paths are match paths as before, each int3 where its record says.
+        for (&at_, &nr) in a.int3s.iter().filter(|(_, nr)| **nr != 11) {
+            let i = at(at_);
+            assert_eq!(text[i - 8], format!("movabs r11, {at_:#x}"), "{nr}");
+        }
+        // A slot, word by word.
+        let mut b = vec![0u8; SLOT as usize];
+        for (i, v) in [7u64, 11, 1, 2, 3, 4, 5, 6, 0, 0x7f00_0000_0640].iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let s = Slot::parse(&b).unwrap();
+        assert_eq!((s.seq, s.nr, s.args, s.ret, s.thread), (7, 11, [1, 2, 3, 4, 5, 6], 0, 0x7f00_0000_0640));
+        assert_eq!(Slot::parse(&b[..79]), None);
     }
 
     #[test]
@@ -474,7 +712,7 @@ mod tests {
             map(libc + 0x1000_0000, libc + 0x1002_1000, "rw-p", "[stack]"),
             map(0xffff_ffff_ff60_0000, 0xffff_ffff_ff60_1000, "--xp", "[vsyscall]"),
         ];
-        let c = page_candidates(&maps, &p);
+        let c = page_candidates(&maps, &p, PAGES);
         // The 16 KiB gap above libc (room for the two pages and a free page each side), the space above the stack,
         // then the 64 KiB hole 1 GiB below (at its top, with a free page above).
         assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0x3000]);
@@ -483,10 +721,12 @@ mod tests {
             assert_eq!(page % 4096, 0);
             assert!(maps.iter().all(|m| page + PAGES * 4096 < m.start || page > m.end), "{page:#x}");
             assert!(!(libc + 0x50_0000..libc + 0x1000_0000).contains(&page));
-            assert!(patch_bytes(&p, page).is_some() && assemble(&p, page, &[9], true).is_some(), "{page:#x}");
+            assert!(patch_bytes(&p, page).is_some() && assemble(&p, page, &[9], &[], true).is_some(), "{page:#x}");
         }
         // Nothing at all within reach: no candidate.
         let full = vec![map(libc - 3 * gib, libc + 3 * gib, "---p", "")];
-        assert!(page_candidates(&full, &p).is_empty());
+        assert!(page_candidates(&full, &p, PAGES).is_empty());
+        // With a ring (18 pages and a free one each side), the 16 KiB gap is too small.
+        assert_eq!(page_candidates(&maps, &p, pages(true))[0], libc + 0x1002_2000);
     }
 }

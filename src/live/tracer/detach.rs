@@ -56,6 +56,8 @@ impl Tracer<'_> {
             self.emit(*ev);
         }
         self.release_early_children();
+        self.finish_ring_writes();
+        self.drain_ring(true);
         self.restore_all();
         self.unpatch();
         for tid in tids {
@@ -259,8 +261,8 @@ impl Tracer<'_> {
                     let Ok(mut r) = self.k.get_regs(tid) else { return Ok(()) };
                     if self.fast_int3(r.ip().wrapping_sub(1)) {
                         let pass_on = match self.fast_event(tid, &r, None) {
-                            Some(FastStop::Event(ev)) => {
-                                self.emit(*ev);
+                            Some(FastStop::Event(ev, seq)) => {
+                                self.emit_fast(seq, *ev);
                                 self.sent_sigtrap(tid)
                             }
                             Some(FastStop::Reported) => self.repeated_sigtrap(tid),

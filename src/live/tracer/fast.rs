@@ -6,6 +6,11 @@
 //! are also in a record below its stack pointer (`trampoline::Block`): at a thread's next stop after an event,
 //! the record and the stack are read in one copy at the same stack pointer, and the event needs no
 //! `PTRACE_GETREGS` when the record proves to be this stop's (the stop a call site repeating in a loop makes).
+//!
+//! Calls whose stack nobody needs (`ring`: munmap under `--leaks`) never stop: the trampoline writes them into a
+//! ring in its pages (`trampoline::Slot`), which the tracer reads at each turn of its loop. Every pass through the
+//! trampoline, ring or stop, takes its number from one counter, and events go to the sink in that order: a stop
+//! event waits (in [`Ring::stops`]) until every call numbered before it was read.
 
 use super::Tracer;
 use super::error::Error;
@@ -17,8 +22,8 @@ use crate::model::regs::Regs;
 use crate::model::window::Window;
 use crate::os::Tid;
 use crate::x86::breakpoints;
-use crate::x86::trampoline::{self, PatchPlan};
-use std::collections::HashMap;
+use crate::x86::trampoline::{self, PatchPlan, Slot};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 /// What the tracer knows of one thread's passes through the trampoline (see [`trampoline::Block`]).
@@ -44,7 +49,8 @@ pub(super) struct Passes {
 
 /// A stop at one of the trampoline's int3s.
 pub(super) enum FastStop {
-    Event(Box<Event>),
+    /// The event and its sequence number.
+    Event(Box<Event>, u64),
     /// The pass was reported already, at a stop just before or after this int3's: one of them is a SIGTRAP sent
     /// to the thread (see [`Tracer::repeated_sigtrap`]).
     Reported,
@@ -74,13 +80,56 @@ pub(super) struct Fast {
     sigtrap_handled: bool,
     /// The records hold the writing thread's fs base (`rdfsbase`): without it, no stop is read from a record.
     fsgsbase: bool,
+    /// The ring, when some wanted numbers go there.
+    ring: Option<Ring>,
+}
+
+/// The reader of the trampoline's ring.
+pub(super) struct Ring {
+    /// The oldest sequence number not reported yet. Its slot and those after it may still be written; the
+    /// trampoline reads this (as the tail) to know how far it may write.
+    next: u64,
+    /// The tail as last written to the target.
+    written: u64,
+    /// Stop events waiting for the calls numbered before them.
+    stops: BTreeMap<u64, Event>,
+    /// Each thread's fs base, from its registers: a slot names its thread by it.
+    threads: HashMap<u64, Tid>,
+    /// See `trampoline::Assembled::ring_writes`.
+    writes: Vec<(u64, u64)>,
+    /// When the ring was last read (for the `ring-slow` test fault).
+    read_at: Instant,
+    /// The missing number the reading waits at, and since when.
+    waiting: Option<(u64, Instant)>,
+    /// A number given up on after [`RING_STALL`] (its thread stays between taking it and writing its call: a
+    /// signal handler that never returns): the calls after it go out without it, and the tail stays there, so its
+    /// slot is never given to another call while its writer may still come back to it.
+    hole: Option<u64>,
+}
+
+/// How long the reading of the ring waits for a missing number before it reports the calls after it.
+const RING_STALL: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Ring {
+    fn new(writes: Vec<(u64, u64)>) -> Ring {
+        Ring {
+            next: 1,
+            written: 1,
+            stops: BTreeMap::new(),
+            threads: HashMap::new(),
+            writes,
+            read_at: Instant::now(),
+            waiting: None,
+            hole: None,
+        }
+    }
 }
 
 impl Tracer<'_> {
     /// `--fast` where it can be installed; otherwise (said on stderr) the int3 sites given at construction.
-    pub fn arm_preferring_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8]) -> Result<(), Error> {
+    pub fn arm_preferring_fast(&mut self, numbers: &[u64], ring: &[u64], entry: u64, code: &[u8]) -> Result<(), Error> {
         let sites = std::mem::take(&mut self.sites);
-        match self.arm_fast(numbers, entry, code) {
+        match self.arm_fast(numbers, ring, entry, code) {
             Ok(()) => Ok(()),
             Err(why) => {
                 eprintln!("syscatch: --fast is not possible here ({why}); using a breakpoint instead");
@@ -92,8 +141,8 @@ impl Tracer<'_> {
 
     /// Installs the in-process filter for `numbers` on the wrapper at `entry` (file bytes `code`), mapping the page
     /// in the nearest free gap of the address space within jump range. On any refusal nothing is left changed and
-    /// the caller arms int3s.
-    pub fn arm_fast(&mut self, numbers: &[u64], entry: u64, code: &[u8]) -> Result<(), Error> {
+    /// the caller arms int3s. Those of `numbers` also in `ring` go to the ring (where `rdfsbase` can name the thread).
+    pub fn arm_fast(&mut self, numbers: &[u64], ring: &[u64], entry: u64, code: &[u8]) -> Result<(), Error> {
         let cs = breakpoints::disassembler().ok_or(Error::Disassembler)?;
         let w = breakpoints::plan_wrapper(&cs, code, entry).ok_or(Error::PrefixNotEmulated)?;
         let targets: Vec<u64> = breakpoints::decode(&cs, code, entry, 32)
@@ -108,28 +157,33 @@ impl Tracer<'_> {
         }
         self.realtime(|t| {
             if t.adopted_at_entry() {
-                return t.install(numbers, entry, plan);
+                return t.install(numbers, ring, entry, plan);
             }
             let stuck = t.hold_all(None);
             // Rewriting the wrapper needs every thread stopped: one that cannot stop might return into it.
             let result = match stuck.first() {
                 Some((tid, why)) => Err(Error::CannotStop { tid: *tid, why: why.clone() }),
-                None => t.install(numbers, entry, plan),
+                None => t.install(numbers, ring, entry, plan),
             };
             t.release_all();
             result
         })
     }
 
-    fn install(&mut self, numbers: &[u64], entry: u64, plan: PatchPlan) -> Result<(), Error> {
+    fn install(&mut self, numbers: &[u64], ring: &[u64], entry: u64, plan: PatchPlan) -> Result<(), Error> {
         let tid = self.injectable(true).ok_or(Error::NoThreadForPage)?;
+        let fsgsbase = crate::os::user_fsgsbase();
+        let mut ring: Vec<u64> =
+            if fsgsbase { ring.iter().copied().filter(|n| numbers.contains(n)).collect() } else { vec![] };
+        let mut threads = HashMap::new();
         for (&t, _) in self.threads.iter() {
             let r = self.k.get_regs(t).map_err(|error| Error::Registers { tid: t, error })?;
             if r.ip() > plan.at && r.ip() < plan.at + plan.orig.len() as u64 {
                 return Err(Error::InsidePatch { tid: t });
             }
+            threads.insert(r.0.fs_base, t);
         }
-        if !trampoline::fits(&plan, numbers.len()) {
+        if !trampoline::fits(&plan, numbers.len(), ring.len()) {
             return Err(Error::TrampolineTooBig);
         }
         // All threads are held: the maps cannot change under us but for other processes writing ours (none do).
@@ -138,13 +192,22 @@ impl Tracer<'_> {
         let sigtrap_handled = (status.sig_cgt | status.sig_ign) & super::pad::SIGTRAP_BIT != 0;
         let maps = self.k.read_maps(pid).map_err(|error| Error::Maps { pid, error })?;
         let maps = crate::model::maps::parse_maps(&maps);
-        let len = trampoline::PAGES * 4096;
+        let mut candidates = trampoline::page_candidates(&maps, &plan, trampoline::pages(!ring.is_empty()));
+        if candidates.is_empty() && !ring.is_empty() {
+            // No gap in reach is large enough for the ring: its calls stop like the others.
+            self.summary
+                .warnings
+                .push("no free gap near libc is large enough for --fast's ring: munmap calls stop too".into());
+            ring.clear();
+            candidates = trampoline::page_candidates(&maps, &plan, trampoline::PAGES);
+        }
+        let len = trampoline::pages(!ring.is_empty()) * 4096;
         let munmap = |t: &mut Self, at: u64| {
             t.inject_syscall(tid, plan.syscall_at, libc::SYS_munmap as u64, [at, len, 0, 0, 0, 0]).map(|_| ())
         };
         let mut page = None;
         let mut tried = 0;
-        for hint in trampoline::page_candidates(&maps, &plan).into_iter().take(16) {
+        for hint in candidates.into_iter().take(16) {
             tried += 1;
             let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64 | MAP_FIXED_NOREPLACE;
             // Mapped executable, the counter's page then made writable: dropping exec is allowed where adding it
@@ -155,7 +218,12 @@ impl Tracer<'_> {
             if got == hint {
                 let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
                 let done = self
-                    .inject_syscall(tid, plan.syscall_at, libc::SYS_mprotect as u64, [got + 4096, 4096, rw, 0, 0, 0])
+                    .inject_syscall(
+                        tid,
+                        plan.syscall_at,
+                        libc::SYS_mprotect as u64,
+                        [got + 4096, len - 4096, rw, 0, 0, 0],
+                    )
                     .inspect_err(|_| {
                         let _ = munmap(self, got);
                     })?;
@@ -175,11 +243,10 @@ impl Tracer<'_> {
             0 => Error::NoGap,
             tried => Error::PageRefused { tried },
         })?;
-        let fsgsbase = crate::os::user_fsgsbase();
-        let assembled = trampoline::assemble(&plan, page, numbers, fsgsbase)
+        let assembled = trampoline::assemble(&plan, page, numbers, &ring, fsgsbase)
             .ok_or(Error::TrampolineTooBig)
             .and_then(|a| Ok((a, trampoline::patch_bytes(&plan, page).ok_or(Error::OutOfRange)?)));
-        let ((code, int3s), jump) = match assembled {
+        let (trampoline::Assembled { code, int3s, ring_writes }, jump) = match assembled {
             Ok(a) => a,
             Err(e) => {
                 let _ = munmap(self, page);
@@ -201,7 +268,8 @@ impl Tracer<'_> {
             let _ = munmap(self, page);
             return Err(Error::WritePatch(e));
         }
-        self.fast = Some(Fast { plan, jump, entry, int3s, page, sigtrap_handled, fsgsbase });
+        let ring = (!ring.is_empty()).then(|| Ring { threads, ..Ring::new(ring_writes) });
+        self.fast = Some(Fast { plan, jump, entry, int3s, page, sigtrap_handled, fsgsbase, ring });
         self.armed = true;
         self.start = Instant::now();
         Ok(())
@@ -246,7 +314,7 @@ impl Tracer<'_> {
         let ev = self.fast_record(tid, &regs, nr, window);
         // The int3's own stop (checked above where it matters): nothing to pass on.
         self.resume_after_event(tid, sp, &ev, seen, 0);
-        self.emit(ev);
+        self.emit_fast(b.seq, ev);
         Ok(())
     }
 
@@ -301,7 +369,10 @@ impl Tracer<'_> {
                 t.passes.report(b.seq);
             }
         }
-        Some(FastStop::Event(Box::new(self.fast_record(tid, regs, nr, window))))
+        self.learn_thread(tid, regs);
+        // r11 holds the sequence number at every int3 of the page.
+        let seq = regs.0.r11;
+        Some(FastStop::Event(Box::new(self.fast_record(tid, regs, nr, window)), seq))
     }
 
     /// The record below `sp` and up to `len` bytes of stack from `sp`, in one copy.
@@ -365,9 +436,11 @@ impl Tracer<'_> {
             let _ = self.mem.write_all(a, &[0x90]);
         }
         self.summary.warnings.push(format!(
-            "--fast left its trampoline page mapped at {:#x} (8 KiB with its counter's page, harmless: a thread may \
-             still return into it)",
-            fast.page
+            "--fast left its trampoline page mapped at {:#x} ({} KiB with its counter's page{}, harmless: a thread \
+             may still return into it)",
+            fast.page,
+            trampoline::pages(fast.ring.is_some()) * 4,
+            if fast.ring.is_some() { " and its ring" } else { "" }
         ));
     }
 
@@ -381,4 +454,253 @@ impl Tracer<'_> {
             }
         }
     }
+}
+
+/// The ring's side of the tracer: reading it in order with the stop events.
+impl Tracer<'_> {
+    /// Sends a trampoline event on, in sequence order with the calls read from the ring (at once without a ring).
+    pub(super) fn emit_fast(&mut self, seq: u64, ev: Event) {
+        match self.fast.as_mut().and_then(|f| f.ring.as_mut()) {
+            Some(r) if seq >= r.next => {
+                r.stops.insert(seq, ev);
+                self.drain_ring(false);
+            }
+            Some(r) if r.hole == Some(seq) => {
+                r.hole = None;
+                self.emit(ev);
+            }
+            // Numbered before what was reported already: only a pass the end gave up on (see `drain_ring`).
+            _ => self.emit(ev),
+        }
+    }
+
+    /// Remembers the fs base of a stopped thread: the ring's slots name their thread by it.
+    pub(super) fn learn_thread(&mut self, tid: Tid, regs: &Regs) {
+        if let Some(r) = self.fast.as_mut().and_then(|f| f.ring.as_mut()) {
+            r.threads.insert(regs.0.fs_base, tid);
+        }
+    }
+
+    /// A new thread's first stop, or any interrupt: its fs base, if the ring does not know it yet.
+    pub(super) fn learn_new_thread(&mut self, tid: Tid) {
+        let Some(r) = self.fast.as_ref().and_then(|f| f.ring.as_ref()) else { return };
+        if r.threads.values().any(|&t| t == tid) {
+            return;
+        }
+        if let Ok(regs) = self.k.get_regs(tid) {
+            self.learn_thread(tid, &regs);
+        }
+    }
+
+    /// Reports, in sequence order, every call written to the ring and every stop event waiting for them, as far
+    /// as no number is missing; then tells the trampoline how far it may write. A number is missing while its
+    /// thread is between taking it and completing its slot, or has yet to report its stop. `last`: every thread
+    /// is held for detach and nothing more will come: what is missing is skipped (and said).
+    pub(super) fn drain_ring(&mut self, last: bool) {
+        let Some(fast) = self.fast.as_mut() else { return };
+        let Some(ring) = fast.ring.as_mut() else { return };
+        if !last && crate::os::faults::injected("ring-slow") {
+            if ring.read_at.elapsed() < std::time::Duration::from_millis(200) {
+                return;
+            }
+            ring.read_at = Instant::now();
+        }
+        let page = fast.page;
+        let Ok(head) = self.mem.read_u64(page + trampoline::COUNTER) else { return };
+        let mut out = Vec::new();
+        let mut skipped = 0u64;
+        let mut unknown = 0u64;
+        let mut gave_up = false;
+        // The number given up on, if its call was written since: it goes out now, late.
+        if let Some(h) = ring.hole {
+            let mut late = None;
+            for _ in 0..2 {
+                late = None;
+                read_slots(&*self.mem, page, h, 1, |s, slot| {
+                    late = slot.filter(|x| x.seq == s);
+                    false
+                });
+            }
+            if let Some(x) = late {
+                let tid = ring.threads.get(&x.thread).copied().unwrap_or(self.cfg.pid);
+                out.push(ring_event(self.start, tid, &x));
+                self.summary.from_ring += 1;
+                self.summary.hits += 1;
+                self.summary.matching += 1;
+                ring.hole = None;
+            }
+        }
+        while ring.next <= head {
+            // The slots of the numbers from `next` that may have been written (those the tail allowed).
+            let n = (head + 1 - ring.next).min(trampoline::RING_SLOTS);
+            let first = read_slots(&*self.mem, page, ring.next, n, |s, slot| {
+                ring.stops.contains_key(&s) || slot.is_some_and(|x| x.seq == s)
+            });
+            // A slot seen whole was read again: the copy is not ordered word by word, and the second one finds
+            // every word the writer stored before the sequence number the first one saw.
+            let mut slots = HashMap::new();
+            if first > 0 {
+                read_slots(&*self.mem, page, ring.next, first, |s, slot| {
+                    if let Some(x) = slot.filter(|x| x.seq == s) {
+                        slots.insert(s, x);
+                    }
+                    true
+                });
+            }
+            let done = ring.next + first;
+            for s in ring.next..done {
+                if let Some(ev) = ring.stops.remove(&s) {
+                    out.push(ev);
+                } else if let Some(x) = slots.remove(&s) {
+                    let tid = ring.threads.get(&x.thread).copied().unwrap_or_else(|| {
+                        unknown += 1;
+                        self.cfg.pid
+                    });
+                    out.push(ring_event(self.start, tid, &x));
+                    self.summary.from_ring += 1;
+                    self.summary.hits += 1;
+                    self.summary.matching += 1;
+                }
+            }
+            ring.next = done;
+            if first < n {
+                if !last {
+                    let now = Instant::now();
+                    let since = match ring.waiting {
+                        Some((s, t)) if s == ring.next => t,
+                        _ => {
+                            ring.waiting = Some((ring.next, now));
+                            now
+                        }
+                    };
+                    if ring.hole.is_some() || now.duration_since(since) < RING_STALL {
+                        break;
+                    }
+                    ring.hole = Some(ring.next);
+                    ring.next += 1;
+                    gave_up = true;
+                    continue;
+                }
+                // Every thread held for detach, and still missing: a thread held between taking the number and
+                // its int3 (or, if it could not be stepped, its slot).
+                skipped += 1;
+                ring.next += 1;
+            }
+        }
+        if last {
+            // Stops numbered past what the counter said (none can be) go out in order all the same.
+            out.extend(std::mem::take(&mut ring.stops).into_values());
+        }
+        let tail = ring.hole.map_or(ring.next, |h| h.min(ring.next));
+        if tail != ring.written && self.mem.write_all(page + trampoline::TAIL, &tail.to_le_bytes()).is_ok() {
+            ring.written = tail;
+        }
+        for ev in out {
+            self.emit(ev);
+        }
+        if skipped > 0 {
+            self.summary.warnings.push(format!(
+                "{skipped} call(s) through --fast's trampoline were still in flight at detach (made, not yet \
+                 written down) and are not reported"
+            ));
+        }
+        if gave_up {
+            self.summary.warnings.push(format!(
+                "a thread took a number in --fast's trampoline and did not write its call down within {} s: the \
+                 calls after it were reported without waiting (it goes out late if it comes)",
+                RING_STALL.as_secs()
+            ));
+        }
+        if unknown > 0 {
+            self.summary.warnings.push(format!(
+                "{unknown} call(s) from --fast's ring came from a thread whose fs base had changed since its last \
+                 stop; they are reported under the process id"
+            ));
+        }
+    }
+
+    /// Before the last read of the ring, with every thread held: a thread stopped between its `syscall` and the
+    /// store that completes its slot is stepped until the slot is whole (a few instructions of our own code).
+    pub(super) fn finish_ring_writes(&mut self) {
+        let Some(writes) = self.fast.as_ref().and_then(|f| f.ring.as_ref()).map(|r| r.writes.clone()) else {
+            return;
+        };
+        let inside = |ip: u64| writes.iter().any(|&(a, b)| ip >= a && ip < b);
+        let tids: Vec<Tid> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| matches!(t.state, super::State::Held { group: false, .. }))
+            .map(|(&tid, _)| tid)
+            .collect();
+        for tid in tids {
+            for _ in 0..64 {
+                match self.k.get_regs(tid) {
+                    Ok(r) if inside(r.ip()) => {}
+                    _ => break,
+                }
+                if self.k.step(tid, 0).is_err() {
+                    break;
+                }
+                match self.wait_bounded(tid, super::hold::HOLD_LIMIT) {
+                    Ok(crate::os::ptrace::Stop::Signal(libc::SIGTRAP)) => {}
+                    Ok(crate::os::ptrace::Stop::Signal(sig)) => {
+                        // A signal came first: it is delivered when the thread is let go.
+                        if let Some(super::Thread { state: super::State::Held { sig: held, .. }, .. }) =
+                            self.threads.get_mut(&tid)
+                        {
+                            *held = sig;
+                        }
+                        break;
+                    }
+                    Ok(crate::os::ptrace::Stop::Exited(code)) => {
+                        self.gone(tid, crate::model::event::End::Exited(code));
+                        break;
+                    }
+                    Ok(crate::os::ptrace::Stop::Killed(sig)) => {
+                        self.gone(tid, crate::model::event::End::Killed(sig));
+                        break;
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+}
+
+/// The event of a call read from the ring: no stack, the time it was read.
+fn ring_event(start: Instant, tid: Tid, x: &Slot) -> Event {
+    Event {
+        time: start.elapsed().as_secs_f64(),
+        tid,
+        probe: None,
+        func: None,
+        nr: x.nr,
+        args: x.args,
+        regs: Vec::new(),
+        ret: Some(x.ret),
+        ret_missing: None,
+        capture: None,
+        also: Vec::new(),
+    }
+}
+
+/// Reads the slots of the `n` sequence numbers from `from` (in at most two copies: the ring wraps) and calls
+/// `f` on each in order, with its slot if it could be read, until `f` says no. Returns how many `f` accepted.
+fn read_slots(mem: &dyn Mem, page: u64, from: u64, n: u64, mut f: impl FnMut(u64, Option<Slot>) -> bool) -> u64 {
+    let mut done = 0;
+    while done < n {
+        let s = from + done;
+        let index = s % trampoline::RING_SLOTS;
+        let count = (n - done).min(trampoline::RING_SLOTS - index);
+        let mut buf = vec![0u8; (count * trampoline::SLOT) as usize];
+        let ok = mem.read_exact(page + trampoline::RING + index * trampoline::SLOT, &mut buf).is_ok();
+        for (i, chunk) in buf.chunks_exact(trampoline::SLOT as usize).enumerate() {
+            let slot = if ok { Slot::parse(chunk) } else { None };
+            if !f(s + i as u64, slot) {
+                return done + i as u64;
+            }
+        }
+        done += count;
+    }
+    done
 }

@@ -35,10 +35,10 @@ impl Tracer<'_> {
             return;
         }
         match self.fast_event(tid, &regs, read) {
-            Some(FastStop::Event(ev)) => {
+            Some(FastStop::Event(ev, seq)) => {
                 let sig = self.sent_sigtrap(tid);
                 self.resume_after_event(tid, regs.sp(), &ev, seen, sig);
-                self.emit(*ev);
+                self.emit_fast(seq, *ev);
                 return;
             }
             Some(FastStop::Reported) => {

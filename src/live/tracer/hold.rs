@@ -242,9 +242,9 @@ impl Tracer<'_> {
                     Ok(r) if self.fast_int3(r.ip().wrapping_sub(1)) => {
                         // Stopped at the trampoline's int3: the call is complete; the thread runs on from here.
                         match self.fast_event(tid, &r, None) {
-                            Some(FastStop::Event(ev)) => {
+                            Some(FastStop::Event(ev, seq)) => {
                                 sig = self.sent_sigtrap(tid);
-                                self.emit(*ev);
+                                self.emit_fast(seq, *ev);
                             }
                             Some(FastStop::Reported) => sig = self.repeated_sigtrap(tid),
                             None => {}

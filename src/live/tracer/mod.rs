@@ -436,6 +436,7 @@ impl<'a> Tracer<'a> {
                     self.print_status();
                 }
             }
+            self.drain_ring(false);
             match self.k.wait_any(false) {
                 Ok(None) => continue,
                 Ok(Some((tid, stop))) => {
@@ -553,8 +554,13 @@ impl<'a> Tracer<'a> {
             Stop::GroupStop(_) => {
                 let _ = self.k.listen(tid);
             }
+            Stop::Interrupted => {
+                // A new thread's first stop: the ring names threads by their fs base.
+                self.learn_new_thread(tid);
+                self.resume(tid, 0)
+            }
             // A syscall stop here is one the call gate asked for, settled already (see `Late::Gate`).
-            Stop::Interrupted | Stop::VforkDone | Stop::Syscall => self.resume(tid, 0),
+            Stop::VforkDone | Stop::Syscall => self.resume(tid, 0),
             Stop::Clone(new) | Stop::Fork(new) | Stop::Vfork(new) => {
                 self.on_child(tid, new);
                 self.resume(tid, 0);
