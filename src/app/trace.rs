@@ -384,9 +384,14 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         recorder: recorder.clone(),
     };
     // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
+    let away = cpus_away_from(pid);
     let worker = std::thread::Builder::new()
         .name("analysis".into())
         .spawn(move || {
+            // Before the unwinding thread starts: it inherits this.
+            if let Some(cpus) = away {
+                let _ = crate::os::sched::set_affinity(&cpus);
+            }
             let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| analysis::run(rx, renderer, acfg)));
             if done.is_err() {
                 signals::fault();
@@ -642,6 +647,20 @@ fn internal_error(whose: &str) -> anyhow::Error {
 /// threads, started before, keep their CPUs. Says what it did, or why it could not (a debug container may
 /// refuse); `None` when the target is not pinned.
 fn sit_with_pinned_target(pid: Tid) -> Option<String> {
+    let target = pinned_cpus(pid)?;
+    let analysis = cpus_away_from(pid).map(|a| format!("; the analysis on CPUs {a:?}")).unwrap_or_default();
+    Some(match crate::os::sched::set_affinity(&target) {
+        Ok(()) => format!("the target's threads are pinned to CPUs {target:?}: the tracer runs there too{analysis}"),
+        Err(e) => format!(
+            "the target's threads are pinned to CPUs {target:?}, but the tracer cannot move there ({e}): \
+             every stop wakes it on another CPU, which costs the target more"
+        ),
+    })
+}
+
+/// The CPUs every thread of `pid` is pinned to, if they share one set that is a part of ours (taskset, numactl, a
+/// cpuset narrower than syscatch's).
+fn pinned_cpus(pid: Tid) -> Option<Vec<usize>> {
     let mut shared: Option<Vec<usize>> = None;
     for tid in procfs::list_tasks(pid).ok()? {
         let cpus = procfs::read_task_status(pid, tid).ok().and_then(|s| status::parse_cpus_allowed(&s))?;
@@ -652,16 +671,16 @@ fn sit_with_pinned_target(pid: Tid) -> Option<String> {
     }
     let target = shared?;
     let ours = crate::os::sched::affinity().ok()?;
-    if target.is_empty() || target == ours || !target.iter().all(|c| ours.contains(c)) {
-        return None;
-    }
-    Some(match crate::os::sched::set_affinity(&target) {
-        Ok(()) => format!("the target's threads are pinned to CPUs {target:?}: the tracer runs there too"),
-        Err(e) => format!(
-            "the target's threads are pinned to CPUs {target:?}, but the tracer cannot move there ({e}): \
-             every stop wakes it on another CPU, which costs the target more"
-        ),
-    })
+    (!target.is_empty() && target != ours && target.iter().all(|c| ours.contains(c))).then_some(target)
+}
+
+/// The CPUs of ours that a pinned target does not use: the analysis threads (unwinding, symbolizing, the symbol
+/// prefetch, smaps samples) run there, so they take no CPU time from it. `None`: the target is not pinned, or
+/// uses all of them (the analysis then runs beside it at SCHED_BATCH, never preempting it).
+fn cpus_away_from(pid: Tid) -> Option<Vec<usize>> {
+    let target = pinned_cpus(pid)?;
+    let free: Vec<usize> = crate::os::sched::affinity().ok()?.into_iter().filter(|c| !target.contains(c)).collect();
+    (!free.is_empty()).then_some(free)
 }
 
 /// Forks and execs `cmd` stopped at its entry point, seized, with libc mapped. Returns its pid.

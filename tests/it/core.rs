@@ -1008,3 +1008,46 @@ fn refuses_a_uprobed_syscall_wrapper_and_leaves_the_target_alone() {
     t.send("exit");
     let _ = t.wait();
 }
+
+/// A target pinned to one CPU: the tracer moves there (stops wake it where the target runs), and the analysis
+/// threads (unwinding, symbolizing, the symbol prefetch, smaps samples) move to the other CPUs, so they take no
+/// CPU time from the target.
+#[test]
+fn analysis_stays_off_a_pinned_targets_cpus() {
+    require_ptrace();
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    assert!(cpus >= 2, "this test needs two CPUs (one for the target, one for the analysis)");
+    let last = (cpus - 1).to_string();
+    let prog = testprog("target");
+    let mut t = Target::start_cmd(std::process::Command::new("taskset").args(["-c", &last]).arg(&prog));
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--leaks", "--for", "60s"]);
+    sc.wait_attached();
+    let task = format!("/proc/{}/task", sc.child.id());
+    let mut seen = HashMap::new();
+    // The unwinding thread is started by the analysis thread once it is running: looked for until it is there.
+    let started = std::time::Instant::now();
+    while !seen.contains_key("syscatch-unwind") && started.elapsed() < std::time::Duration::from_secs(30) {
+        seen.clear();
+        for e in std::fs::read_dir(&task).unwrap().flatten() {
+            let dir = e.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default().trim().to_string();
+            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+            let list =
+                status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or("").trim().to_string();
+            seen.insert(comm, list);
+        }
+        std::thread::yield_now();
+    }
+    sc.signal(libc::SIGINT);
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    assert!(err.iter().any(|l| l.contains("the tracer runs there too; the analysis on CPUs")), "{err:#?}");
+    assert_eq!(seen.get("syscatch").map(String::as_str), Some(last.as_str()), "the tracer: {seen:?}");
+    let others = if cpus == 2 { "0".to_string() } else { format!("0-{}", cpus - 2) };
+    for name in ["analysis", "syscatch-unwind"] {
+        assert_eq!(seen.get(name), Some(&others), "{name}: {seen:?}");
+    }
+    t.send("exit 0");
+    let _ = t.wait();
+}
