@@ -6,7 +6,7 @@ use crate::app::record::{Record, Recorder, Recording};
 use crate::cli::TraceArgs;
 use crate::live::plan::{Plan, Wrapper};
 use crate::live::process::{self, Ids};
-use crate::live::tracer::{AttachError, Config, Numbers, Probe, SiteSpec, Tracer};
+use crate::live::tracer::{AttachError, Config, FastFunction, Numbers, Probe, SiteSpec, Tracer};
 use crate::model::consts::SYS_MUNMAP;
 use crate::model::event::{End, Event, Sink, Summary};
 use crate::os::{Tid, procfs, ptrace, signals};
@@ -221,6 +221,7 @@ fn syscall_plan(numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Plan {
         what: format!("breakpoint on syscall() at {:#x}", site.addr),
         fast: fast.then_some((wanted, site)),
         ring: Vec::new(),
+        fast_functions: Vec::new(),
         depths: HashMap::new(),
         watched: crate::live::mappaths::Watched::default(),
     }
@@ -237,16 +238,25 @@ fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wrappe
         plan.ring.push(SYS_MUNMAP);
     }
     plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap)"));
-    if fast {
-        let why = "(--fast watches only syscall(); run without --fast to catch them)";
-        plan.watched.skipped.extend(["libc mmap", "munmap", "mremap"].map(|f| format!("{f} {why}")));
-        return Ok(plan);
-    }
     let mem = open_mem(pid)?;
     let maps = resolve::read_maps(pid)?;
     let libc = resolve::find_libc(&maps).ok_or_else(|| anyhow!("process {pid} has no libc mapped"))?;
     let module = resolve::read_module(pid, &libc, Some(&mem))?;
     let specs = crate::live::mappaths::function_specs(&module, &mem, &mut plan.watched);
+    if fast {
+        // libc's munmap and mmap get the trampoline too (munmap to the ring); mremap, and any that lacks the shape,
+        // keeps its int3.
+        for s in &specs {
+            let Some(label) = s.probes.first().and_then(|p| p.label.clone()) else { continue };
+            let name = label.rsplit(':').next().unwrap_or("");
+            if matches!(name, "munmap" | "mmap" | "mmap64") {
+                let ring = name == "munmap" && !asked.contains(&SYS_MUNMAP);
+                // Enough of it to reach its `syscall` (mmap's is 17 bytes in).
+                let code = module.file_bytes(s.addr, 64).map_or_else(|| s.code.clone(), <[u8]>::to_vec);
+                plan.fast_functions.push(FastFunction { addr: s.addr, code, label, ring });
+            }
+        }
+    }
     if !specs.is_empty() {
         let names: Vec<String> =
             specs.iter().filter_map(|s| s.probes[0].label.as_deref().map(str::to_string)).collect();
@@ -434,7 +444,9 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         };
         let arming = Instant::now();
         match &plan.fast {
-            Some((wanted, site)) => tracer.arm_preferring_fast(wanted, &plan.ring, site.addr, &site.code),
+            Some((wanted, site)) => {
+                tracer.arm_preferring_fast(wanted, &plan.ring, site.addr, &site.code, &plan.fast_functions)
+            }
             None => tracer.arm(),
         }
         .map_err(|e| anyhow!("process {pid}: {e}"))?;

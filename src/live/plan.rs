@@ -20,6 +20,9 @@ pub struct Plan {
     pub fast: Option<(Vec<u64>, Wrapper)>,
     /// With `fast`: the numbers whose calls need no stack, written to the trampoline's ring without a stop.
     pub ring: Vec<u64>,
+    /// With `fast`: libc functions patched too where they have the shape (their int3 sites in `specs` stay for
+    /// those that cannot be).
+    pub fast_functions: Vec<crate::live::tracer::FastFunction>,
     /// Says what was planted, in the "attached" line.
     pub what: String,
     /// A probe's own `stack(N)` limit, by probe name.

@@ -105,6 +105,7 @@ pub fn plan(
         specs: specs.into_values().collect(),
         fast: None,
         ring: Vec::new(),
+        fast_functions: Vec::new(),
         what: format!("{n} breakpoint(s): {}", what.join(", ")),
         depths,
         watched: Default::default(),

@@ -13,21 +13,25 @@
 //!           int3 ; jmp syscall+2                               (one stop, rax already the result)
 //! ```
 //!
-//! Numbers whose calls need no stack (`ring`: munmap for the leak model) take a ring path instead: after
-//! `syscall` it takes a sequence number from the same counter, and if the ring has room for it (`seq - tail <
-//! RING_SLOTS`, `tail` written by the tracer) writes the call into slot `seq % RING_SLOTS` of the ring pages
-//! ([`Slot`]: its number, arguments, result and the thread's fs base, the sequence number last) and jumps back
-//! with no stop. A full ring (the tracer is behind, or gone) takes the match path's record and int3 instead, with
-//! the number already taken, so no call is lost and the tracer puts every event in sequence order:
+//! Numbers whose calls need no stack (`ring`: munmap for the leak model) take a ring path instead: before
+//! `syscall` it takes a sequence number from the same counter (so a munmap is numbered before any call that gets
+//! its range back from the kernel, which is numbered after its own `syscall`), and if the ring has room for it
+//! (`seq - tail < RING_SLOTS`, `tail` written by the tracer) it makes the call and writes it into slot
+//! `seq % RING_SLOTS` of the ring pages ([`Slot`]: its number, arguments, result, site and the thread's fs base,
+//! the sequence number last) and jumps back with no stop. A full ring (the tracer is behind, or gone) makes the
+//! call and takes the match path's record and int3 instead, with the number already taken, so no call is lost and
+//! the tracer puts every event in sequence order:
 //! ```text
-//! ring_i:   <displaced instruction> ; syscall ; mov %rax,-8(%rsp)
-//!           mov $1,%eax ; lock xadd %rax,counter(%rip) ; lea 1(%rax),%rax      (rax: seq)
-//!           mov %rax,%rcx ; sub tail(%rip),%rcx ; cmp $RING_SLOTS,%rcx ; jae full_i
+//! ring_i:   <displaced instruction> ; mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11
+//!           mov %r11,-16(%rsp) ; mov %r11,%rcx ; sub tail(%rip),%rcx ; cmp $RING_SLOTS,%rcx ; jae full_i
+//!           syscall ; mov %rax,-8(%rsp) ; mov -16(%rsp),%rax                  (rax: seq)
 //!           r11 = ring + (seq % RING_SLOTS) * SLOT ; the slot's words, its seq last
 //!           mov -8(%rsp),%rax ; jmp syscall+2
-//! full_i:   the record (seq as taken), r11 = seq and the flags as the counter's xadd left them, rcx as a record
-//!           implies ; int3 ; jmp syscall+2
+//! full_i:   syscall ; the record (seq as taken), r11 = seq and the flags as the counter's xadd left them, rcx as
+//!           a record implies ; int3 ; jmp syscall+2
 //! ```
+//! The same page serves libc functions that make one system call ([`Kind::Fixed`]: `munmap` to the ring, `mmap`
+//! with a stop), patched at their `mov $nr,%eax` just before `syscall`.
 //!
 //! The red-zone record ([`Block`]) lets the tracer read a stopped thread's registers and its stack in one
 //! `process_vm_readv` at the stack pointer of the thread's last event, instead of `PTRACE_GETREGS` and then the
@@ -71,6 +75,8 @@ pub enum Refusal {
     NoRoom,
     #[error("the wrapper reads the flags after `syscall`")]
     FlagsRead,
+    #[error("no `mov $nr,%eax` just before `syscall`, with the stack untouched before it")]
+    NoFixedNumber,
 }
 
 /// Bytes of the record below the stack pointer: the x86-64 red zone, which signal frames never touch.
@@ -220,16 +226,59 @@ pub fn plan(
     Err(Refusal::NoRoom)
 }
 
+/// Plans the patch of a function that makes one system call (libc's `munmap`, `mmap`): its `mov $nr,%eax`
+/// (5 bytes) just before its `syscall` is replaced by the jump; returns the plan and the number. Refused unless
+/// the instructions before it leave the stack pointer alone (so the stack at the patch is the one at the entry,
+/// and frame 0 unwinds from the entry), nothing branches into the patched bytes, and the instruction after
+/// `syscall` sets the flags without reading them. `code` starts at the function's entry `entry`.
+pub fn plan_fixed(cs: &capstone::Capstone, entry: u64, code: &[u8]) -> Result<(PatchPlan, u64), Refusal> {
+    let insns = cs.disasm_count(code, entry, 24).map_err(|_| Refusal::OutsideCode)?;
+    let list: Vec<_> = insns.iter().collect();
+    let mut targets = Vec::new();
+    for i in &list {
+        let off = (i.address() - entry) as usize;
+        if let Some(t) = code.get(off..).and_then(|b| branch_target(b, i.address())) {
+            targets.push(t);
+        }
+    }
+    for (k, i) in list.iter().enumerate() {
+        let bytes = i.bytes();
+        let next = list.get(k + 1);
+        if bytes.len() == 5 && bytes[0] == 0xb8 && next.is_some_and(|n| n.bytes() == [0x0f, 0x05]) {
+            let at = i.address();
+            let syscall_at = at + 5;
+            let after = code.get((syscall_at + 2 - entry) as usize..).ok_or(Refusal::OutsideCode)?;
+            if !sets_flags_first(after) {
+                return Err(Refusal::FlagsRead);
+            }
+            if targets.iter().any(|&t| t > at && t < at + 5) {
+                return Err(Refusal::BranchIntoPatch);
+            }
+            let nr = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as u64;
+            return Ok((PatchPlan { at, orig: bytes.to_vec(), syscall_at }, nr));
+        }
+        // Before the patch: only what leaves rsp and the stack alone.
+        let m = i.mnemonic().unwrap_or("");
+        let ops = i.op_str().unwrap_or("");
+        let plain = matches!(m, "mov" | "test" | "cmp" | "xor" | "endbr64" | "nop")
+            || (m.starts_with('j') && m != "jmp" && !ops.contains('['));
+        if !plain || ops.contains("sp") || m == "syscall" {
+            return Err(Refusal::NoFixedNumber);
+        }
+    }
+    Err(Refusal::NoFixedNumber)
+}
+
 /// `rel32` from the end of an instruction at `from` of `len` bytes to `to`, if reachable.
 fn rel32(from: u64, len: u64, to: u64) -> Option<[u8; 4]> {
     let d = (to as i128) - (from as i128 + len as i128);
     i32::try_from(d).ok().map(|v| v.to_le_bytes())
 }
 
-/// The 5-byte `jmp` written over the patched instruction (padded with `nop`s to its length).
-pub fn patch_bytes(plan: &PatchPlan, page: u64) -> Option<Vec<u8>> {
+/// The 5-byte `jmp` to `to` written over the patched instruction (padded with `nop`s to its length).
+pub fn patch_bytes(plan: &PatchPlan, to: u64) -> Option<Vec<u8>> {
     let mut b = vec![0xe9];
-    b.extend_from_slice(&rel32(plan.at, 5, page)?);
+    b.extend_from_slice(&rel32(plan.at, 5, to)?);
     b.resize(plan.orig.len(), 0x90);
     Some(b)
 }
@@ -240,15 +289,17 @@ fn match_len(reloc: &[u8]) -> usize {
 }
 
 /// Bytes of one ring path up to its full path, and of the full path (see the module's text).
-const RING_CODE: usize = 5 + 5 + 9 + 4 + 3 + 7 + 7 + 6 + 2 + 6 + 3 + 7 + 3 + 8 + 6 * 4 + 5 + 4 + 5 + 4 + 3 + 5 + 5;
-const FULL_CODE: usize = 3 + 5 + 13 * 5 + 15 + 10 + 4 + 4 + 5 + 7 + 1 + 5;
+const RING_CODE: usize =
+    6 + 9 + 4 + 5 + 3 + 7 + 7 + 6 + 2 + 5 + 5 + 2 + 6 + 3 + 7 + 3 + 8 + 8 + 6 * 4 + 5 + 4 + 5 + 4 + 3 + 5 + 5;
+const FULL_CODE: usize = 2 + 5 + 13 * 5 + 15 + 10 + 4 + 4 + 5 + 7 + 1 + 5;
 
 fn ring_len(reloc: &[u8]) -> usize {
-    reloc.len() + 2 + RING_CODE + FULL_CODE
+    reloc.len() + RING_CODE + FULL_CODE
 }
 
 /// Whether the trampoline for `count` wanted numbers, `ring` of them on the ring, fits its page (known before the
 /// page is mapped).
+#[cfg(test)]
 pub fn fits(plan: &PatchPlan, count: usize, ring: usize) -> bool {
     let stops = count.saturating_sub(ring);
     12 * count + plan.orig.len() + 5 + stops * match_len(&plan.orig) + ring * ring_len(&plan.orig) <= 4096
@@ -266,6 +317,8 @@ pub struct Slot {
     pub ret: u64,
     /// The writing thread's fs base.
     pub thread: u64,
+    /// Which patched place (an index into the sites given to [`assemble_sites`]).
+    pub site: u64,
 }
 
 impl Slot {
@@ -276,7 +329,7 @@ impl Slot {
         for (i, a) in args.iter_mut().enumerate() {
             *a = word(2 + i)?;
         }
-        Some(Slot { seq: word(0)?, nr: word(1)?, args, ret: word(8)?, thread: word(9)? })
+        Some(Slot { seq: word(0)?, nr: word(1)?, args, ret: word(8)?, thread: word(9)?, site: word(10)? })
     }
 }
 
@@ -286,121 +339,201 @@ pub struct Assembled {
     pub code: Vec<u8>,
     /// Each `int3` in it and the syscall number it reports.
     pub int3s: HashMap<u64, u64>,
+    /// Each int3's site (an index into the sites given to [`assemble_sites`]).
+    pub int3_sites: HashMap<u64, usize>,
     /// Each ring path's stretch from just past its `syscall` to just past the store that completes its slot: a
     /// thread stopped in there has made its call, and its slot is not whole yet.
     pub ring_writes: Vec<(u64, u64)>,
+    /// Where each site's code starts: its patched jump goes there.
+    pub starts: Vec<u64>,
+    /// The int3s of full rings: their calls need no stack.
+    pub full_int3s: Vec<u64>,
 }
 
-/// The trampoline page's code for `numbers` (the wanted ones: a stop each, or, for those also in `ring`, the
+/// What the trampoline does for one patched place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// `syscall()`: rax holds the number; `numbers` are the wanted ones, those also in `ring` go to the ring.
+    Wrapper { numbers: Vec<u64>, ring: Vec<u64> },
+    /// A function that makes one system call (libc's `munmap`, `mmap`): the patched instruction is its
+    /// `mov $nr,%eax`, just before `syscall`. `ring`: its calls go to the ring, else each stops.
+    Fixed { nr: u64, ring: bool },
+}
+
+/// One patched place and what its code does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Site {
+    pub plan: PatchPlan,
+    pub kind: Kind,
+}
+
+/// The trampoline page's code for `numbers` on the wrapper `plan` (a stop each, or, for those also in `ring`, the
 /// ring). `fsgsbase`: whether user code may run `rdfsbase` (the kernel says so in AT_HWCAP2); without it the
 /// record's thread word is 0, and `ring` must be empty (a slot names its thread by its fs base).
+#[cfg(test)]
 pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64], ring: &[u64], fsgsbase: bool) -> Option<Assembled> {
-    if !fsgsbase && !ring.is_empty() {
-        return None;
-    }
-    let reloc = &plan.orig;
-    let compare_len = 12 * numbers.len();
-    let miss_len = reloc.len() + 5;
-    let counter = page + COUNTER;
-    let mut code = Vec::new();
-    let mut int3s = HashMap::new();
-    let mut ring_writes = Vec::new();
-    let path_len = |nr: &u64| if ring.contains(nr) { ring_len(reloc) } else { match_len(reloc) };
-    let path_at = |i: usize| page + (compare_len + miss_len + numbers[..i].iter().map(path_len).sum::<usize>()) as u64;
-    for (i, &nr) in numbers.iter().enumerate() {
-        let imm = i32::try_from(nr).ok()?;
-        code.extend_from_slice(&[0x48, 0x3d]);
-        code.extend_from_slice(&imm.to_le_bytes());
-        let here = page + code.len() as u64;
-        code.extend_from_slice(&[0x0f, 0x84]);
-        code.extend_from_slice(&rel32(here, 6, path_at(i))?);
-    }
-    code.extend_from_slice(reloc);
-    let here = page + code.len() as u64;
-    code.push(0xe9);
-    code.extend_from_slice(&rel32(here, 5, plan.at + reloc.len() as u64)?);
-    let back = plan.syscall_at + 2;
-    // `op` with a rip-relative operand at `to` whose rel32 ends the instruction (`tail` bytes after it).
-    let riprel = |code: &mut Vec<u8>, op: &[u8], to: u64, tail: &[u8]| -> Option<()> {
-        code.extend_from_slice(op);
-        let end = page + (code.len() + 4 + tail.len()) as u64;
-        code.extend_from_slice(&i32::try_from(to as i128 - end as i128).ok()?.to_le_bytes());
-        code.extend_from_slice(tail);
-        Some(())
+    let site = Site { plan: plan.clone(), kind: Kind::Wrapper { numbers: numbers.to_vec(), ring: ring.to_vec() } };
+    assemble_sites(&[site], page, fsgsbase)
+}
+
+/// The trampoline page's code for every site, one after the other; `None` if it does not fit the page, a jump
+/// is out of reach, or a ring is asked for without `rdfsbase`.
+pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool) -> Option<Assembled> {
+    let mut a = Assembled {
+        code: Vec::new(),
+        int3s: HashMap::new(),
+        int3_sites: HashMap::new(),
+        ring_writes: Vec::new(),
+        starts: Vec::new(),
+        full_int3s: Vec::new(),
     };
-    for (i, &nr) in numbers.iter().enumerate() {
-        let start = code.len();
-        debug_assert_eq!(page + start as u64, path_at(i));
-        code.extend_from_slice(reloc);
-        code.extend_from_slice(&[0x0f, 0x05]);
-        if ring.contains(&nr) {
-            let after_syscall = page + code.len() as u64;
-            let full_at = path_at(i) + (reloc.len() + 2 + RING_CODE) as u64;
-            // mov %rax,-8(%rsp) ; mov $1,%eax ; lock xadd %rax,counter(%rip) ; lea 1(%rax),%rax
-            code.extend_from_slice(&[0x48, 0x89, 0x44, 0x24, 0xf8, 0xb8, 1, 0, 0, 0]);
-            riprel(&mut code, &[0xf0, 0x48, 0x0f, 0xc1, 0x05], counter, &[])?;
-            code.extend_from_slice(&[0x48, 0x8d, 0x40, 0x01]);
-            // mov %rax,%rcx ; sub tail(%rip),%rcx ; cmp $RING_SLOTS,%rcx ; jae full
-            code.extend_from_slice(&[0x48, 0x89, 0xc1]);
-            riprel(&mut code, &[0x48, 0x2b, 0x0d], page + TAIL, &[])?;
-            code.extend_from_slice(&[0x48, 0x81, 0xf9]);
-            code.extend_from_slice(&(RING_SLOTS as u32).to_le_bytes());
-            riprel(&mut code, &[0x0f, 0x83], full_at, &[])?;
-            // mov %eax,%ecx ; and $(RING_SLOTS-1),%ecx ; shl $7,%ecx ; lea ring(%rip),%r11 ; add %rcx,%r11
-            code.extend_from_slice(&[0x89, 0xc1, 0x81, 0xe1]);
-            code.extend_from_slice(&((RING_SLOTS - 1) as u32).to_le_bytes());
-            debug_assert_eq!(SLOT, 1 << 7);
-            code.extend_from_slice(&[0xc1, 0xe1, 0x07]);
-            riprel(&mut code, &[0x4c, 0x8d, 0x1d], page + RING, &[])?;
-            code.extend_from_slice(&[0x49, 0x01, 0xcb]);
-            // movq $nr,8(%r11) ; the arguments ; the result (from the red zone) ; rdfsbase ; then the seq
-            code.extend_from_slice(&[0x49, 0xc7, 0x43, 0x08]);
-            code.extend_from_slice(&imm32(nr)?);
-            for m in [[0x49, 0x89, 0x7b, 0x10], [0x49, 0x89, 0x73, 0x18], [0x49, 0x89, 0x53, 0x20]] {
-                code.extend_from_slice(&m);
+    for (si, site) in sites.iter().enumerate() {
+        let reloc = &site.plan.orig;
+        let back = site.plan.syscall_at + 2;
+        a.starts.push(page + a.code.len() as u64);
+        match &site.kind {
+            Kind::Fixed { nr, ring } => {
+                if *ring && !fsgsbase {
+                    return None;
+                }
+                path(&mut a, si, page, reloc, back, *nr, *ring, fsgsbase)?;
             }
-            for m in [[0x4d, 0x89, 0x53, 0x28], [0x4d, 0x89, 0x43, 0x30], [0x4d, 0x89, 0x4b, 0x38]] {
-                code.extend_from_slice(&m);
+            Kind::Wrapper { numbers, ring } => {
+                if !fsgsbase && !ring.is_empty() {
+                    return None;
+                }
+                let compare_len = 12 * numbers.len();
+                let miss_len = reloc.len() + 5;
+                let base = a.code.len();
+                let path_len = |nr: &u64| if ring.contains(nr) { ring_len(reloc) } else { match_len(reloc) };
+                let path_at = |i: usize| {
+                    page + (base + compare_len + miss_len + numbers[..i].iter().map(path_len).sum::<usize>()) as u64
+                };
+                for (i, &nr) in numbers.iter().enumerate() {
+                    let imm = i32::try_from(nr).ok()?;
+                    a.code.extend_from_slice(&[0x48, 0x3d]);
+                    a.code.extend_from_slice(&imm.to_le_bytes());
+                    let here = page + a.code.len() as u64;
+                    a.code.extend_from_slice(&[0x0f, 0x84]);
+                    a.code.extend_from_slice(&rel32(here, 6, path_at(i))?);
+                }
+                a.code.extend_from_slice(reloc);
+                let here = page + a.code.len() as u64;
+                a.code.push(0xe9);
+                a.code.extend_from_slice(&rel32(here, 5, site.plan.at + reloc.len() as u64)?);
+                for (i, &nr) in numbers.iter().enumerate() {
+                    debug_assert_eq!(page + a.code.len() as u64, path_at(i));
+                    path(&mut a, si, page, reloc, back, nr, ring.contains(&nr), fsgsbase)?;
+                }
             }
-            code.extend_from_slice(&[0x48, 0x8b, 0x4c, 0x24, 0xf8, 0x49, 0x89, 0x4b, 0x40]);
-            code.extend_from_slice(&[0xf3, 0x48, 0x0f, 0xae, 0xc1, 0x49, 0x89, 0x4b, 0x48]);
-            code.extend_from_slice(&[0x49, 0x89, 0x03]);
-            ring_writes.push((after_syscall, page + code.len() as u64));
-            // mov -8(%rsp),%rax ; jmp back
-            code.extend_from_slice(&[0x48, 0x8b, 0x44, 0x24, 0xf8]);
-            riprel(&mut code, &[0xe9], back, &[])?;
-            debug_assert_eq!(page + code.len() as u64, full_at);
-            // The full ring: mov %rax,%rcx (the seq) ; mov -8(%rsp),%rax ; the record as a match path writes it.
-            code.extend_from_slice(&[0x48, 0x89, 0xc1, 0x48, 0x8b, 0x44, 0x24, 0xf8]);
-            let int3 = full_at + (FULL_CODE - 6) as u64;
-            record_head(&mut code, int3, fsgsbase);
-            // lea -1(%rcx),%r11 ; add $1,%r11 (r11 = seq, the flags of the counter's xadd) ; mov %r11,seq(%rsp)
-            code.extend_from_slice(&[0x4c, 0x8d, 0x59, 0xff, 0x49, 0x83, 0xc3, 0x01]);
-            store(&mut code, 1, 3, AT_SEQ);
-            // lea (int3 - RECORD_CODE)(%rip),%rcx: rcx as `Block::rcx` gives it for a match path.
-            riprel(&mut code, &[0x48, 0x8d, 0x0d], int3.wrapping_sub(RECORD_CODE), &[])?;
-            debug_assert_eq!(page + code.len() as u64, int3);
-            int3s.insert(int3, nr);
-            code.push(0xcc);
-            riprel(&mut code, &[0xe9], back, &[])?;
-            debug_assert_eq!(code.len() - start, ring_len(reloc));
-            continue;
         }
-        let int3 = path_at(i) + (match_len(reloc) - 6) as u64;
-        record_head(&mut code, int3, fsgsbase);
-        // mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
-        code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0, 0xf0, 0x4c, 0x0f, 0xc1, 0x1d]);
-        let here = page + code.len() as u64;
-        code.extend_from_slice(&rel32(here, 4, counter)?);
-        code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
-        store(&mut code, 1, 3, AT_SEQ);
-        debug_assert_eq!(page + code.len() as u64, int3);
-        int3s.insert(int3, nr);
-        code.push(0xcc);
-        riprel(&mut code, &[0xe9], back, &[])?;
-        debug_assert_eq!(code.len() - start, match_len(reloc));
     }
-    (code.len() <= 4096).then_some(Assembled { code, int3s, ring_writes })
+    (a.code.len() <= 4096).then_some(a)
+}
+
+/// `op` with a rip-relative operand at `to` whose rel32 ends the instruction.
+fn riprel(code: &mut Vec<u8>, page: u64, op: &[u8], to: u64) -> Option<()> {
+    code.extend_from_slice(op);
+    let end = page + (code.len() + 4) as u64;
+    code.extend_from_slice(&i32::try_from(to as i128 - end as i128).ok()?.to_le_bytes());
+    Some(())
+}
+
+/// One path: the displaced instruction, `syscall`, then either the ring's write (and its full path) or the
+/// record and int3; both jump `back` (just past the original `syscall`).
+#[allow(clippy::too_many_arguments)]
+fn path(
+    a: &mut Assembled,
+    si: usize,
+    page: u64,
+    reloc: &[u8],
+    back: u64,
+    nr: u64,
+    ring: bool,
+    fsgsbase: bool,
+) -> Option<()> {
+    let code = &mut a.code;
+    let start = code.len();
+    let path_at = page + start as u64;
+    let counter = page + COUNTER;
+    code.extend_from_slice(reloc);
+    if ring {
+        // The number is taken before `syscall`: a munmap is numbered before any call that gets its range back
+        // from the kernel (numbered after its own `syscall`), whichever thread finishes writing first.
+        // mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,-16(%rsp)
+        code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0]);
+        riprel(code, page, &[0xf0, 0x4c, 0x0f, 0xc1, 0x1d], counter)?;
+        let numbered = page + code.len() as u64;
+        code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01, 0x4c, 0x89, 0x5c, 0x24, 0xf0]);
+        // mov %r11,%rcx ; sub tail(%rip),%rcx ; cmp $RING_SLOTS,%rcx ; jae full
+        let full_at = path_at + (reloc.len() + RING_CODE) as u64;
+        code.extend_from_slice(&[0x4c, 0x89, 0xd9]);
+        riprel(code, page, &[0x48, 0x2b, 0x0d], page + TAIL)?;
+        code.extend_from_slice(&[0x48, 0x81, 0xf9]);
+        code.extend_from_slice(&(RING_SLOTS as u32).to_le_bytes());
+        riprel(code, page, &[0x0f, 0x83], full_at)?;
+        // syscall ; mov %rax,-8(%rsp) ; mov -16(%rsp),%rax (the seq)
+        code.extend_from_slice(&[0x0f, 0x05, 0x48, 0x89, 0x44, 0x24, 0xf8, 0x48, 0x8b, 0x44, 0x24, 0xf0]);
+        // mov %eax,%ecx ; and $(RING_SLOTS-1),%ecx ; shl $7,%ecx ; lea ring(%rip),%r11 ; add %rcx,%r11
+        code.extend_from_slice(&[0x89, 0xc1, 0x81, 0xe1]);
+        code.extend_from_slice(&((RING_SLOTS - 1) as u32).to_le_bytes());
+        debug_assert_eq!(SLOT, 1 << 7);
+        code.extend_from_slice(&[0xc1, 0xe1, 0x07]);
+        riprel(code, page, &[0x4c, 0x8d, 0x1d], page + RING)?;
+        code.extend_from_slice(&[0x49, 0x01, 0xcb]);
+        // movq $nr,8(%r11) ; movq $site,80(%r11) ; the arguments ; the result (from the red zone) ; rdfsbase ;
+        // then the seq
+        code.extend_from_slice(&[0x49, 0xc7, 0x43, 0x08]);
+        code.extend_from_slice(&imm32(nr)?);
+        code.extend_from_slice(&[0x49, 0xc7, 0x43, 0x50]);
+        code.extend_from_slice(&imm32(si as u64)?);
+        for m in [[0x49, 0x89, 0x7b, 0x10], [0x49, 0x89, 0x73, 0x18], [0x49, 0x89, 0x53, 0x20]] {
+            code.extend_from_slice(&m);
+        }
+        for m in [[0x4d, 0x89, 0x53, 0x28], [0x4d, 0x89, 0x43, 0x30], [0x4d, 0x89, 0x4b, 0x38]] {
+            code.extend_from_slice(&m);
+        }
+        code.extend_from_slice(&[0x48, 0x8b, 0x4c, 0x24, 0xf8, 0x49, 0x89, 0x4b, 0x40]);
+        code.extend_from_slice(&[0xf3, 0x48, 0x0f, 0xae, 0xc1, 0x49, 0x89, 0x4b, 0x48]);
+        code.extend_from_slice(&[0x49, 0x89, 0x03]);
+        a.ring_writes.push((numbered, page + code.len() as u64));
+        // mov -8(%rsp),%rax ; jmp back
+        code.extend_from_slice(&[0x48, 0x8b, 0x44, 0x24, 0xf8]);
+        riprel(code, page, &[0xe9], back)?;
+        debug_assert_eq!(page + code.len() as u64, full_at);
+        // The full ring: syscall ; mov -16(%rsp),%rcx (the seq) ; the record as a match path writes it.
+        code.extend_from_slice(&[0x0f, 0x05, 0x48, 0x8b, 0x4c, 0x24, 0xf0]);
+        let int3 = full_at + (FULL_CODE - 6) as u64;
+        record_head(code, int3, fsgsbase);
+        // lea -1(%rcx),%r11 ; add $1,%r11 (r11 = seq, the flags of the counter's xadd) ; mov %r11,seq(%rsp)
+        code.extend_from_slice(&[0x4c, 0x8d, 0x59, 0xff, 0x49, 0x83, 0xc3, 0x01]);
+        store(code, 1, 3, AT_SEQ);
+        // lea (int3 - RECORD_CODE)(%rip),%rcx: rcx as `Block::rcx` gives it for a match path.
+        riprel(code, page, &[0x48, 0x8d, 0x0d], int3.wrapping_sub(RECORD_CODE))?;
+        debug_assert_eq!(page + code.len() as u64, int3);
+        a.int3s.insert(int3, nr);
+        a.int3_sites.insert(int3, si);
+        a.full_int3s.push(int3);
+        code.push(0xcc);
+        riprel(code, page, &[0xe9], back)?;
+        debug_assert_eq!(code.len() - start, ring_len(reloc));
+        return Some(());
+    }
+    code.extend_from_slice(&[0x0f, 0x05]);
+    let int3 = path_at + (match_len(reloc) - 6) as u64;
+    record_head(code, int3, fsgsbase);
+    // mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
+    code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0]);
+    riprel(code, page, &[0xf0, 0x4c, 0x0f, 0xc1, 0x1d], counter)?;
+    code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
+    store(code, 1, 3, AT_SEQ);
+    debug_assert_eq!(page + code.len() as u64, int3);
+    a.int3s.insert(int3, nr);
+    a.int3_sites.insert(int3, si);
+    code.push(0xcc);
+    riprel(code, page, &[0xe9], back)?;
+    debug_assert_eq!(code.len() - start, match_len(reloc));
+    Some(())
 }
 
 fn imm32(v: u64) -> Option<[u8; 4]> {
@@ -427,12 +560,13 @@ fn record_head(code: &mut Vec<u8>, int3: u64, fsgsbase: bool) {
 /// might be extended in place keeps a free page beside it), never in the gap just below `[stack]` (the main stack
 /// grows down into it), and never below 1 MiB (`vm.mmap_min_addr`) or above the 47-bit user space. One candidate
 /// per gap: the caller maps it with `MAP_FIXED_NOREPLACE` and moves on to the next one if that fails.
-pub fn page_candidates(maps: &[Mapping], plan: &PatchPlan, pages: u64) -> Vec<u64> {
+pub fn page_candidates(maps: &[Mapping], plans: &[PatchPlan], pages: u64) -> Vec<u64> {
     const PAGE: u64 = 4096;
     const LOW: u64 = 0x10_0000;
     const HIGH: u64 = 0x7fff_ffff_f000;
-    // Every branch between the wrapper and the page: the patched jump, and the jumps back.
-    let sites = [plan.at, plan.at + plan.orig.len() as u64, plan.syscall_at + 2];
+    // Every branch between the patched code and the page: the patched jumps, and the jumps back.
+    let Some(plan) = plans.first() else { return Vec::new() };
+    let sites: Vec<u64> = plans.iter().flat_map(|p| [p.at, p.at + p.orig.len() as u64, p.syscall_at + 2]).collect();
     let (lo_site, hi_site) = (sites.iter().min().copied().unwrap_or(0), sites.iter().max().copied().unwrap_or(0));
     // Keep a margin inside the signed 32-bit range for the page's own length and the instructions' lengths.
     let reach = (i32::MAX as u64) - 2 * PAGE;
@@ -601,28 +735,33 @@ mod tests {
         // munmap's compare jumps to the ring path, which starts like a match path.
         let ring_at = u64::from_str_radix(text[3].trim_start_matches("je 0x"), 16).unwrap();
         let r = at(ring_at);
-        assert_eq!(text[r..r + 2], ["mov r9, qword ptr [rsp + 8]", "syscall"]);
         let (write_from, write_to) = a.ring_writes[0];
-        assert_eq!(insns[r + 2].address(), write_from, "the write starts just past syscall");
         let counter = page + COUNTER;
+        // The number is taken before `syscall`, kept in the red zone across it, and the room checked.
         let want = [
-            "mov qword ptr [rsp - 8], rax".to_string(),
-            "mov eax, 1".into(),
-            format!("lock xadd qword ptr [rip + {:#x}], rax", counter - insns[r + 5].address()),
-            "lea rax, [rax + 1]".into(),
-            "mov rcx, rax".into(),
-            format!("sub rcx, qword ptr [rip + {:#x}]", page + TAIL - insns[r + 8].address()),
+            "mov r9, qword ptr [rsp + 8]".to_string(),
+            "mov r11d, 1".into(),
+            format!("lock xadd qword ptr [rip + {:#x}], r11", counter - insns[r + 3].address()),
+            "lea r11, [r11 + 1]".into(),
+            "mov qword ptr [rsp - 0x10], r11".into(),
+            "mov rcx, r11".into(),
+            format!("sub rcx, qword ptr [rip + {:#x}]", page + TAIL - insns[r + 7].address()),
             format!("cmp rcx, {:#x}", RING_SLOTS),
         ];
-        assert_eq!(text[r + 2..r + 9], want);
-        assert!(text[r + 9].starts_with("jae "));
+        assert_eq!(text[r..r + 8], want);
+        assert_eq!(insns[r + 3].address(), write_from, "a thread past the counter's xadd is stepped at detach");
+        assert!(text[r + 8].starts_with("jae "));
         let slot_code = [
-            "mov ecx, eax".to_string(),
+            "syscall".to_string(),
+            "mov qword ptr [rsp - 8], rax".into(),
+            "mov rax, qword ptr [rsp - 0x10]".into(),
+            "mov ecx, eax".into(),
             format!("and ecx, {:#x}", RING_SLOTS - 1),
             "shl ecx, 7".into(),
-            format!("lea r11, [rip + {:#x}]", page + RING - insns[r + 14].address()),
+            format!("lea r11, [rip + {:#x}]", page + RING - insns[r + 16].address()),
             "add r11, rcx".into(),
             "mov qword ptr [r11 + 8], 0xb".into(),
+            "mov qword ptr [r11 + 0x50], 0".into(),
             "mov qword ptr [r11 + 0x10], rdi".into(),
             "mov qword ptr [r11 + 0x18], rsi".into(),
             "mov qword ptr [r11 + 0x20], rdx".into(),
@@ -637,15 +776,17 @@ mod tests {
             "mov rax, qword ptr [rsp - 8]".into(),
             format!("jmp {:#x}", entry + 0x19),
         ];
-        assert_eq!(text[r + 10..r + 29], slot_code);
-        assert_eq!(insns[r + 27].address(), write_to, "the write ends with the sequence number's store");
-        // The full path: the record as a match path leaves it, r11 the sequence number, rcx as `Block::rcx` says.
-        let full = u64::from_str_radix(text[r + 9].trim_start_matches("jae 0x"), 16).unwrap();
-        assert_eq!(full, insns[r + 29].address());
-        let f = r + 29;
-        assert_eq!(text[f..f + 3], ["mov rcx, rax", "mov rax, qword ptr [rsp - 8]", "mov qword ptr [rsp - 0x68], rax"]);
+        assert_eq!(text[r + 9..r + 32], slot_code);
+        assert_eq!(insns[r + 30].address(), write_to, "the write ends with the sequence number's store");
+        // The full path: the call, the record as a match path leaves it, r11 the sequence number, rcx as
+        // `Block::rcx` says.
+        let full = u64::from_str_radix(text[r + 8].trim_start_matches("jae 0x"), 16).unwrap();
+        assert_eq!(full, insns[r + 32].address());
+        let f = r + 32;
+        assert_eq!(text[f..f + 3], ["syscall", "mov rcx, qword ptr [rsp - 0x10]", "mov qword ptr [rsp - 0x68], rax"]);
         let int3 = insns[f..].iter().find(|i| i.mnemonic() == Some("int3")).unwrap().address();
         assert_eq!(a.int3s[&int3], 11);
+        assert_eq!(a.full_int3s, [int3]);
         let i = at(int3);
         assert_eq!(text[i - 4..i - 1], ["lea r11, [rcx - 1]", "add r11, 1", "mov qword ptr [rsp - 0x78], r11"]);
         assert_eq!(text[i - 1], format!("lea rcx, [rip - {:#x}]", insns[i].address() - (int3 - RECORD_CODE)));
@@ -657,12 +798,76 @@ mod tests {
         }
         // A slot, word by word.
         let mut b = vec![0u8; SLOT as usize];
-        for (i, v) in [7u64, 11, 1, 2, 3, 4, 5, 6, 0, 0x7f00_0000_0640].iter().enumerate() {
+        for (i, v) in [7u64, 11, 1, 2, 3, 4, 5, 6, 0, 0x7f00_0000_0640, 2].iter().enumerate() {
             b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         let s = Slot::parse(&b).unwrap();
-        assert_eq!((s.seq, s.nr, s.args, s.ret, s.thread), (7, 11, [1, 2, 3, 4, 5, 6], 0, 0x7f00_0000_0640));
-        assert_eq!(Slot::parse(&b[..79]), None);
+        assert_eq!((s.seq, s.nr, s.args, s.ret, s.thread, s.site), (7, 11, [1, 2, 3, 4, 5, 6], 0, 0x7f00_0000_0640, 2));
+        assert_eq!(Slot::parse(&b[..87]), None);
+    }
+
+    const GLIBC_MUNMAP: &[u8] =
+        &[0xb8, 0x0b, 0, 0, 0, 0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff, 0xff, 0x73, 0x01, 0xc3];
+    const GLIBC_MMAP: &[u8] = &[
+        0x41, 0x89, 0xca, 0x41, 0xf7, 0xc1, 0xff, 0x0f, 0, 0, 0x75, 0x14, 0xb8, 0x09, 0, 0, 0, 0x0f, 0x05, 0x48, 0x3d,
+        0x00, 0xf0, 0xff, 0xff, 0x77, 0x25, 0xc3,
+    ];
+    const GLIBC_MREMAP: &[u8] = &[
+        0x48, 0x83, 0xec, 0x58, 0x4c, 0x89, 0x44, 0x24, 0x40, 0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0, 0x48, 0x89,
+        0x44, 0x24, 0x18, 0x31, 0xc0, 0x83, 0xf9, 0x07, 0x77, 0x5a, 0x41, 0x89, 0xca, 0x45, 0x31, 0xc0, 0xf6, 0xc1,
+        0x06, 0x75, 0x27, 0xb8, 0x19, 0, 0, 0, 0x0f, 0x05, 0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff,
+    ];
+
+    #[test]
+    fn libc_functions_are_patched_at_their_number_move_and_share_the_page() {
+        let cs = disassembler().unwrap();
+        let (munmap, mmap, mremap) = (0x7f00_0010_1a00u64, 0x7f00_0010_19a0u64, 0x7f00_0010_99d0u64);
+        let (pu, nu) = plan_fixed(&cs, munmap, GLIBC_MUNMAP).unwrap();
+        assert_eq!((pu.at, pu.orig.as_slice(), pu.syscall_at, nu), (munmap, &GLIBC_MUNMAP[..5], munmap + 5, 11));
+        let (pm, nm) = plan_fixed(&cs, mmap, GLIBC_MMAP).unwrap();
+        assert_eq!((pm.at, pm.syscall_at, nm), (mmap + 12, mmap + 17, 9));
+        // mremap moves rsp before its `syscall`: frame 0 would not unwind from its entry.
+        assert_eq!(plan_fixed(&cs, mremap, GLIBC_MREMAP), Err(Refusal::NoFixedNumber));
+        // A branch into the patched bytes, or a flags read after `syscall`, refuses.
+        let mut odd = GLIBC_MMAP.to_vec();
+        odd[11] = 0x01;
+        assert_eq!(plan_fixed(&cs, mmap, &odd), Err(Refusal::BranchIntoPatch));
+        let mut odd = GLIBC_MUNMAP.to_vec();
+        odd[7..9].copy_from_slice(&[0x73, 0x01]);
+        assert_eq!(plan_fixed(&cs, munmap, &odd), Err(Refusal::FlagsRead));
+        // One page for syscall(), munmap (the ring) and mmap (a stop), each jumping back past its own `syscall`.
+        let entry = 0x7f00_0010_1810;
+        let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
+        let pw = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x22]).unwrap();
+        let sites = [
+            Site { plan: pw, kind: Kind::Wrapper { numbers: vec![9, 11], ring: vec![11] } },
+            Site { plan: pu.clone(), kind: Kind::Fixed { nr: 11, ring: true } },
+            Site { plan: pm.clone(), kind: Kind::Fixed { nr: 9, ring: false } },
+        ];
+        let page = entry - 0x10_0000;
+        assert!(assemble_sites(&sites, page, false).is_none(), "a ring needs rdfsbase");
+        let a = assemble_sites(&sites, page, true).unwrap();
+        assert_eq!(a.starts.len(), 3);
+        assert_eq!(a.ring_writes.len(), 2);
+        let insns = cs.disasm_all(&a.code, page).unwrap();
+        let text = |addr: u64| {
+            let i = insns.iter().find(|i| i.address() == addr).unwrap();
+            format!("{} {}", i.mnemonic().unwrap(), i.op_str().unwrap())
+        };
+        assert_eq!(text(a.starts[1]), "mov eax, 0xb");
+        assert_eq!(text(a.starts[2]), "mov eax, 9");
+        let mut by_site: Vec<(usize, u64)> = a.int3_sites.iter().map(|(&i, &s)| (s, a.int3s[&i])).collect();
+        by_site.sort();
+        assert_eq!(by_site, [(0, 9), (0, 11), (1, 11), (2, 9)]);
+        // Each int3's jump back goes past its own site's `syscall`.
+        for (&int3, &si) in &a.int3_sites {
+            let back = sites[si].plan.syscall_at + 2;
+            assert_eq!(text(int3 + 1), format!("jmp {back:#x}"));
+        }
+        // The ring's slot says which site wrote it.
+        let site_store = |si: usize| format!("mov qword ptr [r11 + 0x50], {si}");
+        assert!(insns.iter().any(|i| format!("{} {}", i.mnemonic().unwrap(), i.op_str().unwrap()) == site_store(1)));
+        assert_eq!(patch_bytes(&pu, a.starts[1]).unwrap().len(), 5);
     }
 
     #[test]
@@ -712,7 +917,7 @@ mod tests {
             map(libc + 0x1000_0000, libc + 0x1002_1000, "rw-p", "[stack]"),
             map(0xffff_ffff_ff60_0000, 0xffff_ffff_ff60_1000, "--xp", "[vsyscall]"),
         ];
-        let c = page_candidates(&maps, &p, PAGES);
+        let c = page_candidates(&maps, std::slice::from_ref(&p), PAGES);
         // The 16 KiB gap above libc (room for the two pages and a free page each side), the space above the stack,
         // then the 64 KiB hole 1 GiB below (at its top, with a free page above).
         assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0x3000]);
@@ -725,8 +930,8 @@ mod tests {
         }
         // Nothing at all within reach: no candidate.
         let full = vec![map(libc - 3 * gib, libc + 3 * gib, "---p", "")];
-        assert!(page_candidates(&full, &p, PAGES).is_empty());
+        assert!(page_candidates(&full, std::slice::from_ref(&p), PAGES).is_empty());
         // With a ring (18 pages and a free one each side), the 16 KiB gap is too small.
-        assert_eq!(page_candidates(&maps, &p, pages(true))[0], libc + 0x1002_2000);
+        assert_eq!(page_candidates(&maps, std::slice::from_ref(&p), pages(true))[0], libc + 0x1002_2000);
     }
 }

@@ -24,6 +24,7 @@ use crate::os::Tid;
 use crate::x86::breakpoints;
 use crate::x86::trampoline::{self, PatchPlan, Slot};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// What the tracer knows of one thread's passes through the trampoline (see [`trampoline::Block`]).
@@ -66,13 +67,12 @@ impl Passes {
 
 /// The live patch.
 pub(super) struct Fast {
-    plan: PatchPlan,
-    /// The jump written over `plan.at`.
-    jump: Vec<u8>,
-    /// The wrapper's entry: frame 0 of a captured stack.
-    entry: u64,
-    /// Each int3 in the page and the syscall number it reports.
-    int3s: HashMap<u64, u64>,
+    /// The patched places: the wrapper first, then libc's functions.
+    patches: Vec<Patch>,
+    /// Each int3 in the page: the syscall number it reports, and its patch.
+    int3s: HashMap<u64, (u64, usize)>,
+    /// The int3s where a full ring's calls stop: only their record is read, no stack.
+    full_int3s: std::collections::HashSet<u64>,
     page: u64,
     /// The target catches or ignores SIGTRAP (read before the trap pad took it): a SIGTRAP sent to a thread just
     /// as it reaches our int3 merges with the int3's (one pending instance), so each stop's siginfo is read and
@@ -82,6 +82,29 @@ pub(super) struct Fast {
     fsgsbase: bool,
     /// The ring, when some wanted numbers go there.
     ring: Option<Ring>,
+}
+
+/// One patched place.
+struct Patch {
+    plan: PatchPlan,
+    /// The jump written over `plan.at`.
+    jump: Vec<u8>,
+    /// The entry of the patched function: frame 0 of a captured stack (the stack there is the one at the entry).
+    entry: u64,
+    /// A libc function's label (`libc.so.6:munmap`); `None` for `syscall()`.
+    label: Option<Arc<str>>,
+}
+
+/// A libc function that `--fast` patches too (`--leaks`: munmap to the ring, mmap with one stop, as for
+/// `syscall()`), where it has the shape: its `mov $nr,%eax` just before `syscall`.
+#[derive(Debug, Clone)]
+pub struct FastFunction {
+    pub addr: u64,
+    /// Its first bytes, from the file.
+    pub code: Vec<u8>,
+    pub label: Arc<str>,
+    /// Its calls go to the ring (their stacks are not needed).
+    pub ring: bool,
 }
 
 /// The reader of the trampoline's ring.
@@ -126,11 +149,22 @@ impl Ring {
 }
 
 impl Tracer<'_> {
-    /// `--fast` where it can be installed; otherwise (said on stderr) the int3 sites given at construction.
-    pub fn arm_preferring_fast(&mut self, numbers: &[u64], ring: &[u64], entry: u64, code: &[u8]) -> Result<(), Error> {
+    /// `--fast` where it can be installed; otherwise (said on stderr) the int3 sites given at construction. The
+    /// `functions` patched too are left out of the int3 sites; those that cannot be patched keep theirs.
+    pub fn arm_preferring_fast(
+        &mut self,
+        numbers: &[u64],
+        ring: &[u64],
+        entry: u64,
+        code: &[u8],
+        functions: &[FastFunction],
+    ) -> Result<(), Error> {
         let sites = std::mem::take(&mut self.sites);
-        match self.arm_fast(numbers, ring, entry, code) {
-            Ok(()) => Ok(()),
+        match self.arm_fast(numbers, ring, entry, code, functions) {
+            Ok(patched) => {
+                self.sites = sites.into_iter().filter(|(a, _)| *a != entry && !patched.contains(a)).collect();
+                if self.sites.is_empty() { Ok(()) } else { self.arm() }
+            }
             Err(why) => {
                 eprintln!("syscatch: --fast is not possible here ({why}); using a breakpoint instead");
                 self.sites = sites;
@@ -142,7 +176,16 @@ impl Tracer<'_> {
     /// Installs the in-process filter for `numbers` on the wrapper at `entry` (file bytes `code`), mapping the page
     /// in the nearest free gap of the address space within jump range. On any refusal nothing is left changed and
     /// the caller arms int3s. Those of `numbers` also in `ring` go to the ring (where `rdfsbase` can name the thread).
-    pub fn arm_fast(&mut self, numbers: &[u64], ring: &[u64], entry: u64, code: &[u8]) -> Result<(), Error> {
+    /// `functions` are patched where they have the shape (see [`FastFunction`]); returns the entries of those
+    /// patched.
+    pub fn arm_fast(
+        &mut self,
+        numbers: &[u64],
+        ring: &[u64],
+        entry: u64,
+        code: &[u8],
+        functions: &[FastFunction],
+    ) -> Result<Vec<u64>, Error> {
         let cs = breakpoints::disassembler().ok_or(Error::Disassembler)?;
         let w = breakpoints::plan_wrapper(&cs, code, entry).ok_or(Error::PrefixNotEmulated)?;
         let targets: Vec<u64> = breakpoints::decode(&cs, code, entry, 32)
@@ -155,35 +198,71 @@ impl Tracer<'_> {
         if in_mem != code {
             return Err(Error::WrapperChanged);
         }
+        // The functions with the shape, unchanged in memory; the others keep their int3 sites.
+        let mut fixed = Vec::new();
+        for f in functions {
+            let mut now = vec![0u8; f.code.len()];
+            match trampoline::plan_fixed(&cs, f.addr, &f.code) {
+                Ok((p, nr)) if self.mem.read_exact(f.addr, &mut now).is_ok() && now == f.code => {
+                    fixed.push((f.clone(), p, nr))
+                }
+                Ok(_) => {}
+                Err(why) => eprintln!("syscatch: --fast leaves {} to a breakpoint ({why})", f.label),
+            }
+        }
         self.realtime(|t| {
             if t.adopted_at_entry() {
-                return t.install(numbers, ring, entry, plan);
+                return t.install(numbers, ring, entry, plan, &fixed);
             }
             let stuck = t.hold_all(None);
             // Rewriting the wrapper needs every thread stopped: one that cannot stop might return into it.
             let result = match stuck.first() {
                 Some((tid, why)) => Err(Error::CannotStop { tid: *tid, why: why.clone() }),
-                None => t.install(numbers, ring, entry, plan),
+                None => t.install(numbers, ring, entry, plan, &fixed),
             };
             t.release_all();
             result
         })
     }
 
-    fn install(&mut self, numbers: &[u64], ring: &[u64], entry: u64, plan: PatchPlan) -> Result<(), Error> {
+    fn install(
+        &mut self,
+        numbers: &[u64],
+        ring: &[u64],
+        entry: u64,
+        plan: PatchPlan,
+        fixed: &[(FastFunction, PatchPlan, u64)],
+    ) -> Result<Vec<u64>, Error> {
+        use trampoline::{Kind, Site};
         let tid = self.injectable(true).ok_or(Error::NoThreadForPage)?;
         let fsgsbase = crate::os::user_fsgsbase();
         let mut ring: Vec<u64> =
             if fsgsbase { ring.iter().copied().filter(|n| numbers.contains(n)).collect() } else { vec![] };
+        let mut sites =
+            vec![Site { plan: plan.clone(), kind: Kind::Wrapper { numbers: numbers.to_vec(), ring: ring.clone() } }];
+        let mut patches = vec![Patch { plan: plan.clone(), jump: Vec::new(), entry, label: None }];
+        for (f, p, nr) in fixed {
+            sites.push(Site { plan: p.clone(), kind: Kind::Fixed { nr: *nr, ring: f.ring && fsgsbase } });
+            patches.push(Patch { plan: p.clone(), jump: Vec::new(), entry: f.addr, label: Some(f.label.clone()) });
+        }
         let mut threads = HashMap::new();
         for (&t, _) in self.threads.iter() {
             let r = self.k.get_regs(t).map_err(|error| Error::Registers { tid: t, error })?;
-            if r.ip() > plan.at && r.ip() < plan.at + plan.orig.len() as u64 {
-                return Err(Error::InsidePatch { tid: t });
+            for p in &patches {
+                if r.ip() > p.plan.at && r.ip() < p.plan.at + p.plan.orig.len() as u64 {
+                    return Err(Error::InsidePatch { tid: t });
+                }
             }
             threads.insert(r.0.fs_base, t);
         }
-        if !trampoline::fits(&plan, numbers.len(), ring.len()) {
+        let rings = |sites: &[Site]| {
+            sites.iter().any(|s| match &s.kind {
+                Kind::Wrapper { ring, .. } => !ring.is_empty(),
+                Kind::Fixed { ring, .. } => *ring,
+            })
+        };
+        // Whether it fits, at a page as near as any (the rel32s are checked again at the real one).
+        if trampoline::assemble_sites(&sites, plan.at & !0xfff, fsgsbase).is_none() {
             return Err(Error::TrampolineTooBig);
         }
         // All threads are held: the maps cannot change under us but for other processes writing ours (none do).
@@ -192,16 +271,23 @@ impl Tracer<'_> {
         let sigtrap_handled = (status.sig_cgt | status.sig_ign) & super::pad::SIGTRAP_BIT != 0;
         let maps = self.k.read_maps(pid).map_err(|error| Error::Maps { pid, error })?;
         let maps = crate::model::maps::parse_maps(&maps);
-        let mut candidates = trampoline::page_candidates(&maps, &plan, trampoline::pages(!ring.is_empty()));
-        if candidates.is_empty() && !ring.is_empty() {
+        let plans: Vec<PatchPlan> = sites.iter().map(|s| s.plan.clone()).collect();
+        let mut candidates = trampoline::page_candidates(&maps, &plans, trampoline::pages(rings(&sites)));
+        if candidates.is_empty() && rings(&sites) {
             // No gap in reach is large enough for the ring: its calls stop like the others.
             self.summary
                 .warnings
                 .push("no free gap near libc is large enough for --fast's ring: munmap calls stop too".into());
             ring.clear();
-            candidates = trampoline::page_candidates(&maps, &plan, trampoline::PAGES);
+            for s in sites.iter_mut() {
+                match &mut s.kind {
+                    Kind::Wrapper { ring, .. } => ring.clear(),
+                    Kind::Fixed { ring, .. } => *ring = false,
+                }
+            }
+            candidates = trampoline::page_candidates(&maps, &plans, trampoline::PAGES);
         }
-        let len = trampoline::pages(!ring.is_empty()) * 4096;
+        let len = trampoline::pages(rings(&sites)) * 4096;
         let munmap = |t: &mut Self, at: u64| {
             t.inject_syscall(tid, plan.syscall_at, libc::SYS_munmap as u64, [at, len, 0, 0, 0, 0]).map(|_| ())
         };
@@ -243,10 +329,14 @@ impl Tracer<'_> {
             0 => Error::NoGap,
             tried => Error::PageRefused { tried },
         })?;
-        let assembled = trampoline::assemble(&plan, page, numbers, &ring, fsgsbase)
-            .ok_or(Error::TrampolineTooBig)
-            .and_then(|a| Ok((a, trampoline::patch_bytes(&plan, page).ok_or(Error::OutOfRange)?)));
-        let (trampoline::Assembled { code, int3s, ring_writes }, jump) = match assembled {
+        let assembled =
+            trampoline::assemble_sites(&sites, page, fsgsbase).ok_or(Error::TrampolineTooBig).and_then(|a| {
+                for (p, &start) in patches.iter_mut().zip(&a.starts) {
+                    p.jump = trampoline::patch_bytes(&p.plan, start).ok_or(Error::OutOfRange)?;
+                }
+                Ok(a)
+            });
+        let trampoline::Assembled { code, int3s, int3_sites, ring_writes, full_int3s, .. } = match assembled {
             Ok(a) => a,
             Err(e) => {
                 let _ = munmap(self, page);
@@ -263,16 +353,26 @@ impl Tracer<'_> {
             self.pad_list(crate::x86::trappad::entry(a, true));
             self.tell(Msg::Nop(a));
         }
-        if let Err(e) = self.mem.write_all(plan.at, &jump) {
-            // Nothing jumps to the pages: they go (the pad stays, for the breakpoint used instead).
-            let _ = munmap(self, page);
-            return Err(Error::WritePatch(e));
+        for (i, p) in patches.iter().enumerate() {
+            if let Err(e) = self.mem.write_all(p.plan.at, &p.jump) {
+                // Nothing jumps to the pages any more: the jumps written go, then the pages (the pad stays, for the
+                // breakpoints used instead).
+                for q in &patches[..i] {
+                    let _ = self.mem.write_all(q.plan.at, &q.plan.orig);
+                }
+                let _ = munmap(self, page);
+                return Err(Error::WritePatch(e));
+            }
         }
-        let ring = (!ring.is_empty()).then(|| Ring { threads, ..Ring::new(ring_writes) });
-        self.fast = Some(Fast { plan, jump, entry, int3s, page, sigtrap_handled, fsgsbase, ring });
+        let int3s: HashMap<u64, (u64, usize)> =
+            int3s.into_iter().map(|(a, nr)| (a, (nr, int3_sites.get(&a).copied().unwrap_or(0)))).collect();
+        let ring = rings(&sites).then(|| Ring { threads, ..Ring::new(ring_writes) });
+        let patched = patches[1..].iter().map(|p| p.entry).collect();
+        let full_int3s = full_int3s.into_iter().collect();
+        self.fast = Some(Fast { patches, int3s, full_int3s, page, sigtrap_handled, fsgsbase, ring });
         self.armed = true;
         self.start = Instant::now();
-        Ok(())
+        Ok(patched)
     }
 
     /// A SIGTRAP stop of a thread whose last stop was a trampoline event at stack pointer `sp`: reads the record
@@ -290,7 +390,7 @@ impl Tracer<'_> {
         // coroutine that carries its TLS across threads with wrfsbase) and calling at one stack address are not
         // told apart.
         let ours = fast.fsgsbase && b.thread != 0 && b.thread == base.0.fs_base && b.seq > t.passes.newest;
-        let Some(&nr) = fast.int3s.get(&b.int3).filter(|_| ours) else { return Err(window) };
+        let Some(&(nr, site)) = fast.int3s.get(&b.int3).filter(|_| ours) else { return Err(window) };
         // Where the siginfo is read anyway, a stop that is not the int3's (a SIGTRAP sent to the thread, or
         // another trap of the kernel's, though the record is whole) is left to the usual path, which passes it on.
         if fast.sigtrap_handled && !super::from_int3(&*self.k, tid) {
@@ -311,7 +411,10 @@ impl Tracer<'_> {
         t.passes.report(b.seq);
         self.summary.from_record += 1;
         window.advance(trampoline::BLOCK);
-        let ev = self.fast_record(tid, &regs, nr, window);
+        if fast.full_int3s.contains(&b.int3) {
+            window = Window::default();
+        }
+        let ev = self.fast_record(tid, &regs, (nr, site), window);
         // The int3's own stop (checked above where it matters): nothing to pass on.
         self.resume_after_event(tid, sp, &ev, seen, 0);
         self.emit_fast(b.seq, ev);
@@ -352,14 +455,20 @@ impl Tracer<'_> {
     /// at one of our int3s. The caller resumes the thread and, for an event, sets its guess.
     pub(super) fn fast_event(&mut self, tid: Tid, regs: &Regs, read: Option<(u64, Window)>) -> Option<FastStop> {
         let int3 = regs.ip().wrapping_sub(1);
-        let &nr = self.fast.as_ref()?.int3s.get(&int3)?;
+        let fast = self.fast.as_ref()?;
+        let &nr = fast.int3s.get(&int3)?;
+        let full = fast.full_int3s.contains(&int3);
         let sp = regs.sp();
         let mut window = match read {
             Some((at, w)) if at == sp => w,
-            _ => self.read_with_record(tid, sp, self.cfg.stack_bytes),
+            _ => self.read_with_record(tid, sp, if full { 0 } else { self.cfg.stack_bytes }),
         };
         let record = window.get(..trampoline::BLOCK).and_then(trampoline::Block::parse).filter(|b| b.int3 == int3);
         window.advance(trampoline::BLOCK);
+        if full {
+            // A call the ring would have taken: its stack is not needed.
+            window = Window::default();
+        }
         if let Some(t) = self.threads.get_mut(&tid) {
             t.passes.regs = Some(*regs);
             if let Some(b) = record {
@@ -381,21 +490,26 @@ impl Tracer<'_> {
         Window::filled_from(&self.windows, |b| self.k.read_into(tid, at, trampoline::BLOCK + len, b))
     }
 
-    /// The event of matching call `nr` stopped at the trampoline with `regs`, its stack copied from rsp in `stack`.
-    fn fast_record(&mut self, tid: Tid, regs: &Regs, nr: u64, stack: Window) -> Event {
+    /// The event of matching call `nr` of patch `site` stopped at the trampoline with `regs`, its stack copied
+    /// from rsp in `stack`.
+    fn fast_record(&mut self, tid: Tid, regs: &Regs, (nr, site): (u64, usize), stack: Window) -> Event {
         self.summary.hits += 1;
         self.summary.matching += 1;
         let g = &regs.0;
-        // The wrapper pushes nothing before `syscall`: the stack is as at its entry, so frame 0 is the wrapper.
+        // The patched functions push nothing before `syscall`: the stack is as at their entry, so frame 0 is the
+        // function, at its entry.
         let mut at_entry = *regs;
-        at_entry.0.rip = self.fast.as_ref().map_or(g.rip, |f| f.entry);
+        let patch = self.fast.as_ref().and_then(|f| f.patches.get(site));
+        at_entry.0.rip = patch.map_or(g.rip, |p| p.entry);
+        let label = patch.and_then(|p| p.label.clone());
         let asked = self.cfg.stack_bytes;
         Event {
             time: self.start.elapsed().as_secs_f64(),
             tid,
             probe: None,
-            func: None,
-            nr,
+            // A libc function's call is reported as its int3 probe reports it: by its label, with no number.
+            nr: if label.is_some() { 0 } else { nr },
+            func: label,
             args: [g.rdi, g.rsi, g.rdx, g.r10, g.r8, g.r9],
             regs: Vec::new(),
             ret: Some(g.rax),
@@ -419,18 +533,20 @@ impl Tracer<'_> {
     /// thread still inside the page, or returning into it from a signal handler, runs on and jumps back.
     pub(super) fn unpatch(&mut self) {
         let Some(fast) = self.fast.take() else { return };
-        let mut now = vec![0u8; fast.jump.len()];
-        match self.mem.read_exact(fast.plan.at, &mut now) {
-            Ok(()) if now == fast.jump => {
-                if let Err(e) = self.mem.write_all(fast.plan.at, &fast.plan.orig) {
-                    self.summary.warnings.push(format!("could not restore the wrapper at {:#x}: {e}", fast.plan.at));
+        for p in &fast.patches {
+            let mut now = vec![0u8; p.jump.len()];
+            match self.mem.read_exact(p.plan.at, &mut now) {
+                Ok(()) if now == p.jump => {
+                    if let Err(e) = self.mem.write_all(p.plan.at, &p.plan.orig) {
+                        self.summary.warnings.push(format!("could not restore the code at {:#x}: {e}", p.plan.at));
+                    }
                 }
+                Ok(()) => self.summary.warnings.push(format!(
+                    "the patched bytes at {:#x} were changed by someone else; left as they are",
+                    p.plan.at
+                )),
+                Err(_) => {}
             }
-            Ok(()) => self.summary.warnings.push(format!(
-                "the patched bytes at {:#x} were changed by someone else; left as they are",
-                fast.plan.at
-            )),
-            Err(_) => {}
         }
         for &a in fast.int3s.keys() {
             let _ = self.mem.write_all(a, &[0x90]);
@@ -448,7 +564,9 @@ impl Tracer<'_> {
     /// matching `syscall(SYS_fork)` returns from the kernel inside the page, just before one of them.
     pub(super) fn fast_restore_in(&self, child: &dyn Mem) {
         if let Some(f) = &self.fast {
-            let _ = child.write_all(f.plan.at, &f.plan.orig);
+            for p in &f.patches {
+                let _ = child.write_all(p.plan.at, &p.plan.orig);
+            }
             for &a in f.int3s.keys() {
                 let _ = child.write_all(a, &[0x90]);
             }
@@ -498,6 +616,8 @@ impl Tracer<'_> {
     /// is held for detach and nothing more will come: what is missing is skipped (and said).
     pub(super) fn drain_ring(&mut self, last: bool) {
         let Some(fast) = self.fast.as_mut() else { return };
+        let labels: Vec<Option<Arc<str>>> = fast.patches.iter().map(|p| p.label.clone()).collect();
+        let label = |x: &Slot| labels.get(x.site as usize).cloned().flatten();
         let Some(ring) = fast.ring.as_mut() else { return };
         if !last && crate::os::faults::injected("ring-slow") {
             if ring.read_at.elapsed() < std::time::Duration::from_millis(200) {
@@ -523,7 +643,7 @@ impl Tracer<'_> {
             }
             if let Some(x) = late {
                 let tid = ring.threads.get(&x.thread).copied().unwrap_or(self.cfg.pid);
-                out.push(ring_event(self.start, tid, &x));
+                out.push(ring_event(self.start, tid, &x, label(&x)));
                 self.summary.from_ring += 1;
                 self.summary.hits += 1;
                 self.summary.matching += 1;
@@ -556,7 +676,7 @@ impl Tracer<'_> {
                         unknown += 1;
                         self.cfg.pid
                     });
-                    out.push(ring_event(self.start, tid, &x));
+                    out.push(ring_event(self.start, tid, &x, label(&x)));
                     self.summary.from_ring += 1;
                     self.summary.hits += 1;
                     self.summary.matching += 1;
@@ -667,14 +787,15 @@ impl Tracer<'_> {
     }
 }
 
-/// The event of a call read from the ring: no stack, the time it was read.
-fn ring_event(start: Instant, tid: Tid, x: &Slot) -> Event {
+/// The event of a call read from the ring: no stack, the time it was read; a libc function's (`label`) as its
+/// int3 probe reports it.
+fn ring_event(start: Instant, tid: Tid, x: &Slot, label: Option<Arc<str>>) -> Event {
     Event {
         time: start.elapsed().as_secs_f64(),
         tid,
         probe: None,
-        func: None,
-        nr: x.nr,
+        nr: if label.is_some() { 0 } else { x.nr },
+        func: label,
         args: x.args,
         regs: Vec::new(),
         ret: Some(x.ret),

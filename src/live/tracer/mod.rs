@@ -37,6 +37,7 @@ use crate::os::ptrace::Stop;
 use crate::x86::breakpoints::{self, Decoded, INT3, Insn, Memory};
 use crate::x86::trampoline;
 pub use error::{AttachError, Error};
+pub use fast::FastFunction;
 use kernel::{Kernel, Live, Mem};
 use nix::errno::Errno;
 pub use spec::{Condition, Config, Numbers, Probe, SiteSpec};
