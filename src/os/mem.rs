@@ -122,3 +122,77 @@ pub fn read_ranges(pid: Tid, ranges: &[(u64, u64)], buf: &mut [u8]) -> usize {
     }
     done
 }
+
+/// A shared mapping of the target's (MAP_SHARED | MAP_ANONYMOUS) mapped into syscatch as well, through
+/// `/proc/PID/map_files` (which needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE): both see the same pages, so
+/// syscatch reads them without a system call, and still after the target exited or replaced its program.
+/// Addressed by the target's addresses.
+pub struct SharedMap {
+    ptr: *mut u8,
+    len: usize,
+    start: u64,
+}
+
+// SAFETY: the mapping lives until Drop and is only read and written through volatile copies of plain bytes; its
+// address may move between threads like any pointer to shared memory.
+unsafe impl Send for SharedMap {}
+
+impl SharedMap {
+    /// The target's mapping `start..start+len` of `pid`, mapped here.
+    pub fn open(pid: Tid, start: u64, len: u64) -> io::Result<SharedMap> {
+        let path = format!("/proc/{pid}/map_files/{start:x}-{:x}", start + len);
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let n = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: a new shared read-write mapping of an open file; the kernel picks the address. Checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                n,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedMap { ptr: ptr as *mut u8, len: n, start })
+    }
+
+    fn offset(&self, addr: u64, n: usize) -> Option<usize> {
+        let off = usize::try_from(addr.checked_sub(self.start)?).ok()?;
+        (off.checked_add(n)? <= self.len).then_some(off)
+    }
+
+    /// Copies `buf.len()` bytes at the target's `addr`, in increasing address order, after every load before
+    /// (an acquire fence: what the target stored before a value seen earlier is seen here).
+    pub fn read_exact(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        let off = self.offset(addr, buf.len()).ok_or(io::Error::from(io::ErrorKind::InvalidInput))?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        for (i, b) in buf.iter_mut().enumerate() {
+            // SAFETY: `off + i` is inside the live mapping (checked above); a volatile byte load of shared memory
+            // that the target may be writing (any byte value is valid for u8).
+            *b = unsafe { std::ptr::read_volatile(self.ptr.add(off + i)) };
+        }
+        Ok(())
+    }
+
+    /// Stores `data` at the target's `addr`, after every store before (a release fence).
+    pub fn write_all(&self, addr: u64, data: &[u8]) -> io::Result<()> {
+        let off = self.offset(addr, data.len()).ok_or(io::Error::from(io::ErrorKind::InvalidInput))?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        for (i, &b) in data.iter().enumerate() {
+            // SAFETY: as in read_exact, a volatile byte store inside the live read-write mapping.
+            unsafe { std::ptr::write_volatile(self.ptr.add(off + i), b) };
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping this value owns; nothing refers to it past the value.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}

@@ -1064,3 +1064,85 @@ fn analysis_stays_off_a_pinned_targets_cpus() {
     t.send("exit 0");
     let _ = t.wait();
 }
+
+/// The ring's last calls when the target exits or execs right after them: read from syscatch's own mapping of the
+/// ring's pages, every munmap is reported (through `/proc/PID/mem` the last tick's were lost with the address
+/// space), and the report shows nothing still mapped.
+#[test]
+fn fast_leaks_reads_the_ring_after_the_target_exits_or_execs() {
+    require_ptrace();
+    for how in ["exit", "exec"] {
+        let mut t = Target::start(&testprog("ring_exit"), &[how]);
+        let pid = t.pid.to_string();
+        let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("ring-exit-{how}.jsonl"));
+        let mut sc = Syscatch::start_cmd(
+            syscatch_cmd().args(["--pid", &pid, "--leaks", "--fast", "--json", "--for", "60s", "-o"]).arg(&events),
+        );
+        sc.wait_attached();
+        t.send("go");
+        assert_eq!(t.out.next(), "calls 2050");
+        let (status, out, err) = sc.finish();
+        assert!(status.success(), "{how}: {err:#?}");
+        assert!(!err.iter().any(|l| l.contains("read through the target's memory")), "{how}: {err:#?}");
+        let text = std::fs::read_to_string(&events).unwrap();
+        let munmaps = text.lines().filter(|l| l.contains("\"syscall\":\"munmap\"")).count();
+        assert_eq!(munmaps, 2050, "{how}: every munmap, the last ones too");
+        let out = json_lines(&out);
+        let leaked: u64 = out
+            .iter()
+            .filter(|v| v["type"] == "leak")
+            .filter(|v| v["data"]["stack"].to_string().contains("ring_exit"))
+            .map(|v| v["data"]["still_mapped"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(leaked, 0, "{how}: nothing of the program's is still mapped");
+        let _ = t.wait();
+    }
+}
+
+/// Each call read from the ring is reported under the thread that made it, also when glibc gives a new thread the
+/// fs base of the one before (its cached stack): 300 short threads in turn, each unmapping one page, beside two
+/// busy ones.
+#[test]
+fn fast_ring_names_the_thread_of_each_call() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("ring_threads"), &["300"]);
+    let pid = t.pid.to_string();
+    let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ring-threads.jsonl");
+    let mut sc =
+        Syscatch::start_cmd(syscatch_cmd().args(["--pid", &pid, "--leaks", "--fast", "--json", "-o"]).arg(&events));
+    sc.wait_attached();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    let truth: HashMap<u64, i64> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("unmap "))
+        .map(|l| {
+            let (a, t) = l.split_once(' ').unwrap();
+            (hex(a), t.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(truth.len(), 300);
+    let text = std::fs::read_to_string(&events).unwrap();
+    let mut seen = 0;
+    for v in json_lines(&text.lines().map(str::to_string).collect::<Vec<_>>()) {
+        let d = &v["data"];
+        if v["type"] != "event" || d["syscall"] != "munmap" {
+            continue;
+        }
+        let Some(&tid) = truth.get(&hex(d["args"][0].as_str().unwrap())) else { continue };
+        if d["args"][1] != "0x1000" {
+            continue;
+        }
+        assert_eq!(d["tid"].as_i64(), Some(tid), "{d}");
+        seen += 1;
+    }
+    assert_eq!(seen, 300);
+    let out = json_lines(&out);
+    assert!(summary_data(&out)["from_ring"].as_u64().unwrap() >= 300);
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(0));
+}

@@ -84,6 +84,8 @@ impl Tracer<'_> {
         self.armed = false;
         let waiting: Vec<_> = self.sites.drain().flat_map(|(_, s)| s.waiting).collect();
         self.retired.clear();
+        // The old program's last calls written to `--fast`'s ring (read from syscatch's own mapping of it).
+        self.drain_ring(true);
         self.fast = None;
         self.pad = None;
         self.gate = super::inject::Gate::Untried;

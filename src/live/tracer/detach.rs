@@ -43,6 +43,13 @@ impl Tracer<'_> {
             }
         }
         tids.retain(|t| !stuck.iter().any(|(s, _)| s == t));
+        // While the pad is still there: a thread between taking a ring number and writing its slot is stepped to
+        // the end of the write; the ring is read a last time once every thread is past it.
+        for tid in self.finish_ring_writes() {
+            stuck.push((tid, super::error::Stuck::NoStop { ms: HOLD_LIMIT.as_millis() }));
+        }
+        tids.retain(|t| !stuck.iter().any(|(s, _)| s == t));
+        self.drain_ring(true);
         // Before the loop below marks threads that were stepping a call as running: the pad's system call must
         // run on a thread that was really running when it was held.
         self.remove_pad();
@@ -56,8 +63,6 @@ impl Tracer<'_> {
             self.emit(*ev);
         }
         self.release_early_children();
-        self.finish_ring_writes();
-        self.drain_ring(true);
         self.restore_all();
         self.unpatch();
         for tid in tids {

@@ -82,6 +82,9 @@ pub(super) struct Fast {
     fsgsbase: bool,
     /// The ring, when some wanted numbers go there.
     ring: Option<Ring>,
+    /// The ring's pages (counter, tail, slots) mapped into syscatch too: read without a system call, and still
+    /// after the target exited or exec'd. `None`: read through the target's memory.
+    shared: Option<Box<dyn Mem>>,
 }
 
 /// One patched place.
@@ -116,19 +119,24 @@ pub(super) struct Ring {
     written: u64,
     /// Stop events waiting for the calls numbered before them.
     stops: BTreeMap<u64, Event>,
-    /// Each thread's fs base, from its registers: a slot names its thread by it.
-    threads: HashMap<u64, Tid>,
+    /// Each fs base, from the registers of the threads that had it, with the counter when each was learned: a slot
+    /// names its thread by its fs base, and glibc gives a new thread the fs base of a joined one (a cached stack):
+    /// a slot numbered after a thread was learned at its first stop is that thread's.
+    threads: HashMap<u64, Vec<(u64, Tid)>>,
     /// See `trampoline::Assembled::ring_writes`.
     writes: Vec<(u64, u64)>,
     /// When the ring was last read (for the `ring-slow` test fault).
     read_at: Instant,
     /// The missing number the reading waits at, and since when.
     waiting: Option<(u64, Instant)>,
-    /// A number given up on after [`RING_STALL`] (its thread stays between taking it and writing its call: a
-    /// signal handler that never returns): the calls after it go out without it, and the tail stays there, so its
-    /// slot is never given to another call while its writer may still come back to it.
-    hole: Option<u64>,
+    /// Numbers given up on after [`RING_STALL`] each (a thread stays between taking one and writing its call: a
+    /// signal handler that never returns, a frozen cgroup): the calls after them go out without them, and the tail
+    /// stays at the oldest, so its slot is never given to another call while its writer may still come back.
+    holes: std::collections::BTreeSet<u64>,
 }
+
+/// At most this many numbers are given up on at once; past it the reading waits (the stop events wait with it).
+const MAX_HOLES: usize = 64;
 
 /// How long the reading of the ring waits for a missing number before it reports the calls after it.
 const RING_STALL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -143,7 +151,7 @@ impl Ring {
             writes,
             read_at: Instant::now(),
             waiting: None,
-            hole: None,
+            holes: Default::default(),
         }
     }
 }
@@ -253,7 +261,7 @@ impl Tracer<'_> {
                     return Err(Error::InsidePatch { tid: t });
                 }
             }
-            threads.insert(r.0.fs_base, t);
+            threads.insert(r.0.fs_base, vec![(0, t)]);
         }
         let rings = |sites: &[Site]| {
             sites.iter().any(|s| match &s.kind {
@@ -299,6 +307,40 @@ impl Tracer<'_> {
             // Mapped executable, the counter's page then made writable: dropping exec is allowed where adding it
             // is not (PR_SET_MDWE, systemd's MemoryDenyWriteExecute). The code is written through /proc/PID/mem.
             let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+            if rings(&sites) {
+                // The code page private, the data pages shared (syscatch maps them too, see `Fast::shared`).
+                let got = self.inject_syscall(
+                    tid,
+                    plan.syscall_at,
+                    libc::SYS_mmap as u64,
+                    [hint, 4096, rx, flags, u64::MAX, 0],
+                )?;
+                if got == hint {
+                    let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+                    let shared = (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u64 | MAP_FIXED_NOREPLACE;
+                    let data = self.inject_syscall(
+                        tid,
+                        plan.syscall_at,
+                        libc::SYS_mmap as u64,
+                        [hint + 4096, len - 4096, rw, shared, u64::MAX, 0],
+                    );
+                    match data {
+                        Ok(d) if d == hint + 4096 => {
+                            page = Some(got);
+                            break;
+                        }
+                        // Not where asked, or refused: both given back (one munmap covers both ranges).
+                        Ok(_) => munmap(self, got)?,
+                        Err(e) => {
+                            let _ = munmap(self, got);
+                            return Err(e);
+                        }
+                    }
+                } else if (got as i64) >= 0 {
+                    munmap(self, got)?;
+                }
+                continue;
+            }
             let got =
                 self.inject_syscall(tid, plan.syscall_at, libc::SYS_mmap as u64, [hint, len, rx, flags, u64::MAX, 0])?;
             if got == hint {
@@ -369,7 +411,18 @@ impl Tracer<'_> {
         let ring = rings(&sites).then(|| Ring { threads, ..Ring::new(ring_writes) });
         let patched = patches[1..].iter().map(|p| p.entry).collect();
         let full_int3s = full_int3s.into_iter().collect();
-        self.fast = Some(Fast { patches, int3s, full_int3s, page, sigtrap_handled, fsgsbase, ring });
+        let shared = match ring.is_some().then(|| self.k.open_shared(pid, page + 4096, len - 4096)) {
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => {
+                self.summary.warnings.push(format!(
+                    "--fast's ring is read through the target's memory ({e} on its map_files entry): calls made in \
+                     the target's last tick (10 ms) before it exits or execs may be missed"
+                ));
+                None
+            }
+            None => None,
+        };
+        self.fast = Some(Fast { patches, int3s, full_int3s, page, sigtrap_handled, fsgsbase, ring, shared });
         self.armed = true;
         self.start = Instant::now();
         Ok(patched)
@@ -583,8 +636,8 @@ impl Tracer<'_> {
                 r.stops.insert(seq, ev);
                 self.drain_ring(false);
             }
-            Some(r) if r.hole == Some(seq) => {
-                r.hole = None;
+            Some(r) if r.holes.contains(&seq) => {
+                r.holes.remove(&seq);
                 self.emit(ev);
             }
             // Numbered before what was reported already: only a pass the end gave up on (see `drain_ring`).
@@ -594,15 +647,21 @@ impl Tracer<'_> {
 
     /// Remembers the fs base of a stopped thread: the ring's slots name their thread by it.
     pub(super) fn learn_thread(&mut self, tid: Tid, regs: &Regs) {
-        if let Some(r) = self.fast.as_mut().and_then(|f| f.ring.as_mut()) {
-            r.threads.insert(regs.0.fs_base, tid);
+        let Some(f) = self.fast.as_mut() else { return };
+        let mem: &dyn Mem = f.shared.as_deref().unwrap_or(&*self.mem);
+        let Some(r) = f.ring.as_mut() else { return };
+        let had = r.threads.entry(regs.0.fs_base).or_default();
+        if had.last().is_some_and(|&(_, t)| t == tid) {
+            return;
         }
+        // Every call this thread numbers from now on is numbered after this.
+        let now = mem.read_u64(f.page + trampoline::COUNTER).unwrap_or(0);
+        had.push((now, tid));
     }
 
-    /// A new thread's first stop, or any interrupt: its fs base, if the ring does not know it yet.
+    /// A new thread's first stop, or any interrupt: its fs base, if the ring does not know it under it yet.
     pub(super) fn learn_new_thread(&mut self, tid: Tid) {
-        let Some(r) = self.fast.as_ref().and_then(|f| f.ring.as_ref()) else { return };
-        if r.threads.values().any(|&t| t == tid) {
+        if self.fast.as_ref().and_then(|f| f.ring.as_ref()).is_none() {
             return;
         }
         if let Ok(regs) = self.k.get_regs(tid) {
@@ -618,6 +677,7 @@ impl Tracer<'_> {
         let Some(fast) = self.fast.as_mut() else { return };
         let labels: Vec<Option<Arc<str>>> = fast.patches.iter().map(|p| p.label.clone()).collect();
         let label = |x: &Slot| labels.get(x.site as usize).cloned().flatten();
+        let mem: &dyn Mem = fast.shared.as_deref().unwrap_or(&*self.mem);
         let Some(ring) = fast.ring.as_mut() else { return };
         if !last && crate::os::faults::injected("ring-slow") {
             if ring.read_at.elapsed() < std::time::Duration::from_millis(200) {
@@ -626,41 +686,57 @@ impl Tracer<'_> {
             ring.read_at = Instant::now();
         }
         let page = fast.page;
-        let Ok(head) = self.mem.read_u64(page + trampoline::COUNTER) else { return };
+        let Ok(head) = mem.read_u64(page + trampoline::COUNTER) else {
+            if last && !ring.stops.is_empty() {
+                // The target is gone (and the ring with it): the stop events go out in order all the same.
+                let n = ring.stops.len();
+                for ev in std::mem::take(&mut ring.stops).into_values().collect::<Vec<_>>() {
+                    self.emit(ev);
+                }
+                self.summary.warnings.push(format!(
+                    "--fast's ring could not be read at the end: {n} stop event(s) were reported without the \
+                     ring's calls between them"
+                ));
+            }
+            return;
+        };
         let mut out = Vec::new();
         let mut skipped = 0u64;
         let mut unknown = 0u64;
         let mut gave_up = false;
-        // The number given up on, if its call was written since: it goes out now, late.
-        if let Some(h) = ring.hole {
-            let mut late = None;
-            for _ in 0..2 {
-                late = None;
-                read_slots(&*self.mem, page, h, 1, |s, slot| {
-                    late = slot.filter(|x| x.seq == s);
+        // The numbers given up on whose calls were written since: they go out now, late (seen whole in one read,
+        // then read again, as below).
+        for h in ring.holes.clone() {
+            let whole = |mem: &dyn Mem| {
+                let mut got = None;
+                read_slots(mem, page, h, 1, |s, slot| {
+                    got = slot.filter(|x| x.seq == s);
                     false
                 });
-            }
-            if let Some(x) = late {
-                let tid = ring.threads.get(&x.thread).copied().unwrap_or(self.cfg.pid);
+                got
+            };
+            if whole(mem).is_some()
+                && let Some(x) = whole(mem)
+            {
+                let tid = thread_of(&ring.threads, &x).unwrap_or(self.cfg.pid);
                 out.push(ring_event(self.start, tid, &x, label(&x)));
                 self.summary.from_ring += 1;
                 self.summary.hits += 1;
                 self.summary.matching += 1;
-                ring.hole = None;
+                ring.holes.remove(&h);
             }
         }
         while ring.next <= head {
             // The slots of the numbers from `next` that may have been written (those the tail allowed).
             let n = (head + 1 - ring.next).min(trampoline::RING_SLOTS);
-            let first = read_slots(&*self.mem, page, ring.next, n, |s, slot| {
+            let first = read_slots(mem, page, ring.next, n, |s, slot| {
                 ring.stops.contains_key(&s) || slot.is_some_and(|x| x.seq == s)
             });
             // A slot seen whole was read again: the copy is not ordered word by word, and the second one finds
             // every word the writer stored before the sequence number the first one saw.
             let mut slots = HashMap::new();
             if first > 0 {
-                read_slots(&*self.mem, page, ring.next, first, |s, slot| {
+                read_slots(mem, page, ring.next, first, |s, slot| {
                     if let Some(x) = slot.filter(|x| x.seq == s) {
                         slots.insert(s, x);
                     }
@@ -672,7 +748,7 @@ impl Tracer<'_> {
                 if let Some(ev) = ring.stops.remove(&s) {
                     out.push(ev);
                 } else if let Some(x) = slots.remove(&s) {
-                    let tid = ring.threads.get(&x.thread).copied().unwrap_or_else(|| {
+                    let tid = thread_of(&ring.threads, &x).unwrap_or_else(|| {
                         unknown += 1;
                         self.cfg.pid
                     });
@@ -693,10 +769,10 @@ impl Tracer<'_> {
                             now
                         }
                     };
-                    if ring.hole.is_some() || now.duration_since(since) < RING_STALL {
+                    if ring.holes.len() >= MAX_HOLES || now.duration_since(since) < RING_STALL {
                         break;
                     }
-                    ring.hole = Some(ring.next);
+                    ring.holes.insert(ring.next);
                     ring.next += 1;
                     gave_up = true;
                     continue;
@@ -711,8 +787,8 @@ impl Tracer<'_> {
             // Stops numbered past what the counter said (none can be) go out in order all the same.
             out.extend(std::mem::take(&mut ring.stops).into_values());
         }
-        let tail = ring.hole.map_or(ring.next, |h| h.min(ring.next));
-        if tail != ring.written && self.mem.write_all(page + trampoline::TAIL, &tail.to_le_bytes()).is_ok() {
+        let tail = ring.holes.first().map_or(ring.next, |&h| h.min(ring.next));
+        if tail != ring.written && mem.write_all(page + trampoline::TAIL, &tail.to_le_bytes()).is_ok() {
             ring.written = tail;
         }
         for ev in out {
@@ -741,9 +817,11 @@ impl Tracer<'_> {
 
     /// Before the last read of the ring, with every thread held: a thread stopped between its `syscall` and the
     /// store that completes its slot is stepped until the slot is whole (a few instructions of our own code).
-    pub(super) fn finish_ring_writes(&mut self) {
+    /// Returns the threads left running (a step that did not end in time: detach waits for their stop).
+    pub(super) fn finish_ring_writes(&mut self) -> Vec<Tid> {
+        let mut running = Vec::new();
         let Some(writes) = self.fast.as_ref().and_then(|f| f.ring.as_ref()).map(|r| r.writes.clone()) else {
-            return;
+            return running;
         };
         let inside = |ip: u64| writes.iter().any(|&(a, b)| ip >= a && ip < b);
         let tids: Vec<Tid> = self
@@ -758,33 +836,43 @@ impl Tracer<'_> {
                     Ok(r) if inside(r.ip()) => {}
                     _ => break,
                 }
-                if self.k.step(tid, 0).is_err() {
+                if !matches!(self.threads.get(&tid).map(|t| &t.state), Some(super::State::Held { group: false, .. }))
+                    || self.k.step(tid, 0).is_err()
+                {
                     break;
                 }
                 match self.wait_bounded(tid, super::hold::HOLD_LIMIT) {
-                    Ok(crate::os::ptrace::Stop::Signal(libc::SIGTRAP)) => {}
-                    Ok(crate::os::ptrace::Stop::Signal(sig)) => {
-                        // A signal came first: it is delivered when the thread is let go.
-                        if let Some(super::Thread { state: super::State::Held { sig: held, .. }, .. }) =
-                            self.threads.get_mut(&tid)
+                    // The step's own trap (a SIGTRAP another process sent has SI_USER or SI_TKILL: held as any).
+                    Ok(crate::os::ptrace::Stop::Signal(libc::SIGTRAP))
+                        if self.k.sig_code(tid).is_ok_and(|c| c == libc::TRAP_TRACE) => {}
+                    // Anything else is held as while holding: a signal is delivered at once (the step goes on
+                    // where the handler returns), an interrupt is taken, an exit forgets the thread.
+                    Ok(stop) => self.hold(tid, stop),
+                    Err(_) => {
+                        // Still in the system call (a slow munmap): its trap is ours when it comes, and it runs
+                        // on; its slot is written after the last read (the summary says a call was in flight).
+                        self.late.insert(tid, super::Late::Trap);
+                        running.push(tid);
+                        if let Some(t) = self.threads.get_mut(&tid)
+                            && let super::State::Held { prev, .. } =
+                                std::mem::replace(&mut t.state, super::State::Running)
                         {
-                            *held = sig;
+                            t.state = *prev;
                         }
                         break;
                     }
-                    Ok(crate::os::ptrace::Stop::Exited(code)) => {
-                        self.gone(tid, crate::model::event::End::Exited(code));
-                        break;
-                    }
-                    Ok(crate::os::ptrace::Stop::Killed(sig)) => {
-                        self.gone(tid, crate::model::event::End::Killed(sig));
-                        break;
-                    }
-                    _ => break,
                 }
             }
         }
+        running
     }
+}
+
+/// The thread that wrote slot `x`: of those that had its fs base, the last one learned before its number was
+/// taken (or the first one, for a call numbered before any was learned).
+fn thread_of(threads: &HashMap<u64, Vec<(u64, Tid)>>, x: &Slot) -> Option<Tid> {
+    let had = threads.get(&x.thread)?;
+    had.iter().rev().find(|&&(from, _)| from < x.seq).or(had.first()).map(|&(_, t)| t)
 }
 
 /// The event of a call read from the ring: no stack, the time it was read; a libc function's (`label`) as its

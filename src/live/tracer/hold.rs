@@ -287,7 +287,9 @@ impl Tracer<'_> {
                 self.on_exec(tid);
                 return;
             }
-            Stop::Interrupted | Stop::VforkDone | Stop::Syscall => {}
+            // A new thread's first stop may come while the others are held: the ring names threads by fs base.
+            Stop::Interrupted => self.learn_new_thread(tid),
+            Stop::VforkDone | Stop::Syscall => {}
         }
         if let Some(t) = self.threads.get_mut(&tid) {
             let prev = match std::mem::replace(&mut t.state, State::Running) {

@@ -39,6 +39,15 @@ impl Mem for ProcMem {
     }
 }
 
+impl Mem for mem::SharedMap {
+    fn read_exact(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        mem::SharedMap::read_exact(self, addr, buf)
+    }
+    fn write_all(&self, addr: u64, data: &[u8]) -> io::Result<()> {
+        mem::SharedMap::write_all(self, addr, data)
+    }
+}
+
 /// What the tracer asks of the kernel. The ptrace requests mean what ptrace(2) says; see `os::ptrace`.
 pub(crate) trait Kernel {
     /// PTRACE_SEIZE with the options that follow clones, forks and exec.
@@ -69,6 +78,10 @@ pub(crate) trait Kernel {
     fn same_vm(&self, a: Tid, b: Tid) -> bool;
 
     fn open_mem(&self, pid: Tid) -> io::Result<Box<dyn Mem>>;
+    /// The target's shared mapping `start..start+len`, mapped into syscatch too (see `os::mem::SharedMap`).
+    fn open_shared(&self, _pid: Tid, _start: u64, _len: u64) -> io::Result<Box<dyn Mem>> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
     /// Up to `len` bytes at `addr` into `buf` (emptied first), fewer if the range runs into an unmapped page.
     fn read_into(&self, tid: Tid, addr: u64, len: usize, buf: &mut Vec<u8>);
 
@@ -176,6 +189,9 @@ impl Kernel for Live {
     }
     fn open_mem(&self, pid: Tid) -> io::Result<Box<dyn Mem>> {
         Ok(Box::new(ProcMem::open(pid)?))
+    }
+    fn open_shared(&self, pid: Tid, start: u64, len: u64) -> io::Result<Box<dyn Mem>> {
+        Ok(Box::new(mem::SharedMap::open(pid, start, len)?))
     }
     fn read_into(&self, tid: Tid, addr: u64, len: usize, buf: &mut Vec<u8>) {
         mem::read_into(tid, addr, len, buf)
