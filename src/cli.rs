@@ -134,9 +134,13 @@ pub struct TraceArgs {
     /// (implies --leaks).
     #[arg(long)]
     pub pprof: Option<PathBuf>,
-    /// In-process filter: non-matching calls never stop (a trampoline page near libc; falls back to int3).
-    #[arg(long)]
+    /// In-process filter: non-matching calls never stop (a trampoline page near libc; falls back to int3). The
+    /// default with --leaks.
+    #[arg(long, conflicts_with = "no_fast")]
     pub fast: bool,
+    /// With --leaks: breakpoints only, no trampoline (every watched call stops).
+    #[arg(long)]
+    pub no_fast: bool,
     /// Also write everything captured to FILE (gzipped), to analyse later with `syscatch report FILE`.
     #[arg(long)]
     pub record: Option<PathBuf>,
@@ -273,6 +277,9 @@ mod tests {
         let c = Cli::try_parse_from(["syscatch", "completions", "zsh"]).unwrap();
         assert!(matches!(c.command, Some(Command::Completions(CompletionsArgs { shell: clap_complete::Shell::Zsh }))));
         assert!(Cli::try_parse_from(["syscatch", "completions", "tcsh"]).is_err());
+        let c = Cli::try_parse_from(["syscatch", "--pid", "5", "--leaks", "--no-fast"]).unwrap();
+        assert!(c.trace.no_fast && !c.trace.fast);
+        assert!(Cli::try_parse_from(["syscatch", "--pid", "5", "--leaks", "--fast", "--no-fast"]).is_err());
     }
 
     #[test]

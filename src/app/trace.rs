@@ -275,6 +275,9 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
     let mut numbers = syscall_numbers(&args.syscall)?;
     let asked = numbers.clone();
     let out = Output::from_trace(args)?;
+    if args.no_fast && !out.report {
+        return Err(usage("--no-fast goes with --leaks (where --fast is the default)"));
+    }
     if out.leaks.is_some() {
         numbers.extend(crate::analysis::leaks::LEAK_SYSCALLS.iter().filter_map(|s| syscalls::parse(s)));
         if out.stack_bytes == 0 {
@@ -290,7 +293,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             let site = syscall_site(pid, &mem)?;
             drop(mem);
             let plan = if out.report {
-                leak_plan(pid, numbers, &asked, site, args.fast)?
+                leak_plan(pid, numbers, &asked, site, !args.no_fast)?
             } else {
                 syscall_plan(numbers, site, args.fast)
             };
@@ -309,7 +312,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
                 }
             };
             let plan = if out.report {
-                leak_plan(pid, numbers, &asked, site, args.fast)
+                leak_plan(pid, numbers, &asked, site, !args.no_fast)
             } else {
                 Ok(syscall_plan(numbers, site, args.fast))
             };

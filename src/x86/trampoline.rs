@@ -290,7 +290,7 @@ fn match_len(reloc: &[u8]) -> usize {
 
 /// Bytes of one ring path up to its full path, and of the full path (see the module's text).
 const RING_CODE: usize =
-    6 + 9 + 4 + 5 + 3 + 7 + 7 + 6 + 2 + 5 + 5 + 2 + 6 + 3 + 7 + 3 + 8 + 8 + 6 * 4 + 5 + 4 + 5 + 4 + 3 + 5 + 5;
+    6 + 9 + 4 + 5 + 3 + 7 + 7 + 6 + 2 + 5 + 5 + 2 + 6 + 3 + 7 + 3 + 8 + 8 + 6 * 4 + 5 + 4 + 5 + 4 + 12 + 3 + 5 + 5;
 const FULL_CODE: usize = 2 + 5 + 13 * 5 + 15 + 10 + 4 + 4 + 5 + 7 + 1 + 5;
 
 fn ring_len(reloc: &[u8]) -> usize {
@@ -319,6 +319,9 @@ pub struct Slot {
     pub thread: u64,
     /// Which patched place (an index into the sites given to [`assemble_sites`]).
     pub site: u64,
+    /// The return address at the stack pointer (the caller of the patched function) and that stack pointer.
+    pub ra: u64,
+    pub sp: u64,
 }
 
 impl Slot {
@@ -329,7 +332,16 @@ impl Slot {
         for (i, a) in args.iter_mut().enumerate() {
             *a = word(2 + i)?;
         }
-        Some(Slot { seq: word(0)?, nr: word(1)?, args, ret: word(8)?, thread: word(9)?, site: word(10)? })
+        Some(Slot {
+            seq: word(0)?,
+            nr: word(1)?,
+            args,
+            ret: word(8)?,
+            thread: word(9)?,
+            site: word(10)?,
+            ra: word(11)?,
+            sp: word(12)?,
+        })
     }
 }
 
@@ -495,6 +507,9 @@ fn path(
         }
         code.extend_from_slice(&[0x48, 0x8b, 0x4c, 0x24, 0xf8, 0x49, 0x89, 0x4b, 0x40]);
         code.extend_from_slice(&[0xf3, 0x48, 0x0f, 0xae, 0xc1, 0x49, 0x89, 0x4b, 0x48]);
+        // mov (%rsp),%rcx ; mov %rcx,88(%r11) ; mov %rsp,96(%r11): the return address and where it is (the stack
+        // here is the one at the entry), so the call's caller is known without a stack copy.
+        code.extend_from_slice(&[0x48, 0x8b, 0x0c, 0x24, 0x49, 0x89, 0x4b, 0x58, 0x49, 0x89, 0x63, 0x60]);
         code.extend_from_slice(&[0x49, 0x89, 0x03]);
         a.ring_writes.push((numbered, page + code.len() as u64));
         // mov -8(%rsp),%rax ; jmp back
@@ -772,17 +787,20 @@ mod tests {
             "mov qword ptr [r11 + 0x40], rcx".into(),
             "rdfsbase rcx".into(),
             "mov qword ptr [r11 + 0x48], rcx".into(),
+            "mov rcx, qword ptr [rsp]".into(),
+            "mov qword ptr [r11 + 0x58], rcx".into(),
+            "mov qword ptr [r11 + 0x60], rsp".into(),
             "mov qword ptr [r11], rax".into(),
             "mov rax, qword ptr [rsp - 8]".into(),
             format!("jmp {:#x}", entry + 0x19),
         ];
-        assert_eq!(text[r + 9..r + 32], slot_code);
-        assert_eq!(insns[r + 30].address(), write_to, "the write ends with the sequence number's store");
+        assert_eq!(text[r + 9..r + 35], slot_code);
+        assert_eq!(insns[r + 33].address(), write_to, "the write ends with the sequence number's store");
         // The full path: the call, the record as a match path leaves it, r11 the sequence number, rcx as
         // `Block::rcx` says.
         let full = u64::from_str_radix(text[r + 8].trim_start_matches("jae 0x"), 16).unwrap();
-        assert_eq!(full, insns[r + 32].address());
-        let f = r + 32;
+        assert_eq!(full, insns[r + 35].address());
+        let f = r + 35;
         assert_eq!(text[f..f + 3], ["syscall", "mov rcx, qword ptr [rsp - 0x10]", "mov qword ptr [rsp - 0x68], rax"]);
         let int3 = insns[f..].iter().find(|i| i.mnemonic() == Some("int3")).unwrap().address();
         assert_eq!(a.int3s[&int3], 11);
@@ -798,12 +816,17 @@ mod tests {
         }
         // A slot, word by word.
         let mut b = vec![0u8; SLOT as usize];
-        for (i, v) in [7u64, 11, 1, 2, 3, 4, 5, 6, 0, 0x7f00_0000_0640, 2].iter().enumerate() {
+        for (i, v) in
+            [7u64, 11, 1, 2, 3, 4, 5, 6, 0, 0x7f00_0000_0640, 2, 0x5555_0000_1234, 0x7ffd_0000_0008].iter().enumerate()
+        {
             b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         let s = Slot::parse(&b).unwrap();
-        assert_eq!((s.seq, s.nr, s.args, s.ret, s.thread, s.site), (7, 11, [1, 2, 3, 4, 5, 6], 0, 0x7f00_0000_0640, 2));
-        assert_eq!(Slot::parse(&b[..87]), None);
+        assert_eq!(
+            (s.seq, s.nr, s.args, s.ret, s.thread, s.site, s.ra, s.sp),
+            (7, 11, [1, 2, 3, 4, 5, 6], 0, 0x7f00_0000_0640, 2, 0x5555_0000_1234, 0x7ffd_0000_0008)
+        );
+        assert_eq!(Slot::parse(&b[..103]), None);
     }
 
     const GLIBC_MUNMAP: &[u8] =

@@ -19,16 +19,27 @@ fn has(leak: &Value, func: &str) -> bool {
 
 #[test]
 fn leak_report_attributes_still_mapped_bytes_to_the_stack_that_mapped_them() {
+    leak_report_round("--fast");
+}
+
+/// The same with breakpoints only: libc's mapping functions and `syscall()` each stop.
+#[test]
+fn leak_report_attributes_still_mapped_bytes_with_breakpoints_only() {
+    leak_report_round("--no-fast");
+}
+
+fn leak_report_round(mode: &str) {
     require_ptrace();
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let folded = dir.join("leaker.folded");
-    let svg = dir.join("leaker.svg");
+    let folded = dir.join(format!("leaker{mode}.folded"));
+    let svg = dir.join(format!("leaker{mode}.svg"));
     let mut t = Target::start(&testprog("leaker"), &[]);
     let pid = t.pid.to_string();
     let mut sc = Syscatch::start(&[
         "--pid",
         &pid,
         "--leaks",
+        mode,
         "--json",
         "--smaps-every",
         "100ms",
@@ -44,6 +55,8 @@ fn leak_report_attributes_still_mapped_bytes_to_the_stack_that_mapped_them() {
     sc.signal(libc::SIGINT);
     let (status, out, err) = sc.finish();
     assert!(status.success(), "{err:#?}");
+    let trampoline = err.iter().any(|l| l.contains("left its trampoline page mapped"));
+    assert_eq!(trampoline, mode == "--fast", "{err:#?}");
     let values = json_lines(&out);
     let leaks: Vec<&Value> = values.iter().filter(|v| v["type"] == "leak").map(|v| &v["data"]).collect();
     assert!(!leaks.is_empty(), "{out:#?}");

@@ -133,6 +133,8 @@ pub(super) struct Ring {
     /// signal handler that never returns, a frozen cgroup): the calls after them go out without them, and the tail
     /// stays at the oldest, so its slot is never given to another call while its writer may still come back.
     holes: std::collections::BTreeSet<u64>,
+    /// A thread's registers, cleared for the ring's events' one-frame captures.
+    template: Option<Regs>,
 }
 
 /// At most this many numbers are given up on at once; past it the reading waits (the stop events wait with it).
@@ -152,6 +154,7 @@ impl Ring {
             read_at: Instant::now(),
             waiting: None,
             holes: Default::default(),
+            template: None,
         }
     }
 }
@@ -254,6 +257,7 @@ impl Tracer<'_> {
             patches.push(Patch { plan: p.clone(), jump: Vec::new(), entry: f.addr, label: Some(f.label.clone()) });
         }
         let mut threads = HashMap::new();
+        let mut template = None;
         for (&t, _) in self.threads.iter() {
             let r = self.k.get_regs(t).map_err(|error| Error::Registers { tid: t, error })?;
             for p in &patches {
@@ -262,6 +266,7 @@ impl Tracer<'_> {
                 }
             }
             threads.insert(r.0.fs_base, vec![(0, t)]);
+            template.get_or_insert(r);
         }
         let rings = |sites: &[Site]| {
             sites.iter().any(|s| match &s.kind {
@@ -408,7 +413,7 @@ impl Tracer<'_> {
         }
         let int3s: HashMap<u64, (u64, usize)> =
             int3s.into_iter().map(|(a, nr)| (a, (nr, int3_sites.get(&a).copied().unwrap_or(0)))).collect();
-        let ring = rings(&sites).then(|| Ring { threads, ..Ring::new(ring_writes) });
+        let ring = rings(&sites).then(|| Ring { threads, template, ..Ring::new(ring_writes) });
         let patched = patches[1..].iter().map(|p| p.entry).collect();
         let full_int3s = full_int3s.into_iter().collect();
         let shared = match ring.is_some().then(|| self.k.open_shared(pid, page + 4096, len - 4096)) {
@@ -675,8 +680,8 @@ impl Tracer<'_> {
     /// is held for detach and nothing more will come: what is missing is skipped (and said).
     pub(super) fn drain_ring(&mut self, last: bool) {
         let Some(fast) = self.fast.as_mut() else { return };
-        let labels: Vec<Option<Arc<str>>> = fast.patches.iter().map(|p| p.label.clone()).collect();
-        let label = |x: &Slot| labels.get(x.site as usize).cloned().flatten();
+        let labels: Vec<(Option<Arc<str>>, u64)> = fast.patches.iter().map(|p| (p.label.clone(), p.entry)).collect();
+        let label = |x: &Slot| labels.get(x.site as usize).map_or((None, 0), |l| l.clone());
         let mem: &dyn Mem = fast.shared.as_deref().unwrap_or(&*self.mem);
         let Some(ring) = fast.ring.as_mut() else { return };
         if !last && crate::os::faults::injected("ring-slow") {
@@ -719,7 +724,7 @@ impl Tracer<'_> {
                 && let Some(x) = whole(mem)
             {
                 let tid = thread_of(&ring.threads, &x).unwrap_or(self.cfg.pid);
-                out.push(ring_event(self.start, tid, &x, label(&x)));
+                out.push(ring_event(self.start, tid, &x, label(&x), ring.template));
                 self.summary.from_ring += 1;
                 self.summary.hits += 1;
                 self.summary.matching += 1;
@@ -752,7 +757,7 @@ impl Tracer<'_> {
                         unknown += 1;
                         self.cfg.pid
                     });
-                    out.push(ring_event(self.start, tid, &x, label(&x)));
+                    out.push(ring_event(self.start, tid, &x, label(&x), ring.template));
                     self.summary.from_ring += 1;
                     self.summary.hits += 1;
                     self.summary.matching += 1;
@@ -875,9 +880,24 @@ fn thread_of(threads: &HashMap<u64, Vec<(u64, Tid)>>, x: &Slot) -> Option<Tid> {
     had.iter().rev().find(|&&(from, _)| from < x.seq).or(had.first()).map(|&(_, t)| t)
 }
 
-/// The event of a call read from the ring: no stack, the time it was read; a libc function's (`label`) as its
-/// int3 probe reports it.
-fn ring_event(start: Instant, tid: Tid, x: &Slot, label: Option<Arc<str>>) -> Event {
+/// The event of a call read from the ring, at the time it was read: a libc function's (`label`) as its int3 probe
+/// reports it. Its capture is one word of stack, the return address the slot holds, at the patched function's
+/// `entry`: the unwinder gives the function and its caller, and says the stack ends there.
+fn ring_event(
+    start: Instant,
+    tid: Tid,
+    x: &Slot,
+    (label, entry): (Option<Arc<str>>, u64),
+    template: Option<Regs>,
+) -> Event {
+    let capture = template.map(|mut regs| {
+        for r in crate::model::regs::Reg::ALL {
+            regs.set(r, 0);
+        }
+        regs.0.rip = entry;
+        regs.0.rsp = x.sp;
+        StackCapture { regs, stack: Window::from(x.ra.to_le_bytes().to_vec()), asked: 8, python: Default::default() }
+    });
     Event {
         time: start.elapsed().as_secs_f64(),
         tid,
@@ -888,7 +908,7 @@ fn ring_event(start: Instant, tid: Tid, x: &Slot, label: Option<Arc<str>>) -> Ev
         regs: Vec::new(),
         ret: Some(x.ret),
         ret_missing: None,
-        capture: None,
+        capture,
         also: Vec::new(),
     }
 }
