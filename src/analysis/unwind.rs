@@ -86,6 +86,8 @@ impl<'a> StackWindow<'a> {
                 self.seen.set(self.seen.get().max(upto));
                 Ok(u64::from_le_bytes(b.try_into().map_err(|_| "short read".to_string())?))
             }
+            // `--fast`'s ring keeps a call's return address only (asked for nothing more).
+            None if self.asked == 0 => Err("the call was written down without a stop: only its caller is known".into()),
             None if self.bytes.len() >= self.asked && addr < end.saturating_add(1 << 24) => Err(format!(
                 "the stack copy ({} bytes from {:#x}) ends before the stack does (read at {addr:#x}); \
                  raise --stack-bytes",

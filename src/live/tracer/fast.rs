@@ -882,7 +882,8 @@ fn thread_of(threads: &HashMap<u64, Vec<(u64, Tid)>>, x: &Slot) -> Option<Tid> {
 
 /// The event of a call read from the ring, at the time it was read: a libc function's (`label`) as its int3 probe
 /// reports it. Its capture is one word of stack, the return address the slot holds, at the patched function's
-/// `entry`: the unwinder gives the function and its caller, and says the stack ends there.
+/// `entry`, asked for nothing more (`asked` 0): the unwinder gives the function and its caller, and says why it
+/// ends there.
 fn ring_event(
     start: Instant,
     tid: Tid,
@@ -896,7 +897,7 @@ fn ring_event(
         }
         regs.0.rip = entry;
         regs.0.rsp = x.sp;
-        StackCapture { regs, stack: Window::from(x.ra.to_le_bytes().to_vec()), asked: 8, python: Default::default() }
+        StackCapture { regs, stack: Window::from(x.ra.to_le_bytes().to_vec()), asked: 0, python: Default::default() }
     });
     Event {
         time: start.elapsed().as_secs_f64(),
