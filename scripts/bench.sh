@@ -64,6 +64,7 @@ if ((QUICK)); then
     N_STACK_SC=500 N_STACK_GDB=30 N_STACK_BASE=20000 N_PY=300 N_PY_BASE=3000
     MEM_EVENTS=100000 MEM_BUDGET_S=60
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=2
+    N_SPARSE10=500 N_SPARSE100=150 WORKER_SECS=1
 else
     RUNS=${RUNS:-5}
     N_FLOOR=20000 N_FLOOR_UNPINNED=5000 N_SC=5000 N_SC_MATCH=2000 N_GDB=1000 N_GDB_BT=200 N_BASE=300000
@@ -71,6 +72,7 @@ else
     # The memory row sends chunks of events until MEM_EVENTS, the time budget or the RSS cap is reached.
     MEM_EVENTS=1000000 MEM_BUDGET_S=45
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=$RUNS
+    N_SPARSE10=1000 N_SPARSE100=300 WORKER_SECS=2
 fi
 READ_TIMEOUT=600 # a guard against a hung tool, not a synchronisation
 # syscatch's RSS above which the memory row stops sending events: a bench must not push the machine into swap.
@@ -122,6 +124,8 @@ target_cmd() { # mode -> TCMD
 
 # Numbers, rows, processes and the table's printing: scripts/bench/lib.sh.
 source "$ROOT/scripts/bench/lib.sh"
+# Sparse hits and the Python worker's throughput (what the target pays): scripts/bench/target_pays.sh.
+source "$ROOT/scripts/bench/target_pays.sh"
 
 # ---------------------------------------------------------------- per-hit rows
 bench_floor() { # id name pin n
@@ -772,6 +776,9 @@ bench_first() {
     row_values floor_again_event "floor: a hit alone, 100 ms after the 1000th" us "" "same runs" "${a[@]}"
 }
 bench_first
+# What the target pays (issue 26): sparse hits, unpinned, quiet and beside one CPU-bound process.
+bench_sparse 10 "$N_SPARSE10"
+bench_sparse 100 "$N_SPARSE100"
 bench_gdb gdb_nonmatch "gdb: break syscall if \$rdi == 9, non-matching" getpid "$N_GDB" 0 "commands: silent, continue"
 bench_gdb gdb_match_bt "gdb: matching hit with bt" mmap "$N_GDB_BT" 1 "commands: silent, bt, continue"
 if command -v bpftrace >/dev/null; then
