@@ -779,6 +779,8 @@ bench_first
 # What the target pays (issue 26): sparse hits, unpinned, quiet and beside one CPU-bound process.
 bench_sparse 10 "$N_SPARSE10"
 bench_sparse 100 "$N_SPARSE100"
+# A Python worker's throughput under each tool (issue 26): the share of its untraced steps/s it keeps.
+bench_worker
 bench_gdb gdb_nonmatch "gdb: break syscall if \$rdi == 9, non-matching" getpid "$N_GDB" 0 "commands: silent, continue"
 bench_gdb gdb_match_bt "gdb: matching hit with bt" mmap "$N_GDB_BT" 1 "commands: silent, bt, continue"
 if command -v bpftrace >/dev/null; then

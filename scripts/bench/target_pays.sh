@@ -170,3 +170,133 @@ bench_sparse() { # gap-us n
         done
     done
 }
+
+# ---------------------------------------------------------------- the Python worker
+# One answer of worker.py: "STEPS_PER_S SYSCALLS_PER_S" over `secs` seconds of its own clock.
+rate_on() { # in out secs
+    local line
+    echo "rate $3" >&"$1"
+    read -r -t "$READ_TIMEOUT" -u "$2" line || return 1
+    [[ $line =~ ^rate\ ([0-9.]+)\ syscalls\ ([0-9]+)$ ]] || return 1
+    echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+}
+
+# The bpftrace program of the worker rows: a uprobe on libc's syscall() filtered on the number (mmap, munmap,
+# mremap: the calls --leaks takes), the user stack of each, and a uretprobe capturing rax for the same calls.
+bpftrace_program() { # pid libc-path
+    cat <<BT
+BEGIN { printf("bench: armed\n"); }
+uprobe:$2:syscall /pid == $1 && (arg0 == 9 || arg0 == 11 || arg0 == 25)/ { @stacks[ustack] = count(); @pending[tid] = 1; }
+uretprobe:$2:syscall /@pending[tid]/ { @ret[tid] = retval; @calls = count(); delete(@pending[tid]); }
+END { clear(@stacks); clear(@ret); clear(@pending); }
+BT
+}
+
+# Stops bpftrace and waits for it. bpftrace 0.17 can miss a SIGINT that comes as it enters its poll (seen: it sat
+# in epoll_wait until a second one), so one is sent again every 0.25 s until it has exited (polled: its state Z).
+bpftrace_stop() {
+    local i
+    kill -INT "$TR_PROC" 2>/dev/null
+    for ((i = 0; i < 40; i++)); do
+        [[ $(cut -d' ' -f3 "/proc/$TR_PROC/stat" 2>/dev/null) == Z || ! -e /proc/$TR_PROC ]] && break
+        sleep 0.25
+        kill -INT "$TR_PROC" 2>/dev/null
+    done
+    tracer_wait
+}
+
+# Throughput of scripts/bench/worker.py (3 Python threads: mmap'd temporaries, pymalloc arena churn, libworker.so's
+# munmap hook growing its pool through syscall(SYS_mmap)), by its own clock: untraced, and under each tool attached
+# to the running worker, alternated in one run. Each turn measures the six in a rotated order; a tool is attached,
+# given WORKER_SECS / 2 to settle (attach, arm, the symbol prefetch) and then measured for WORKER_SECS, and stopped
+# (SIGINT) before the next. A row is the median over RUNS turns of the tool's steps/s over the untraced steps/s of
+# the same turn.
+WORKER_TOOLS=(untraced leaks leaks_fast mmap mmap_fast bpftrace)
+bench_worker() {
+    local t i j k r turn line libc ok=0 secs=$WORKER_SECS settle
+    local -A CMD NAME SHARE RATE NOTE BAD
+    settle=$(calc "$secs / 2")
+    if ! want_prefix worker_; then
+        for t in "${WORKER_TOOLS[@]}"; do skip "worker_$t" "worker" x; done
+        return
+    fi
+    say "Python worker throughput: untraced, syscatch --leaks/--syscall mmap (each with --fast), bpftrace"
+    local py
+    py=$(command -v python3) || {
+        for t in "${WORKER_TOOLS[@]}"; do row "worker_$t" "Python worker" x not_installed "no python3"; done
+        return
+    }
+    gcc -O2 -Wall -fPIC -shared -pthread -o "$TMP/libworker.so" "$ROOT/scripts/bench/worker_lib.c" -ldl ||
+        die "cannot compile scripts/bench/worker_lib.c"
+    target_start "" "$py" "$ROOT/scripts/bench/worker.py" "$TMP/libworker.so" 3 || die "cannot start the worker"
+    libc=$(grep -m1 -o '/[^ ]*/libc\.so\.6' "/proc/$T_PID/maps")
+    NAME=([untraced]="worker untraced, steps/s" [leaks]="worker under syscatch --leaks"
+        [leaks_fast]="worker under syscatch --leaks --fast" [mmap]="worker under syscatch --syscall mmap"
+        [mmap_fast]="worker under syscatch --syscall mmap --fast"
+        [bpftrace]="worker under bpftrace uprobe+uretprobe+ustack")
+    CMD=([leaks]="$SC --pid $T_PID --leaks" [leaks_fast]="$SC --pid $T_PID --leaks --fast"
+        [mmap]="$SC --pid $T_PID --syscall mmap" [mmap_fast]="$SC --pid $T_PID --syscall mmap --fast")
+    if ! command -v bpftrace >/dev/null; then
+        BAD[bpftrace]="not_installed:bpftrace not installed (Debian package bpftrace)"
+    elif [[ -z $libc ]]; then
+        BAD[bpftrace]="failed:the worker's libc.so.6 not found in its maps"
+    else
+        bpftrace_program "$T_PID" "$libc" >"$TMP/worker.bt"
+    fi
+    (rate_on "$T_IN" "$T_OUT" "$secs") >/dev/null || ok=1 # warm-up
+    for ((turn = 0; turn < RUNS && ok == 0; turn++)); do
+        local -A got=()
+        for ((j = 0; j < ${#WORKER_TOOLS[@]}; j++)); do
+            t=${WORKER_TOOLS[(j + turn) % ${#WORKER_TOOLS[@]}]}
+            [[ -n ${BAD[$t]:-} ]] && continue
+            if [[ $t != untraced ]]; then
+                if [[ $t == bpftrace ]]; then
+                    tracer_start "" out '^bench: armed' bpftrace "$TMP/worker.bt"
+                else
+                    # shellcheck disable=SC2086 # the command is space-separated words without spaces inside
+                    tracer_start "" err '^syscatch: attached' ${CMD[$t]}
+                fi || {
+                    BAD[$t]="failed:did not arm: $(tail -1 "$TR_LOG")"
+                    [[ -n ${TR_PROC:-} ]] && kill -INT "$TR_PROC" 2>/dev/null
+                    tracer_wait
+                    continue
+                }
+                rate_on "$T_IN" "$T_OUT" "$settle" >/dev/null || ok=1
+            fi
+            r=$(rate_on "$T_IN" "$T_OUT" "$secs") || ok=1
+            if [[ $t == bpftrace ]]; then
+                bpftrace_stop || BAD[$t]="failed:exited with status $?: $(tail -1 "$TR_LOG")"
+                NOTE[$t]="mmap/munmap/mremap; last turn: $(grep -o '^@calls: [0-9]*' "$TR_LOG" | tail -1) calls"
+            elif [[ $t != untraced ]]; then
+                kill -INT "$TR_PROC"
+                tracer_wait || BAD[$t]="failed:exited with status $?: $(tail -1 "$TR_LOG")"
+                line=$(grep -o '[0-9]* hits, [0-9]* matching' "$TR_LOG" | tail -1)
+                [[ -z $line || $line == 0\ * ]] && BAD[$t]="failed:syscatch counted ${line:-no} hits: $(tail -1 "$TR_LOG")"
+                NOTE[$t]="last turn: $line; waiting for a CPU: $(grep -o 'the target [0-9.]* ms' "$TR_LOG" | tail -1), \
+$(grep -o 'the tracer [0-9.]* ms' "$TR_LOG" | tail -1) (schedstat)"
+            fi
+            ((ok == 0)) || break
+            got[$t]=${r% *}
+            RATE[$t]+="${r% *} "
+            [[ $t == untraced ]] && NOTE[untraced]="syscall() calls/s: ${r#* } (last turn)"
+        done
+        for t in "${WORKER_TOOLS[@]}"; do
+            [[ $t == untraced || -z ${got[$t]:-} || -z ${got[untraced]:-} ]] && continue
+            SHARE[$t]+="$(calc "${got[$t]} / ${got[untraced]}") "
+        done
+    done
+    target_quit
+    for t in "${WORKER_TOOLS[@]}"; do
+        if [[ -n ${BAD[$t]:-} ]]; then
+            row "worker_$t" "${NAME[$t]}" x "${BAD[$t]%%:*}" "${BAD[$t]#*:}"
+        elif ((ok != 0)) || [[ -z ${RATE[$t]:-} ]]; then
+            row "worker_$t" "${NAME[$t]}" x failed "a round failed"
+        elif [[ $t == untraced ]]; then
+            # shellcheck disable=SC2086 # space-separated numbers
+            row_values worker_untraced "${NAME[$t]}" steps/s "" "${NOTE[untraced]}" ${RATE[$t]}
+        else
+            # shellcheck disable=SC2086
+            row_values "worker_$t" "${NAME[$t]}: share kept" x "" "${NOTE[$t]}" ${SHARE[$t]}
+        fi
+    done
+}
