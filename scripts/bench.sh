@@ -64,7 +64,7 @@ if ((QUICK)); then
     N_STACK_SC=500 N_STACK_GDB=30 N_STACK_BASE=20000 N_PY=300 N_PY_BASE=3000
     MEM_EVENTS=100000 MEM_BUDGET_S=60
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=2
-    N_SPARSE10=500 N_SPARSE100=150 WORKER_SECS=1
+    N_SPARSE10=1500 N_SPARSE100=300 WORKER_SECS=1
 else
     RUNS=${RUNS:-5}
     N_FLOOR=20000 N_FLOOR_UNPINNED=5000 N_SC=5000 N_SC_MATCH=2000 N_GDB=1000 N_GDB_BT=200 N_BASE=300000
@@ -72,7 +72,7 @@ else
     # The memory row sends chunks of events until MEM_EVENTS, the time budget or the RSS cap is reached.
     MEM_EVENTS=1000000 MEM_BUDGET_S=45
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=$RUNS
-    N_SPARSE10=1000 N_SPARSE100=300 WORKER_SECS=2
+    N_SPARSE10=3000 N_SPARSE100=600 WORKER_SECS=2
 fi
 READ_TIMEOUT=600 # a guard against a hung tool, not a synchronisation
 # syscatch's RSS above which the memory row stops sending events: a bench must not push the machine into swap.

@@ -8,6 +8,9 @@ hog_start() {
     "$TMP/loop" spin &
     HOG=$!
     STARTED+=("$HOG")
+    # Not a synchronisation: a fresh process is placed on the idlest CPU, away from the traced pair; the load
+    # balancer mixes them within a few tens of ms, and a busy machine is that mixed state.
+    sleep 0.2
 }
 hog_stop() {
     kill -KILL "$HOG" 2>/dev/null
