@@ -24,24 +24,36 @@ def read(path):
     for line in open(path):
         m = LINE.match(line)
         if m:
-            yield float(m.group(4)) * 1e6, int(m.group(3)), m.group(5), fields(m.group(6))
+            yield float(m.group(4)) * 1e6, int(m.group(3)), int(m.group(2)), m.group(5), fields(m.group(6))
 
 
 def stops(events, target, tracers):
+    """A stop starts when the target, about to stop, wakes the tracer (sched_waking in the target's context: the
+    tracer may be on another CPU before the target's own switch-out is logged); then the tracer gets a CPU, wakes
+    the target (CONT), and the target gets a CPU."""
     out, cur = [], None
-    for t, cpu, name, d in events:
-        if name == "sched_switch":
-            prev, nxt = int(d["prev_pid"]), int(d["next_pid"])
-            if prev == target and d["prev_state"] == "t":
+    for t, cpu, pid, name, d in events:
+        if name == "sched_waking":
+            woken = int(d["pid"])
+            if pid == target and woken in tracers:
+                if cur and "idle_wake" in cur:
+                    # The target ran again on a CPU that idled: that CPU's switch from idle is often not logged;
+                    # the idle task's wakeup of the target is the moment it got the CPU.
+                    cur.update(run=cur["idle_wake"], run_cpu=cur["idle_cpu"], before_target="idle")
+                    out.append(cur)
                 cur = {"stop": t, "cpu": cpu, "mig": []}
-            if cur and nxt in tracers and "tracer_in" not in cur:
+            elif cur and woken == target and pid in tracers and "tracer_in" in cur:
+                cur.setdefault("woken", t)
+        elif name == "sched_switch" and cur:
+            nxt = int(d["next_pid"])
+            if nxt in tracers and "tracer_in" not in cur:
                 cur.update(tracer_in=t, tracer_cpu=cpu, before_tracer=d["prev_comm"])
-            elif cur and nxt == target and "woken" in cur:
+            elif nxt == target and "woken" in cur:
                 cur.update(run=t, run_cpu=cpu, before_target=d["prev_comm"])
                 out.append(cur)
                 cur = None
-        elif name == "sched_waking" and cur and int(d["pid"]) == target and "tracer_in" in cur:
-            cur.setdefault("woken", t)
+        elif name == "sched_wakeup" and cur and pid == 0 and int(d["pid"]) == target and "woken" in cur:
+            cur.update(idle_wake=t, idle_cpu=cpu)
         elif name == "sched_migrate_task" and cur:
             cur["mig"].append(f'{d["comm"]} {d["orig_cpu"]}->{d["dest_cpu"]}')
     return out
@@ -50,7 +62,7 @@ def stops(events, target, tracers):
 def timeline(events):
     """What each CPU ran: cpu -> [(start, end, comm/pid)]."""
     runs, current = {}, {}
-    for t, cpu, name, d in events:
+    for t, cpu, _, name, d in events:
         if name != "sched_switch":
             continue
         if cpu in current:
