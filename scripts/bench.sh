@@ -4,7 +4,7 @@
 # attach/arm/detach times; syscatch's peak RSS over many 64-frame events. See docs/bench.md.
 #
 # Usage: scripts/bench.sh [--quick] [--json] [--runs N] [--no-build] [--python] [--only ID,...]
-#   --quick     about 1 min instead of about 2.5 min (fewer runs, smaller loops, 100k events for the RSS row)
+#   --quick     about 2.5 min instead of about 5 min (fewer runs, smaller loops, 100k events for the RSS row)
 #   --python    only the Python rows: a matching hit from 30 nested Python calls on each pyenv CPython, and the
 #               time syscatch spends reading the Python frames per event (goal: 3.11+ <= 5 us, 3.9/3.10 <= 40 us)
 #   --json      print the table as one JSON document (stable row ids) instead of text
