@@ -4,7 +4,7 @@
 # attach/arm/detach times; syscatch's peak RSS over many 64-frame events. See docs/bench.md.
 #
 # Usage: scripts/bench.sh [--quick] [--json] [--runs N] [--no-build] [--python] [--only ID,...]
-#   --quick     about 1 min instead of about 2.5 min (fewer runs, smaller loops, 100k events for the RSS row)
+#   --quick     about 2.5 min instead of about 5 min (fewer runs, smaller loops, 100k events for the RSS row)
 #   --python    only the Python rows: a matching hit from 30 nested Python calls on each pyenv CPython, and the
 #               time syscatch spends reading the Python frames per event (goal: 3.11+ <= 5 us, 3.9/3.10 <= 40 us)
 #   --json      print the table as one JSON document (stable row ids) instead of text
@@ -64,6 +64,7 @@ if ((QUICK)); then
     N_STACK_SC=500 N_STACK_GDB=30 N_STACK_BASE=20000 N_PY=300 N_PY_BASE=3000
     MEM_EVENTS=100000 MEM_BUDGET_S=60
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=2
+    N_SPARSE10=1500 N_SPARSE100=300 WORKER_SECS=1
 else
     RUNS=${RUNS:-5}
     N_FLOOR=20000 N_FLOOR_UNPINNED=5000 N_SC=5000 N_SC_MATCH=2000 N_GDB=1000 N_GDB_BT=200 N_BASE=300000
@@ -71,6 +72,7 @@ else
     # The memory row sends chunks of events until MEM_EVENTS, the time budget or the RSS cap is reached.
     MEM_EVENTS=1000000 MEM_BUDGET_S=45
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=$RUNS
+    N_SPARSE10=3000 N_SPARSE100=600 WORKER_SECS=2
 fi
 READ_TIMEOUT=600 # a guard against a hung tool, not a synchronisation
 # syscatch's RSS above which the memory row stops sending events: a bench must not push the machine into swap.
@@ -122,6 +124,8 @@ target_cmd() { # mode -> TCMD
 
 # Numbers, rows, processes and the table's printing: scripts/bench/lib.sh.
 source "$ROOT/scripts/bench/lib.sh"
+# Sparse hits and the Python worker's throughput (what the target pays): scripts/bench/target_pays.sh.
+source "$ROOT/scripts/bench/target_pays.sh"
 
 # ---------------------------------------------------------------- per-hit rows
 bench_floor() { # id name pin n
@@ -772,6 +776,11 @@ bench_first() {
     row_values floor_again_event "floor: a hit alone, 100 ms after the 1000th" us "" "same runs" "${a[@]}"
 }
 bench_first
+# What the target pays (issue 26): sparse hits, unpinned, quiet and beside one CPU-bound process.
+bench_sparse 10 "$N_SPARSE10"
+bench_sparse 100 "$N_SPARSE100"
+# A Python worker's throughput under each tool (issue 26): the share of its untraced steps/s it keeps.
+bench_worker
 bench_gdb gdb_nonmatch "gdb: break syscall if \$rdi == 9, non-matching" getpid "$N_GDB" 0 "commands: silent, continue"
 bench_gdb gdb_match_bt "gdb: matching hit with bt" mmap "$N_GDB_BT" 1 "commands: silent, bt, continue"
 if command -v bpftrace >/dev/null; then

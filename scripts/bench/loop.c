@@ -1,11 +1,16 @@
 /* Bench target: times its own loop, so process startup and attaching never pollute a figure.
- * Usage: loop MODE   (MODE: getpid | int3 | mmap)
+ * Usage: loop MODE   (MODE: getpid | int3 | mmap | spin)
  *   getpid  syscall(SYS_getpid) per iteration: a non-matching hit for `syscatch --syscall mmap`
  *   int3    a literal int3, then syscall(SYS_getpid): one trap per iteration for the floor tracer (dies untraced)
  *   mmap    syscall(SYS_mmap) of one page, then glibc munmap (not through syscall()): one matching hit
+ *   spin    no pid line, no input: computes until killed (the bench's CPU-bound neighbour)
  * Prints "pid N", then for each line "go N" runs N iterations and prints "ns T" (T: the loop's CLOCK_MONOTONIC
  * time in nanoseconds); "each N" runs N iterations and prints "first F nth T again A": the first and the last
- * call's own times, and that of one more call made alone 100 ms later (ns); "quit" or end of input exits 0. */
+ * call's own times, and that of one more call made alone 100 ms later (ns); "sparse N US" runs N iterations
+ * with US microseconds of computing before each (a busy loop calibrated at start on this clock, a fixed amount
+ * of work: a preemption inside it makes it longer, as it would a real program's) and prints "ns T compute C":
+ * T the sum of the iterations' own times (each timed alone, around the call), C the time spent computing;
+ * "quit" or end of input exits 0. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +24,28 @@ static long long now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Fixed work: `n` rounds of a multiply-add the compiler must keep. */
+static void work(long n) {
+    unsigned long x = 1;
+    for (long i = 0; i < n; i++) {
+        x = x * 6364136223846793005UL + 1442695040888963407UL;
+        __asm__ volatile("" : "+r"(x));
+    }
+}
+
+/* Rounds of work() per microsecond: the best of a few 2 ms trials (the least disturbed). */
+static double calibrate(void) {
+    double best = 0;
+    for (int t = 0; t < 5; t++) {
+        long n = 200000;
+        long long t0 = now_ns();
+        work(n);
+        double rate = n * 1000.0 / (double)(now_ns() - t0);
+        if (rate > best) best = rate;
+    }
+    return best;
 }
 
 /* One iteration of the loop's mode; non-zero if mmap failed. */
@@ -43,15 +70,33 @@ static int one(int m) {
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "getpid";
     int m = !strcmp(mode, "getpid") ? 0 : !strcmp(mode, "int3") ? 1 : !strcmp(mode, "mmap") ? 2 : -1;
+    if (!strcmp(mode, "spin"))
+        for (;;) work(1L << 30);
     if (m < 0) {
-        fprintf(stderr, "usage: loop getpid|int3|mmap\n");
+        fprintf(stderr, "usage: loop getpid|int3|mmap|spin\n");
         return 2;
     }
+    double per_us = calibrate();
     printf("pid %d\n", getpid());
     fflush(stdout);
     char line[64];
     while (fgets(line, sizeof line, stdin)) {
-        long n;
+        long n, us;
+        if (sscanf(line, "sparse %ld %ld", &n, &us) == 2) {
+            long long calls = 0, computing = 0, c0, c1;
+            long rounds = (long)(us * per_us);
+            for (long i = 0; i < n; i++) {
+                c0 = now_ns();
+                work(rounds);
+                c1 = now_ns();
+                if (one(m)) return 3;
+                calls += now_ns() - c1;
+                computing += c1 - c0;
+            }
+            printf("ns %lld compute %lld\n", calls, computing);
+            fflush(stdout);
+            continue;
+        }
         /* "each N": the first and the Nth call timed alone ("first F nth T", ns), the rest as usual. */
         int each = sscanf(line, "each %ld", &n) == 1;
         if (!each && sscanf(line, "go %ld", &n) != 1) break;

@@ -441,6 +441,8 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     // The tracer's own panic is caught here: unwinding drops the tracer, whose `Drop` detaches with whatever
     // state is left (the thread caught mid-stop included), so the target is never left with our bytes.
     let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(End, Summary)> {
+        // The scheduling delay the target sees, read around the whole trace (no stop needed to read it).
+        let (delays_before, own_before) = (procfs::read_run_delays(pid), procfs::read_own_run_delay());
         let mut tracer = match start {
             Start::Attach(_) => Tracer::attach(cfg, plan.specs, &mut sink).map_err(|e| attach_error(pid, e))?,
             Start::Adopt(_) => Tracer::adopt(cfg, plan.specs, &mut sink).map_err(|e| attach_error(pid, e))?,
@@ -466,6 +468,11 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         let end = tracer.run();
         let mut summary = tracer.summary.clone();
+        let delays_after = procfs::read_run_delays(pid);
+        if !delays_before.is_empty() || !delays_after.is_empty() {
+            summary.target_run_delay = Some(crate::model::schedstat::run_delay(&delays_before, &delays_after));
+        }
+        summary.tracer_run_delay_ns = own_before.zip(procfs::read_own_run_delay()).map(|(a, b)| b.saturating_sub(a));
         if let Some(p) = tracer.python() {
             summary.warnings.extend(p.warnings.iter().cloned());
             summary.python_us_per_event = p.us_per_walk();

@@ -102,8 +102,21 @@ pub struct Summary {
     pub analysis_events_per_s: Option<f64>,
     /// Time to read a captured thread's Python frames, per event, while it was stopped (CPython targets).
     pub python_us_per_event: Option<f64>,
+    /// What the target's threads waited for a CPU over the trace, attach and detach included (their schedstat
+    /// run delays, read before attaching and after detaching): the scheduling delay the target saw, which
+    /// `stopped` (the tracer's clock) does not show. `None` where the kernel has no schedstat.
+    pub target_run_delay: Option<crate::model::schedstat::RunDelay>,
+    /// The same for the tracer thread itself: each stop waits for it to get a CPU before `stopped` starts.
+    pub tracer_run_delay_ns: Option<u64>,
     /// Problems that must be shown loudly (a breakpoint byte that was not ours at detach, ...).
     pub warnings: Vec<String>,
+}
+
+impl Summary {
+    /// Threads the tracer saw whose run delay is not in `target_run_delay`: those that exited before detach.
+    pub fn run_delay_uncounted(&self) -> u64 {
+        self.target_run_delay.as_ref().map_or(0, |d| self.threads_seen.saturating_sub(d.threads))
+    }
 }
 
 /// Receives events as they are captured.

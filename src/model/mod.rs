@@ -10,6 +10,7 @@ pub mod event;
 pub mod maps;
 pub mod modules;
 pub mod regs;
+pub mod schedstat;
 pub mod smaps;
 pub mod stack;
 pub mod status;

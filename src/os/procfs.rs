@@ -84,6 +84,23 @@ pub fn read_task_syscall(pid: Tid, tid: Tid) -> io::Result<String> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
 }
 
+/// The run delay (ns waiting on a runqueue, `schedstat`'s second field) of every thread of `pid` now; threads whose
+/// file cannot be read or parsed (gone meanwhile) are left out. Empty on a kernel without `schedstat`. Reading it
+/// never stops a thread.
+pub fn read_run_delays(pid: Tid) -> std::collections::BTreeMap<Tid, u64> {
+    let parse = |tid: Tid| {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+        Some((tid, crate::model::schedstat::parse_schedstat(&text)?.wait_ns))
+    };
+    list_tasks(pid).unwrap_or_default().into_iter().filter_map(parse).collect()
+}
+
+/// The calling thread's own run delay in ns, as [`read_run_delays`].
+pub fn read_own_run_delay() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    Some(crate::model::schedstat::parse_schedstat(&text)?.wait_ns)
+}
+
 /// A kernel setting: `vm.overcommit_memory` is `/proc/sys/vm/overcommit_memory`.
 pub fn read_sysctl(key: &str) -> io::Result<String> {
     std::fs::read_to_string(format!("/proc/sys/{}", key.replace('.', "/"))).map(|s| s.trim().to_string())

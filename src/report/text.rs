@@ -96,6 +96,21 @@ pub fn frame_text(f: &Frame) -> String {
     s
 }
 
+/// The delay the target saw, next to the tracer-side figure: what its threads and the tracer waited for a CPU.
+fn waited(s: &Summary) -> String {
+    let Some(d) = &s.target_run_delay else { return String::new() };
+    let uncounted = match s.run_delay_uncounted() {
+        0 => String::new(),
+        n => format!("; {n} that exited meanwhile not counted"),
+    };
+    let tracer = s.tracer_run_delay_ns.map(|ns| format!(", the tracer {:.3} ms", ns as f64 / 1e6)).unwrap_or_default();
+    format!(
+        "; waiting for a CPU (schedstat run delay): the target {:.3} ms ({} thread(s){uncounted}){tracer}",
+        d.wait_ns as f64 / 1e6,
+        d.threads,
+    )
+}
+
 impl<W: Write, E: Write> Renderer for Text<W, E> {
     fn leaks(&mut self, report: &crate::analysis::leaks::LeakReport) -> std::io::Result<()> {
         report.write_text(&mut self.out)
@@ -139,7 +154,7 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
         writeln!(
             self.err,
             "syscatch: {end} after {:.3}s; {} hits, {} matching, {} events ({}); {} threads seen; \
-             threads stopped {:.3} ms in all (tracer side); {} emulated and {} slow step-overs; {} fork children cleaned; \
+             threads stopped {:.3} ms in all (tracer side){}; {} emulated and {} slow step-overs; {} fork children cleaned; \
              {} signals forwarded{}",
             s.duration.as_secs_f64(),
             s.hits,
@@ -148,6 +163,7 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             if per_thread.is_empty() { "none".to_string() } else { format!("by tid {}", per_thread.join(" ")) },
             s.threads_seen,
             s.stopped.as_secs_f64() * 1e3,
+            waited(s),
             s.emulated,
             s.slow_path,
             s.forks_cleaned,

@@ -60,6 +60,14 @@ fn captures_every_mmap_of_every_thread_exactly() {
     // Every non-matching hit (getpid, futex) resumed without a slow step: glibc's entry is resumed past the int3.
     assert_eq!(summary["data"]["emulated"], 40 * 2);
     assert_eq!(summary["data"]["slow_path"], 0);
+    // The delay the target saw, beside the tracer's: the main thread was there at both ends; the 8 workers came
+    // and went during the trace (counted only if still listed at detach).
+    let d = &summary["data"];
+    assert!(d["target_run_delay_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{d}");
+    assert!(d["tracer_run_delay_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{d}");
+    let counted = d["target_run_delay_threads"].as_u64().unwrap();
+    assert!(counted >= 1, "{d}");
+    assert_eq!(counted + d["target_run_delay_uncounted"].as_u64().unwrap(), d["threads_seen"].as_u64().unwrap());
     // After detach: no tracer, the probed bytes are libc's own, and the target finishes normally.
     let site = site_of(&err);
     let status_text = std::fs::read_to_string(format!("/proc/{}/status", t.pid)).unwrap();
