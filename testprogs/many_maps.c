@@ -2,14 +2,15 @@
  * alternating protections, so that no two merge, each touched once. Then it makes real mappings through
  * syscall(SYS_mmap) from two call sites: leak_site() keeps its mappings, tidy_site() unmaps them again.
  * Usage: many_maps [PAGES]
- * Prints "pid N" and "maps PAGES START" (the first page of the block), then waits for a line:
+ * Prints "pid N" and "maps PAGES START" (the first page of the block), then takes lines until one it does not know
+ * (or the end of input), and exits 0:
  *   "go"    makes the calls, printing "mmap ADDR LEN" for each mapping leak_site() keeps, then "leaked BYTES"
  *           and "done";
  *   "time"  maps and unmaps one page with a bare `syscall` instruction (no libc function, so no probe stops it)
- *           every 200 us until the next line arrives, timing each pair on its own clock: the wait for the mmap
- *           lock that a reader of /proc/PID/smaps holds. Prints "wait PAIRS TOTAL_US MAX_US OVER_1MS" (the sum
- *           and the longest of the pairs' times, and how many took over 1 ms), then goes on as with "go";
- * then waits for a last line and exits 0. */
+ *           every 200 us until the next line arrives (which it takes as the end and nothing else), timing each
+ *           pair on its own clock: the wait for the mmap lock that a reader of /proc/PID/smaps holds. Prints
+ *           "wait PAIRS TOTAL_US MAX_US OVER_1MS": the sum and the longest of the pairs' times, and how many
+ *           took over 1 ms. */
 #include "common.h"
 #include <poll.h>
 #include <sys/mman.h>
@@ -90,18 +91,21 @@ int main(int argc, char **argv) {
     for (long i = 1; i < pages; i += 2)
         if (mprotect(block + i * PAGE, PAGE, PROT_READ) != 0) { perror("mprotect"); return 3; }
     say("maps %ld %p\n", pages, (void *)block);
-    if (!wait_line(buf, sizeof buf)) return 2;
-    if (strncmp(buf, "time", 4) == 0) {
-        time_own_mmaps();
-        if (!wait_line(buf, sizeof buf)) return 2;
+    while (wait_line(buf, sizeof buf)) {
+        if (strncmp(buf, "time", 4) == 0) {
+            time_own_mmaps();
+            if (!wait_line(buf, sizeof buf)) return 2;
+        } else if (strncmp(buf, "go", 2) == 0) {
+            size_t leaked = 0;
+            for (int i = 0; i < 6; i++) {
+                leaked += leak_site(i);
+                tidy_site(i);
+            }
+            say("leaked %zu\n", leaked);
+            say("done\n");
+        } else {
+            break;
+        }
     }
-    size_t leaked = 0;
-    for (int i = 0; i < 6; i++) {
-        leaked += leak_site(i);
-        tidy_site(i);
-    }
-    say("leaked %zu\n", leaked);
-    say("done\n");
-    wait_line(buf, sizeof buf);
     return 0;
 }
