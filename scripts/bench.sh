@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # syscatch's benchmark: the cost of one breakpoint hit for the ptrace floor, syscatch and gdb, measured in the
 # same run on the same small C targets; a 30-frame stack's capture, unwind and symbolization next to gdb's `bt`;
-# attach/arm/detach times; syscatch's peak RSS over many 64-frame events. See docs/bench.md.
+# attach/arm/detach times; syscatch's peak RSS over many 64-frame events; --leaks on 30,000 mappings. See
+# docs/bench.md.
 #
 # Usage: scripts/bench.sh [--quick] [--json] [--runs N] [--no-build] [--python] [--only ID,...]
 #   --quick     about 2.5 min instead of about 5 min (fewer runs, smaller loops, 100k events for the RSS row)
@@ -41,7 +42,7 @@ while (($#)); do
         ;;
     --python) PYTHON_ONLY=1 ;;
     -h | --help)
-        sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -918,6 +919,66 @@ bench_stack_dump() {
     done
 }
 bench_stack_dump
+
+# `--leaks --for 1s` on a process with 30,000 mappings (testprogs/many_maps.c: one-page mappings with alternating
+# protections, 21 MB of smaps text; issue 26): syscatch's wall time on the bench's clock and its peak RSS from
+# /usr/bin/time, the target idle. Then the same trace while the target maps and unmaps a page every 200 us with a
+# bare `syscall` instruction (untraced) and times each pair itself: the longest pair is how long its own mmap calls
+# waited for syscatch (for the mmap lock an smaps reader holds); the same window untraced first, for reference.
+# One window of many_maps' own timing around a command (its output discarded): prints "longest_ms over_1ms".
+many_maps_window() { # cmd...
+    local line max over
+    echo time >&"$T_IN"
+    "$@" >/dev/null 2>&1
+    echo stop >&"$T_IN"
+    read -r -t "$READ_TIMEOUT" -u "$T_OUT" line || return 1
+    [[ $line == wait\ * ]] || return 1
+    read -r _ _ _ max over <<<"$line"
+    echo "$(calc "$max / 1000") $over"
+}
+bench_many_maps() {
+    local ids=(sc_many_maps sc_many_maps_rss sc_many_maps_wait) id want_any=0 i t0 rss line
+    for id in "${ids[@]}"; do want "$id" && want_any=1; done
+    if ((!want_any)); then
+        for id in "${ids[@]}"; do skip "$id" "--leaks on 30,000 mappings" s; done
+        return
+    fi
+    say "--leaks --for 1s on 30,000 mappings"
+    gcc -O2 -Wall -o "$TMP/many_maps" "$ROOT/testprogs/many_maps.c" || die "cannot compile testprogs/many_maps.c"
+    local walls=() rsss=() waits=() over=() bad="" untraced=""
+    for ((i = 0; i < RUNS; i++)); do
+        target_start "" "$TMP/many_maps" || die "cannot start the many_maps target"
+        read -r -t "$READ_TIMEOUT" -u "$T_OUT" line && [[ $line == maps\ 30000\ * ]] ||
+            die "many_maps did not map its pages: $line"
+        if [[ -z $untraced ]]; then
+            # The untraced window lasts as long as a trace would.
+            untraced=$(many_maps_window sleep 1.5) || die "many_maps failed to time its calls"
+        fi
+        t0=$EPOCHREALTIME
+        /usr/bin/time -f %M -o "$TMP/many_maps.rss" "$SC" --pid "$T_PID" --leaks --for 1s >"$TMP/many_maps.out" \
+            2>"$TMP/many_maps.err"
+        walls+=("$(calc "$EPOCHREALTIME - $t0")")
+        rss=$(tail -1 "$TMP/many_maps.rss")
+        if ! grep -q '^Findings' "$TMP/many_maps.out" || [[ ! $rss =~ ^[0-9]+$ ]]; then
+            bad="no leak report: $(tail -1 "$TMP/many_maps.err")"
+        fi
+        rsss+=("$(calc "$rss / 1024")")
+        line=$(many_maps_window "$SC" --pid "$T_PID" --leaks --for 1s) || die "many_maps failed to time its calls"
+        waits+=("${line% *}") over+=("${line#* }")
+        target_quit
+    done
+    if [[ -n $bad ]]; then
+        for id in "${ids[@]}"; do row "$id" "--leaks on 30,000 mappings" s failed "$bad"; done
+        return
+    fi
+    row_values sc_many_maps "syscatch --leaks --for 1s, 30,000 mappings (goal <= 1.5)" s "" "the target idle" \
+        "${walls[@]}"
+    row_values sc_many_maps_rss "  its peak RSS (goal <= 60)" MiB "" "/usr/bin/time Maximum resident set size" \
+        "${rsss[@]}"
+    row_values sc_many_maps_wait "  longest wait of the target's own mmap + munmap meanwhile" ms "" \
+        "pairs over 1 ms: ${over[*]}; untraced: ${untraced% *} ms, ${untraced#* } over 1 ms" "${waits[@]}"
+}
+bench_many_maps
 
 ratio() { # id name numerator-id denominator-id
     if [[ ${R_STATUS[$3]:-skipped} == skipped || ${R_STATUS[$4]:-skipped} == skipped ]]; then

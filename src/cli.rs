@@ -117,7 +117,8 @@ pub struct TraceArgs {
     /// that grew and how much of it is still mapped.
     #[arg(long)]
     pub leaks: bool,
-    /// With --leaks: how often to sample /proc/PID/smaps.
+    /// With --leaks: how often to sample the target's regions (/proc/PID/maps, and pagemap for the regions that
+    /// changed or hold traced calls; the whole /proc/PID/smaps is read before and after the trace).
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     pub smaps_every: Duration,
     /// Write collapsed stacks weighted by still-mapped bytes (for flame graph tools) to FILE (implies --leaks).

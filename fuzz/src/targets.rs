@@ -72,7 +72,8 @@ pub fn probe(data: &[u8]) {
 
 /// `/proc/PID/smaps` text, the classification built on it, and the leak model reconciled with it.
 pub fn smaps(data: &[u8]) {
-    let regions = syscatch::testing::model::smaps::parse_smaps(&String::from_utf8_lossy(data));
+    use syscatch::testing::model::smaps;
+    let regions = smaps::parse_smaps(&String::from_utf8_lossy(data));
     let mut model = syscatch::testing::analysis::correlate::AddressSpace::new();
     for (i, r) in regions.iter().enumerate() {
         let _ = r.rss_swap();
@@ -83,9 +84,18 @@ pub fn smaps(data: &[u8]) {
             syscatch::testing::analysis::correlate::StackId(i as u32),
         );
     }
-    model.reconcile(&regions);
+    let spans: Vec<smaps::Span> = regions.iter().map(smaps::Span::of).collect();
+    model.reconcile(&spans);
     let _ = model.stacks();
-    let _ = model.growing(&regions, &regions);
+    let _ = model.growing(&spans, &spans);
+    // The same text a line at a time, lean, and its lines as maps lines carried over from the whole sample.
+    let mut stream = smaps::SmapsStream::lean();
+    let text = String::from_utf8_lossy(data);
+    let lean: Vec<smaps::SmapsRegion> = text.split_inclusive('\n').filter_map(|l| stream.line(l)).collect();
+    assert!(lean.len() + usize::from(stream.finish().is_some()) == regions.len());
+    let mut now: Vec<smaps::Span> = text.lines().filter_map(smaps::parse_maps_span).collect();
+    let traced: Vec<(u64, u64)> = spans.iter().map(|s| (s.start, s.end)).collect();
+    let _ = smaps::carry_over(&spans, &mut now, &traced);
 }
 
 /// `/proc/PID/maps` text, then the module grouping built on it.

@@ -18,7 +18,7 @@
 //! Per stack, `mapped = unmapped + vanished + still_mapped` at every moment.
 
 use crate::model::event::Event;
-use crate::model::smaps::{SmapsRegion, previous_rss_swap};
+use crate::model::smaps::{Span, previous_rss_swap};
 use std::collections::BTreeMap;
 
 use crate::model::consts::MAP_ANONYMOUS;
@@ -210,13 +210,10 @@ impl AddressSpace {
 
     /// Drops every byte the smaps sample does not show mapped as the same kind of memory (anonymous or
     /// file-backed), counting it as vanished for its stack.
-    pub fn reconcile(&mut self, regions: &[SmapsRegion]) {
+    pub fn reconcile(&mut self, regions: &[Span]) {
         // The kernel lists regions sorted and disjoint; text from elsewhere may not be: keep only what is.
-        let mut spans: Vec<(u64, u64, bool)> = regions
-            .iter()
-            .filter(|r| r.map.start < r.map.end)
-            .map(|r| (r.map.start, r.map.end, anonymous_like(r)))
-            .collect();
+        let mut spans: Vec<(u64, u64, bool)> =
+            regions.iter().filter(|r| r.start < r.end).map(|r| (r.start, r.end, r.anon)).collect();
         spans.sort_unstable();
         let mut last_end = 0;
         spans.retain(|&(s, e, _)| {
@@ -290,15 +287,15 @@ impl AddressSpace {
 
     /// Regions of `after` that are not plain file mappings and whose Rss+Swap grew since `before` (or that are
     /// new), largest growth first, each with the stacks whose returned addresses fall inside it.
-    pub fn growing(&self, before: &[SmapsRegion], after: &[SmapsRegion]) -> Vec<Growing> {
+    pub fn growing(&self, before: &[Span], after: &[Span]) -> Vec<Growing> {
         let prev = previous_rss_swap(before, after);
         let mut out: Vec<Growing> = after
             .iter()
             .zip(prev)
-            .filter(|(r, _)| anonymous_like(r))
+            .filter(|(r, _)| r.anon)
             .filter_map(|(r, old)| {
-                let growth = r.rss_swap().checked_sub(old.unwrap_or(0)).filter(|&g| g > 0)?;
-                let (start, end) = (r.map.start, r.map.end);
+                let growth = r.rss_swap.checked_sub(old.unwrap_or(0)).filter(|&g| g > 0)?;
+                let (start, end) = (r.start, r.end);
                 let mut by: BTreeMap<StackId, RegionStack> = BTreeMap::new();
                 for ret in self.returned.iter().filter(|x| start <= x.addr && x.addr < end) {
                     let e = by.entry(ret.stack).or_insert(RegionStack { stack: ret.stack, calls: 0, still_mapped: 0 });
@@ -311,7 +308,7 @@ impl AddressSpace {
                 }
                 let mut stacks: Vec<RegionStack> = by.into_values().collect();
                 stacks.sort_by(|a, b| b.still_mapped.cmp(&a.still_mapped).then(b.calls.cmp(&a.calls)));
-                Some(Growing { start, end, growth_kb: growth, rss_swap_kb: r.rss_swap(), new: old.is_none(), stacks })
+                Some(Growing { start, end, growth_kb: growth, rss_swap_kb: r.rss_swap, new: old.is_none(), stacks })
             })
             .collect();
         out.sort_by(|a, b| b.growth_kb.cmp(&a.growth_kb).then(a.start.cmp(&b.start)));
@@ -346,13 +343,6 @@ pub struct RegionStack {
     pub calls: u64,
     /// Bytes of the region the model attributes to this stack.
     pub still_mapped: u64,
-}
-
-/// Anonymous memory as smaps shows it: no path, a `[pseudo]` name, or shared anonymous memory (an unlinked
-/// shmem file named /dev/zero).
-fn anonymous_like(r: &SmapsRegion) -> bool {
-    let p = r.map.path.as_str();
-    !p.starts_with('/') || p.starts_with("/dev/zero")
 }
 
 #[cfg(test)]
@@ -489,8 +479,8 @@ mod tests {
         balanced(&m);
     }
 
-    fn smaps(text: &str) -> Vec<SmapsRegion> {
-        parse_smaps(text)
+    fn smaps(text: &str) -> Vec<Span> {
+        parse_smaps(text).iter().map(Span::of).collect()
     }
 
     #[test]

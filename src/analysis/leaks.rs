@@ -4,7 +4,7 @@
 
 use crate::analysis::correlate::{AddressSpace, Growing, StackId, StackStats};
 use crate::model::event::Event;
-use crate::model::smaps::SmapsRegion;
+use crate::model::smaps::Span;
 use crate::model::stack::{Frame, Stack};
 use std::collections::HashMap;
 
@@ -50,8 +50,8 @@ struct RawCall {
 pub struct LeakTracker {
     model: AddressSpace,
     stacks: Stacks,
-    first: Option<Vec<SmapsRegion>>,
-    last: Vec<SmapsRegion>,
+    first: Option<Vec<Span>>,
+    last: Vec<Span>,
     /// Per thread, the last call seen through `syscall()`, to recognise the same call seen again when the libc
     /// function that made it returns.
     last_raw: HashMap<crate::model::Tid, RawCall>,
@@ -116,8 +116,9 @@ impl LeakTracker {
         self.model.apply_call(nr, &ev.args, ev.ret, id);
     }
 
-    /// One smaps sample: the first is the baseline; each reconciles the model (bytes no longer mapped are dropped).
-    pub fn sample(&mut self, regions: Vec<SmapsRegion>) {
+    /// One sample of the regions: the first is the baseline; each reconciles the model (bytes no longer mapped are
+    /// dropped).
+    pub fn sample(&mut self, regions: Vec<Span>) {
         if regions.is_empty() {
             return;
         }
@@ -126,6 +127,12 @@ impl LeakTracker {
             self.first = Some(regions.clone());
         }
         self.last = regions;
+    }
+
+    /// The still-mapped anonymous ranges the model attributes to traced calls, in address order: where a sample
+    /// needs fresh residency even when the region around them looks unchanged.
+    pub fn traced_ranges(&self) -> Vec<(u64, u64)> {
+        self.model.anon_pieces().map(|(s, e, _)| (s, e)).collect()
     }
 
     /// Weighs every still-mapped anonymous range by its resident bytes, with `read(start, end, max_pages)`
@@ -215,7 +222,6 @@ pub fn frame_key(f: &Frame) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::maps::Mapping;
 
     fn frame(addr: u64, name: &str) -> Frame {
         Frame { addr, function: Some(name.into()), module: Some("prog".into()), ..Frame::default() }
@@ -237,12 +243,8 @@ mod tests {
         }
     }
 
-    fn region(start: u64, end: u64, rss_kb: u64) -> SmapsRegion {
-        let map =
-            Mapping { start, end, perms: "rw-p".into(), offset: 0, dev: "00:00".into(), inode: 0, path: String::new() };
-        let mut r = SmapsRegion { map, ..SmapsRegion::default() };
-        r.rss = rss_kb;
-        r
+    fn region(start: u64, end: u64, rss_kb: u64) -> Span {
+        Span { start, end, anon: true, rss_swap: rss_kb }
     }
 
     #[test]
@@ -290,6 +292,7 @@ mod tests {
         t.sample(vec![region(0x7000_0000, 0x7000_1000, 4)]);
         t.event(&ev(9, [0, 0x3000, 3, 0x22, u64::MAX, 0], 0x1000_0000), Some(&s));
         t.sample(vec![region(0x1000_0000, 0x1000_3000, 12), region(0x7000_0000, 0x7000_1000, 4)]);
+        assert_eq!(t.traced_ranges(), [(0x1000_0000, 0x1000_3000)]);
         t.weigh_residency(&mut |start, end, _| {
             assert_eq!((start, end), (0x1000_0000, 0x1000_3000));
             let entries = [present_own, zero_page, present_own];

@@ -1,7 +1,7 @@
 //! The analysis thread: unwinds each captured event off the tracer's thread as soon as it arrives (its stack
 //! window is dropped there), interns the return-address list, and symbolizes and renders each distinct stack
-//! once; it feeds the leak tracker with the events and the smaps samples (taken on a timer by a sampler the
-//! caller gives, or read back from a recording), and writes the recording (`--record`). Its memory grows with
+//! once; it feeds the leak tracker with the events and the samples of the regions (taken on a timer by a sampler
+//! the caller gives, or read back from a recording), and writes the recording (`--record`). Its memory grows with
 //! distinct stacks, not with events. It never reads the target itself: modules come from a [`ModuleSource`].
 
 use crate::analysis::leaks::LeakTracker;
@@ -9,7 +9,7 @@ use crate::analysis::modules::{ModuleSource, SharedModules, SharedSymbolizer};
 use crate::analysis::unwind::{End, Unwound};
 use crate::app::record::{RecEvent, Record, Recorder};
 use crate::model::event::Event;
-use crate::model::smaps::SmapsRegion;
+use crate::model::smaps::Span;
 use crate::model::stack::Stack;
 use crate::report::Renderer;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -17,8 +17,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Takes an smaps sample of the live target.
-pub type Sampler = Box<dyn FnMut() -> Vec<SmapsRegion> + Send>;
+/// Takes a sample of the live target's regions, given the ranges the leak model holds for traced calls (whose
+/// residency it reads fresh).
+pub type Sampler = Box<dyn FnMut(&[(u64, u64)]) -> Vec<Span> + Send>;
 
 pub struct Config {
     pub source: Box<dyn ModuleSource>,
@@ -27,10 +28,10 @@ pub struct Config {
     pub depths: HashMap<Arc<str>, usize>,
     /// Track leaks (from the events and the smaps samples).
     pub leaks: bool,
-    /// Samples smaps this often (a live trace); without it samples come in the queue (a recording).
+    /// Samples the regions this often (a live trace); without it samples come in the queue (a recording).
     pub sampler: Option<(Duration, Sampler)>,
-    /// The first smaps sample, taken before the breakpoints were armed.
-    pub baseline: Option<Vec<SmapsRegion>>,
+    /// The first sample (of the whole smaps), taken before the breakpoints were armed.
+    pub baseline: Option<Vec<Span>>,
     /// Render each event (report mode without `-o FILE` renders none: only the report is wanted).
     pub render_events: bool,
     pub recorder: Option<Arc<Recorder>>,
@@ -81,7 +82,7 @@ impl Costs {
 #[allow(clippy::large_enum_variant)]
 pub enum Queued {
     Call { ev: Event, stack_dropped: bool },
-    Smaps(Vec<SmapsRegion>),
+    Sample(Vec<Span>),
 }
 
 /// How many events may wait between the tracer and the output (records only: stack windows are bounded by the
@@ -195,7 +196,7 @@ fn flush_rendered(renderer: &mut dyn Renderer, unflushed: &mut bool, output_erro
 #[allow(clippy::large_enum_variant)]
 enum Staged {
     Call(Unwinding),
-    Smaps(Vec<SmapsRegion>),
+    Sample(Vec<Span>),
 }
 
 /// The unwinding stage: each capture's window is walked to return addresses as soon as it arrives and then
@@ -213,8 +214,8 @@ fn unwinder(
     while let Ok(q) = lingering.recv(&rx, None, &mut || {}) {
         let (mut ev, stack_dropped) = match q {
             Queued::Call { ev, stack_dropped } => (ev, stack_dropped),
-            Queued::Smaps(s) => {
-                if tx.send(Staged::Smaps(s)).is_err() {
+            Queued::Sample(s) => {
+                if tx.send(Staged::Sample(s)).is_err() {
                     break;
                 }
                 continue;
@@ -261,12 +262,12 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut tracker = cfg.leaks.then(LeakTracker::new);
     let rec = cfg.recorder;
     // Each sample goes to the recording at its place among the events, and to the leak tracker.
-    let take_sample = |tracker: &mut Option<LeakTracker>, regions: Vec<SmapsRegion>| {
+    let take_sample = |tracker: &mut Option<LeakTracker>, spans: Vec<Span>| {
         if let Some(r) = &rec {
-            r.write(&Record::Smaps { regions: regions.clone() });
+            r.write(&Record::Sample { spans: spans.clone() });
         }
         if let Some(t) = tracker.as_mut() {
-            t.sample(regions);
+            t.sample(spans);
         }
     };
     if let Some(b) = cfg.baseline {
@@ -319,14 +320,15 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             && Instant::now() >= next_sample
         {
             let c0 = crate::os::sched::thread_cpu();
-            take_sample(&mut tracker, s());
+            let traced = tracker.as_ref().map(LeakTracker::traced_ranges).unwrap_or_default();
+            take_sample(&mut tracker, s(&traced));
             aside += crate::os::sched::thread_cpu().saturating_sub(c0);
             next_sample = Instant::now() + every;
         }
         let Some(Unwinding { ev, unwound, python, took, recorded }) = (match q {
             Some(Staged::Call(u)) => Some(u),
-            Some(Staged::Smaps(regions)) => {
-                take_sample(&mut tracker, regions);
+            Some(Staged::Sample(spans)) => {
+                take_sample(&mut tracker, spans);
                 None
             }
             None => None,

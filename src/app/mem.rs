@@ -226,7 +226,9 @@ struct Growth<'a> {
 
 /// Regions of the last sample that grew since the first, largest growth first.
 fn growth<'a>(first: &Sample, last: &'a Sample) -> Vec<Growth<'a>> {
-    let before = crate::model::smaps::previous_rss_swap(&first.regions, &last.regions);
+    use crate::model::smaps::{Span, previous_rss_swap};
+    let spans = |s: &Sample| s.regions.iter().map(Span::of).collect::<Vec<Span>>();
+    let before = previous_rss_swap(&spans(first), &spans(last));
     let mut g: Vec<Growth> = last
         .regions
         .iter()

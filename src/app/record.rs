@@ -16,7 +16,7 @@ use crate::model::bytes::Bytes;
 use crate::model::event::{Event, StackCapture, Summary};
 use crate::model::modules::{Module, ModuleMap, hex, unhex};
 use crate::model::regs::{Reg, Regs};
-use crate::model::smaps::SmapsRegion;
+use crate::model::smaps::{SmapsRegion, Span};
 use crate::model::stack::PyFrame;
 use crate::model::watch::Watched;
 use anyhow::{Context, Result, anyhow, bail};
@@ -59,9 +59,13 @@ pub enum Record {
         image: String,
     },
     Event(Box<RecEvent>),
-    /// An smaps sample, at its place among the events.
+    /// A whole smaps sample, as earlier recordings hold them (read back as spans).
     Smaps {
         regions: Vec<SmapsRegion>,
+    },
+    /// A sample of the regions as the leak model keeps it, at its place among the events.
+    Sample {
+        spans: Vec<Span>,
     },
     /// Page residency of one range: how many pagemap entries were read and the resident bytes they show.
     Residency {
@@ -282,7 +286,7 @@ fn open_lines(path: &Path) -> Result<impl Iterator<Item = std::io::Result<String
 }
 
 /// Records whose lines start so are read only by [`Reader::stream`].
-const STREAMED: [&str; 2] = [r#"{"t":"event""#, r#"{"t":"smaps""#];
+const STREAMED: [&str; 3] = [r#"{"t":"event""#, r#"{"t":"smaps""#, r#"{"t":"sample""#];
 
 impl Reader {
     /// Reads the header and every record but events and samples; refuses a file that is not a recording, of
@@ -352,7 +356,7 @@ impl Reader {
                     ended = true;
                 }
                 Record::Header { .. } => bail!("{name}: a second header at line {}: not one recording", n + 2),
-                Record::Event(_) | Record::Smaps { .. } => {}
+                Record::Event(_) | Record::Smaps { .. } | Record::Sample { .. } => {}
             }
         }
         if !ended {
@@ -376,7 +380,8 @@ impl Reader {
             let bad = |e: String| anyhow!("{}: line {}: {e}", path.display(), n + 1);
             Some(match serde_json::from_str::<Record>(&line) {
                 Ok(Record::Event(e)) => e.event().map(|ev| Streamed::Event(ev, e.stack_dropped)).map_err(bad),
-                Ok(Record::Smaps { regions }) => Ok(Streamed::Smaps(regions)),
+                Ok(Record::Smaps { regions }) => Ok(Streamed::Sample(regions.iter().map(Span::of).collect())),
+                Ok(Record::Sample { spans }) => Ok(Streamed::Sample(spans)),
                 Ok(_) => Err(bad("not an event".into())),
                 Err(e) => Err(bad(e.to_string())),
             })
@@ -392,7 +397,7 @@ fn truncated(path: &Path, why: &str) -> anyhow::Error {
 #[allow(clippy::large_enum_variant)]
 pub enum Streamed {
     Event(Event, bool),
-    Smaps(Vec<SmapsRegion>),
+    Sample(Vec<Span>),
 }
 
 /// The recorded process's modules, read on this machine: each module file by its path, used only when its
@@ -483,5 +488,24 @@ mod tests {
         let line = serde_json::to_string(&Record::Event(Box::new(RecEvent::new(&ev, None, 0, false)))).unwrap();
         let Ok(Record::Event(back)) = serde_json::from_str::<Record>(&line) else { panic!("{line}") };
         assert_eq!(back.event().unwrap().time.to_bits(), ev.time.to_bits(), "{line}");
+    }
+
+    /// Samples are streamed among the events: the new record and the whole smaps of earlier recordings, which is
+    /// read back as the spans the leak model keeps.
+    #[test]
+    fn samples_old_and_new_stream_as_spans() {
+        let region = crate::model::smaps::parse_smaps("1000-3000 rw-p 0 00:00 0\nRss: 8 kB\nSwap: 4 kB\n").remove(0);
+        let span = Span::of(&region);
+        assert_eq!((span.start, span.end, span.anon, span.rss_swap), (0x1000, 0x3000, true, 12));
+        for rec in [Record::Smaps { regions: vec![region] }, Record::Sample { spans: vec![span] }] {
+            let line = serde_json::to_string(&rec).unwrap();
+            assert!(STREAMED.iter().any(|p| line.starts_with(p)), "{line}");
+            let back = match serde_json::from_str::<Record>(&line).unwrap() {
+                Record::Smaps { regions } => regions.iter().map(Span::of).collect(),
+                Record::Sample { spans } => spans,
+                _ => panic!("{line}"),
+            };
+            assert_eq!(back, [span]);
+        }
     }
 }

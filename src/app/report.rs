@@ -59,7 +59,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     for item in rec.stream()? {
         let q = match item {
             Ok(Streamed::Event(ev, stack_dropped)) => Queued::Call { ev, stack_dropped },
-            Ok(Streamed::Smaps(regions)) => Queued::Smaps(regions),
+            Ok(Streamed::Sample(spans)) => Queued::Sample(spans),
             Err(e) => {
                 failed = Some(e);
                 break;

@@ -9,6 +9,7 @@ use crate::live::process::{self, Ids};
 use crate::live::tracer::{AttachError, Config, FastFunction, Numbers, Probe, SiteSpec, Tracer};
 use crate::model::consts::SYS_MUNMAP;
 use crate::model::event::{End, Event, Sink, Summary};
+use crate::model::smaps::Span;
 use crate::os::{Tid, procfs, ptrace, signals};
 use crate::report::Renderer;
 use crate::report::json::Json;
@@ -373,9 +374,34 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let (tx, rx) = crossbeam_channel::bounded(ChannelSink::RECORDS);
     // A recording holds what every report option needs, so it samples smaps and reads the facts as --leaks does.
     let sampling = out.leaks.is_some() || recorder.is_some();
-    // The baseline of growth is taken before anything is armed: the first call may come right after.
-    let baseline = sampling.then(|| procfs::read_smaps_regions(pid));
-    let class_before = if out.report || recorder.is_some() { crate::live::facts::read_class_kb(pid) } else { None };
+    // The baseline of growth is taken before anything is armed: the first call may come right after. The memory
+    // classes before the trace come from the same reading of smaps (with many mappings, each costs the target).
+    // It is read beside the search for a Python (30,000 mappings: 21 MB of smaps, 0.1 s).
+    let classes = out.report || recorder.is_some();
+    let reading_baseline = sampling
+        .then(|| {
+            std::thread::Builder::new().name("syscatch-sample".into()).spawn(move || {
+                let regions = crate::live::memory::read_regions(pid).unwrap_or_default();
+                let spans: Vec<Span> = regions.iter().map(Span::of).collect();
+                let class = if classes { crate::live::memory::read_class_facts_of(pid, regions) } else { None };
+                (spans, class.map(|(kb, _, _)| kb))
+            })
+        })
+        .transpose()
+        .context("cannot start the sampling thread")?;
+    // Found before attaching (symbols only; the interpreter's state is read at each capture, so a Python that
+    // has not started yet is fine). A Python that cannot be read costs its frames, not the trace.
+    let (python, python_error) = match crate::live::python::PythonReader::locate(pid) {
+        Ok(p) => (p, None),
+        Err(e) => (None, Some(format!("Python frames left out: {e}"))),
+    };
+    let (baseline, class_before) = match reading_baseline.map(|h| h.join()) {
+        Some(Ok((spans, class))) => (Some(spans), class),
+        Some(Err(_)) => {
+            bail!("internal error reading the memory of process {pid} before attaching; it was not touched")
+        }
+        None => (None, None),
+    };
     let watched = plan.watched.clone();
     let mut source = crate::live::modules::LiveModules::boxed(pid);
     if let Some(rec) = &recorder {
@@ -388,8 +414,9 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         stack_depth: out.stack_depth,
         depths: plan.depths,
         leaks: sampling,
-        sampler: sampling.then(|| {
-            let s: analysis::Sampler = Box::new(move || procfs::read_smaps_regions(pid));
+        sampler: baseline.as_ref().map(|b| {
+            let mut sampler = crate::live::sampling::Sampler::new(pid, b);
+            let s: analysis::Sampler = Box::new(move |traced| sampler.sample(traced));
             (out.leaks.unwrap_or(out.smaps_every), s)
         }),
         baseline,
@@ -412,12 +439,6 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
             done
         })
         .context("cannot start the analysis thread")?;
-    // Found before attaching (symbols only; the interpreter's state is read at each capture, so a Python that
-    // has not started yet is fine). A Python that cannot be read costs its frames, not the trace.
-    let (python, python_error) = match crate::live::python::PythonReader::locate(pid) {
-        Ok(p) => (p, None),
-        Err(e) => (None, Some(format!("Python frames left out: {e}"))),
-    };
     let cfg = Config {
         pid,
         python_search: python.is_none() && python_error.is_none(),
@@ -512,10 +533,24 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     summary.analysis_events_per_s = done.costs.events_per_s();
     // What the end of the report needs from the target, read after detach (no stop) and recorded.
     let mut ending = Ending { final_sample: None, residency: Box::new(|_, _, _| None), facts: None, watched };
+    // The facts the findings look at are read beside the last sample, which reads the whole smaps again (the
+    // memory classes at the end come from the same reading).
+    let reading_facts = classes
+        .then(|| {
+            std::thread::Builder::new().name("syscatch-facts".into()).spawn(move || ProcessFacts {
+                hooks: crate::hooks::read::read_hook_facts(pid),
+                ..crate::live::facts::read_facts_but_memory(pid)
+            })
+        })
+        .transpose()
+        .context("cannot start the facts thread")?;
+    let mut end_regions = None;
     if done.leaks.is_some() {
-        let last = procfs::read_smaps_regions(pid);
+        let regions = crate::live::memory::read_regions(pid).unwrap_or_default();
+        let last: Vec<Span> = regions.iter().map(Span::of).collect();
+        end_regions = (!regions.is_empty()).then_some(regions);
         if let Some(r) = &recorder {
-            r.write(&Record::Smaps { regions: last.clone() });
+            r.write(&Record::Sample { spans: last.clone() });
         }
         ending.final_sample = Some(last);
         if let Ok(pm) = crate::os::pagemap::Pagemap::open(pid) {
@@ -530,11 +565,11 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
             });
         }
     }
-    if out.report || recorder.is_some() {
-        let facts = ProcessFacts {
-            hooks: crate::hooks::read::read_hook_facts(pid),
-            ..crate::live::facts::read_facts_but_hooks(pid, class_before)
-        };
+    if let Some(reading) = reading_facts {
+        let Ok(mut facts) = reading.join() else { return Err(internal_error("the facts thread")) };
+        facts.class_before = class_before;
+        let class = end_regions.and_then(|r| crate::live::memory::read_class_facts_of(pid, r));
+        crate::live::facts::set_class_facts(&mut facts, class);
         if let Some(r) = &recorder {
             r.write(&Record::Facts(Box::new(facts.clone())));
         }
@@ -587,8 +622,8 @@ pub type Residency = dyn FnMut(u64, u64, u64) -> Option<(u64, u64)>;
 
 /// What the end of a report needs from the target (read after detach) or from a recording.
 pub struct Ending {
-    /// The last smaps sample (a recording has it among its events already).
-    pub final_sample: Option<Vec<crate::model::smaps::SmapsRegion>>,
+    /// The last sample, of the whole smaps (a recording has it among its events already).
+    pub final_sample: Option<Vec<Span>>,
     /// Pagemap entries read and resident bytes of a range (see `LeakTracker::weigh_residency`).
     pub residency: Box<Residency>,
     pub facts: Option<crate::analysis::rules::ProcessFacts>,

@@ -9,20 +9,26 @@ use std::collections::BTreeMap;
 /// Everything the rules look at besides the traced stacks and the hook verdicts (`hooks::read::read_hook_facts`,
 /// a layer above); `class_before` was read before the trace.
 pub fn read_facts_but_hooks(pid: Tid, class_before: Option<BTreeMap<String, i64>>) -> ProcessFacts {
-    let mut f = ProcessFacts { class_before, ..ProcessFacts::default() };
-    if let Some((kb, arenas, alloc)) = crate::live::memory::read_class_facts(pid) {
-        f.class_kb = Some(kb);
-        f.arenas = arenas;
-        f.allocator = alloc;
-    }
+    let mut f = ProcessFacts { class_before, ..read_facts_but_memory(pid) };
+    set_class_facts(&mut f, crate::live::memory::read_class_facts(pid));
+    f
+}
+
+/// The facts but the hook verdicts and the memory by class: the environment and the kernel settings.
+pub fn read_facts_but_memory(pid: Tid) -> ProcessFacts {
+    let mut f = ProcessFacts::default();
     (f.env, f.env_source) = read_environment(pid);
     f.kernel = read_kernel();
     f
 }
 
-/// Memory by class now (Rss+Swap KiB by class name), for the growth by class.
-pub fn read_class_kb(pid: Tid) -> Option<BTreeMap<String, i64>> {
-    crate::live::memory::read_class_facts(pid).map(|(kb, _, _)| kb)
+/// Memory by class, the arenas and the allocator, as `live::memory` read them (nothing when it could not).
+pub fn set_class_facts(f: &mut ProcessFacts, class: Option<crate::live::memory::ClassFacts>) {
+    if let Some((kb, arenas, alloc)) = class {
+        f.class_kb = Some(kb);
+        f.arenas = arenas;
+        f.allocator = alloc;
+    }
 }
 
 /// The environment as it is now: the strings libc's `__environ` points at, in the target's memory (a server

@@ -4,7 +4,7 @@
 
 use crate::analysis::memclass::{self, ArenaSummary, Class, ClassTotal, Threads};
 use crate::live::Error;
-use crate::model::smaps::{SmapsRegion, parse_smaps};
+use crate::model::smaps::{SmapsRegion, SmapsStream};
 use crate::os::{Tid, mem::ProcMem, procfs};
 use std::collections::BTreeMap;
 
@@ -19,23 +19,45 @@ pub struct Sample {
     pub threads: Threads,
 }
 
-/// Rss+Swap in KiB by class name, the number of glibc thread arenas, and the allocator's name: the memory facts
-/// the findings rules take. `None` when the process cannot be read.
-pub fn read_class_facts(pid: Tid) -> Option<(BTreeMap<String, i64>, usize, String)> {
+/// The memory facts the findings rules take: Rss+Swap in KiB by class name, the number of glibc thread arenas,
+/// and the allocator's name.
+pub type ClassFacts = (BTreeMap<String, i64>, usize, String);
+
+/// [`ClassFacts`] as the process is now; `None` when it cannot be read.
+pub fn read_class_facts(pid: Tid) -> Option<ClassFacts> {
+    read_class_facts_of(pid, read_regions(pid).ok()?)
+}
+
+/// [`ClassFacts`] of regions read just before (by [`read_regions`]), reading only the heaps' first words and the
+/// threads' stack pointers.
+pub fn read_class_facts_of(pid: Tid, regions: Vec<SmapsRegion>) -> Option<ClassFacts> {
     let mem = ProcMem::open(pid).ok();
-    let s = read_sample(pid, mem.as_ref(), 0.0).ok()?;
+    let s = sample_of(pid, regions, mem.as_ref(), 0.0).ok()?;
     let alloc = memclass::detect_allocator(&s.regions);
     let kb = s.by_class.iter().map(|(c, t)| (c.name().to_string(), t.rss_swap() as i64)).collect();
     Some((kb, s.arenas.arenas.len().max(usize::from(s.arenas.unread > 0)), alloc.name.to_string()))
 }
 
-pub fn read_sample(pid: Tid, mem: Option<&ProcMem>, time: f64) -> Result<Sample, Error> {
-    let text = procfs::read_smaps(pid).map_err(|error| match error.kind() {
+/// Every region of `/proc/PID/smaps`, parsed as it is read, without the `VmFlags` and the counters that have no
+/// field (nothing that reads these samples uses them; for 30,000 regions they would cost over 10 MB).
+pub fn read_regions(pid: Tid) -> Result<Vec<SmapsRegion>, Error> {
+    let mut stream = SmapsStream::lean();
+    let mut regions = Vec::new();
+    procfs::for_each_smaps_line(pid, |l| regions.extend(stream.line(l))).map_err(|error| match error.kind() {
         std::io::ErrorKind::NotFound => Error::NoProcess { pid },
         std::io::ErrorKind::PermissionDenied => Error::SmapsDenied { pid },
         _ => Error::Smaps { pid, error },
     })?;
-    let regions = parse_smaps(&text);
+    regions.extend(stream.finish());
+    Ok(regions)
+}
+
+pub fn read_sample(pid: Tid, mem: Option<&ProcMem>, time: f64) -> Result<Sample, Error> {
+    sample_of(pid, read_regions(pid)?, mem, time)
+}
+
+/// Classifies regions just read.
+fn sample_of(pid: Tid, regions: Vec<SmapsRegion>, mem: Option<&ProcMem>, time: f64) -> Result<Sample, Error> {
     if regions.is_empty() {
         return Err(Error::NothingMapped { pid });
     }

@@ -13,6 +13,7 @@ pub mod plan;
 pub mod process;
 pub mod python;
 pub mod resolve;
+pub mod sampling;
 pub mod snapshot;
 pub mod tracer;
 

@@ -1,6 +1,8 @@
 //! Parses `/proc/PID/smaps` text into [`SmapsRegion`]s: each region is the maps line ([`Mapping`]) with the
 //! kernel's per-region counters, in one pass. Pure: callers do the I/O. Malformed lines are skipped and
-//! counters that do not parse stay zero, so any text yields a result and never a panic.
+//! counters that do not parse stay zero, so any text yields a result and never a panic. [`SmapsStream`] takes the
+//! text a line at a time (a reader never holds a large file whole); [`Span`] is what the leak model keeps of a
+//! region per sample.
 
 use crate::model::maps::{Mapping, parse_maps_line};
 use std::collections::BTreeMap;
@@ -66,41 +68,148 @@ impl SmapsRegion {
 
 /// Parses a whole smaps text. Counter lines before the first region line are ignored.
 pub fn parse_smaps(text: &str) -> Vec<SmapsRegion> {
-    let mut out: Vec<SmapsRegion> = Vec::new();
-    for line in text.lines() {
-        let first = line.split_ascii_whitespace().next().unwrap_or("");
+    let mut stream = SmapsStream::default();
+    let mut out: Vec<SmapsRegion> = text.lines().filter_map(|l| stream.line(l)).collect();
+    out.extend(stream.finish());
+    out
+}
+
+/// Parses smaps text one line at a time, so a caller reading a large file never holds all of it (a process with
+/// 30,000 mappings has 21 MB of smaps): each region comes out when the line after its last counter arrives, the
+/// last one from [`SmapsStream::finish`].
+#[derive(Default)]
+pub struct SmapsStream {
+    current: Option<SmapsRegion>,
+    lean: bool,
+}
+
+impl SmapsStream {
+    /// A stream that leaves out the `VmFlags` and the counters without a field: for 30,000 regions they would
+    /// cost over 10 MB, and a sample of the memory by class needs neither.
+    pub fn lean() -> SmapsStream {
+        SmapsStream { current: None, lean: true }
+    }
+
+    /// Takes one line (with or without its newline); returns the region it completes, if any.
+    pub fn line(&mut self, line: &str) -> Option<SmapsRegion> {
+        let line = line.strip_suffix('\n').unwrap_or(line);
         // A region line starts with `start-end`; a counter line with `Key:`. A path may contain anything,
         // including `: `, but it never comes first on the line.
-        if let Some(key) = first.strip_suffix(':') {
-            if let Some(r) = out.last_mut() {
-                let value = line.get(first.len()..).unwrap_or("").trim();
-                set_field(r, key, value);
+        let first = line.trim_ascii_start();
+        let end = first.bytes().position(|c| c.is_ascii_whitespace()).unwrap_or(first.len());
+        if let Some(key) = first.get(..end).and_then(|f| f.strip_suffix(':')) {
+            if let Some(r) = self.current.as_mut() {
+                let value = first.get(end..).unwrap_or("").trim_ascii();
+                set_field(r, key, value, self.lean);
             }
+            None
         } else if let Some(map) = parse_maps_line(line) {
-            out.push(SmapsRegion { map, ..SmapsRegion::default() });
+            self.current.replace(SmapsRegion { map, ..SmapsRegion::default() })
+        } else {
+            None
         }
     }
-    out
+
+    /// The last region.
+    pub fn finish(self) -> Option<SmapsRegion> {
+        self.current
+    }
+}
+
+/// What the leak model keeps of a region in each sample: its range, whether it is anonymous-like memory, and its
+/// Rss+Swap in kB. A few dozen bytes, so that keeping a process's 30,000 regions twice costs about 2 MB.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Span {
+    pub start: u64,
+    pub end: u64,
+    /// Anonymous memory as the leak model counts it ([`anonymous_like`]).
+    pub anon: bool,
+    pub rss_swap: u64,
+}
+
+impl Span {
+    pub fn of(r: &SmapsRegion) -> Span {
+        Span::of_mapping(&r.map, r.rss_swap())
+    }
+
+    pub fn of_mapping(m: &Mapping, rss_swap: u64) -> Span {
+        Span { start: m.start, end: m.end, anon: anonymous_like(&m.path), rss_swap }
+    }
+
+    /// The same range and kind (its Rss+Swap aside).
+    pub fn same_range(&self, other: &Span) -> bool {
+        (self.start, self.end, self.anon) == (other.start, other.end, other.anon)
+    }
+}
+
+/// The [`Span`] of one `/proc/PID/maps` line (Rss+Swap 0: maps does not say), without building its
+/// [`Mapping`]; `None` where [`parse_maps_line`] would refuse the line.
+pub fn parse_maps_span(line: &str) -> Option<Span> {
+    let mut rest = line.trim_end_matches('\n');
+    let mut field = || {
+        let r = rest.trim_start_matches(' ');
+        let end = r.find(' ').unwrap_or(r.len());
+        let (f, tail) = r.split_at(end);
+        rest = tail;
+        f
+    };
+    let (s, e) = field().split_once('-')?;
+    let perms = field();
+    u64::from_str_radix(field(), 16).ok()?;
+    field();
+    field().parse::<u64>().ok()?;
+    let (start, end) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
+    if end < start || perms.len() != 4 {
+        return None;
+    }
+    Some(Span { start, end, anon: anonymous_like(rest.trim_start_matches(' ')), rss_swap: 0 })
+}
+
+/// Fills the Rss+Swap of the regions of a new sample `now` (read from maps, so without it) from the previous sample
+/// `prev`, where a region is unchanged (same range and kind) and holds none of the `traced` ranges; returns the
+/// indices of the anonymous-like regions whose Rss+Swap must be read afresh (new, changed, or holding traced
+/// bytes). Others that changed (file mappings: their growth is not asked for) keep what their start had. All
+/// three lists sorted by address, as the kernel prints them.
+pub fn carry_over(prev: &[Span], now: &mut [Span], traced: &[(u64, u64)]) -> Vec<usize> {
+    let mut fresh = Vec::new();
+    for (i, s) in now.iter_mut().enumerate() {
+        let t = traced.partition_point(|&(_, e)| e <= s.start);
+        let holds_traced = traced.get(t).is_some_and(|&(ts, _)| ts < s.end);
+        let p = prev.partition_point(|p| p.start < s.start);
+        let before = prev.get(p).filter(|p| p.same_range(s));
+        match before {
+            Some(b) if !holds_traced => s.rss_swap = b.rss_swap,
+            _ if s.anon => fresh.push(i),
+            _ => s.rss_swap = prev.get(p).filter(|p| p.start == s.start).map_or(0, |p| p.rss_swap),
+        }
+    }
+    fresh
+}
+
+/// Anonymous memory as smaps shows it: no path, a `[pseudo]` name, or shared anonymous memory (an unlinked
+/// shmem file named /dev/zero).
+pub fn anonymous_like(path: &str) -> bool {
+    !path.starts_with('/') || path.starts_with("/dev/zero")
 }
 
 /// For each region of `after`, the Rss+Swap (kB) its address range had in `before`, or `None` when it is new.
 /// Regions move and merge as they grow (a heap at its end, adjacent anonymous mmaps downwards), so each region
 /// of `before` counts toward the region of `after` it overlaps most. Both lists sorted by address, as the kernel
 /// prints them.
-pub fn previous_rss_swap(before: &[SmapsRegion], after: &[SmapsRegion]) -> Vec<Option<u64>> {
+pub fn previous_rss_swap(before: &[Span], after: &[Span]) -> Vec<Option<u64>> {
     let mut prev: Vec<Option<u64>> = vec![None; after.len()];
     for old in before {
-        let from = after.partition_point(|r| r.map.end <= old.map.start);
+        let from = after.partition_point(|r| r.end <= old.start);
         let best = after
             .get(from..)
             .unwrap_or(&[])
             .iter()
-            .take_while(|r| r.map.start < old.map.end)
+            .take_while(|r| r.start < old.end)
             .enumerate()
-            .max_by_key(|(_, r)| r.map.end.min(old.map.end).saturating_sub(r.map.start.max(old.map.start)))
+            .max_by_key(|(_, r)| r.end.min(old.end).saturating_sub(r.start.max(old.start)))
             .map(|(i, _)| from + i);
         if let Some(slot) = best.and_then(|i| prev.get_mut(i)) {
-            *slot = Some(slot.unwrap_or(0).saturating_add(old.rss_swap()));
+            *slot = Some(slot.unwrap_or(0).saturating_add(old.rss_swap));
         }
     }
     prev
@@ -108,12 +217,13 @@ pub fn previous_rss_swap(before: &[SmapsRegion], after: &[SmapsRegion]) -> Vec<O
 
 /// `123 kB` -> 123; a bare number is accepted too.
 fn parse_kb(value: &str) -> Option<u64> {
-    let num = value.strip_suffix("kB").unwrap_or(value).trim();
+    let num = value.strip_suffix("kB").unwrap_or(value).trim_ascii_end();
     num.parse().ok()
 }
 
-fn set_field(r: &mut SmapsRegion, key: &str, value: &str) {
+fn set_field(r: &mut SmapsRegion, key: &str, value: &str, lean: bool) {
     match key {
+        "VmFlags" | "ProtectionKey" if lean => return,
         "VmFlags" => {
             r.vm_flags = value.split_ascii_whitespace().map(str::to_string).collect();
             return;
@@ -150,7 +260,9 @@ fn set_field(r: &mut SmapsRegion, key: &str, value: &str) {
         "SwapPss" => &mut r.swap_pss,
         "Locked" => &mut r.locked,
         _ => {
-            r.other.insert(key.to_string(), kb);
+            if !lean {
+                r.other.insert(key.to_string(), kb);
+            }
             return;
         }
     };
@@ -254,6 +366,8 @@ VmFlags: rd wr mr mw me gd ac
         let after = parse_smaps(
             "0-3000 rw-p 0 00:00 0\nRss: 12 kB\n4000-7000 rw-p 0 00:00 0\nRss: 12 kB\n9000-a000 rw-p 0 00:00 0\n",
         );
+        let (before, after): (Vec<Span>, Vec<Span>) =
+            (before.iter().map(Span::of).collect(), after.iter().map(Span::of).collect());
         assert_eq!(previous_rss_swap(&before, &after), [Some(8), Some(8), None]);
         assert_eq!(previous_rss_swap(&[], &after), [None, None, None]);
         assert!(previous_rss_swap(&before, &[]).is_empty());
@@ -283,5 +397,72 @@ VmFlags: rd wr mr mw me gd ac
         assert!(r[0].vm_flags.is_empty());
         assert_eq!(parse_smaps(cases[5])[0].rss_swap(), u64::MAX);
         assert!(parse_smaps(cases[7]).is_empty());
+    }
+
+    #[test]
+    fn a_stream_of_lines_gives_what_the_whole_text_gives() {
+        let whole = parse_smaps(SAMPLE);
+        let mut stream = SmapsStream::default();
+        // Lines as a buffered reader hands them over, newline included.
+        let mut got: Vec<SmapsRegion> = SAMPLE.split_inclusive('\n').filter_map(|l| stream.line(l)).collect();
+        got.extend(stream.finish());
+        assert_eq!(got, whole);
+        // A lean stream: the same regions and counters, without the flags and the unnamed counters.
+        let mut lean = SmapsStream::lean();
+        let mut slim: Vec<SmapsRegion> = SAMPLE.lines().filter_map(|l| lean.line(l)).collect();
+        slim.extend(lean.finish());
+        let mut expect = whole.clone();
+        for r in &mut expect {
+            r.vm_flags.clear();
+            r.other.clear();
+        }
+        assert_eq!(slim, expect);
+        let spans: Vec<Span> = whole.iter().map(Span::of).collect();
+        assert_eq!(spans[0], Span { start: 0x5581d6a00000, end: 0x5581d6a21000, anon: true, rss_swap: 132 });
+        // A file is not anonymous; a pseudo-name is.
+        assert_eq!(spans.iter().map(|s| s.anon).collect::<Vec<_>>(), [true, true, true, false, true]);
+        assert!(anonymous_like("/dev/zero (deleted)") && !anonymous_like("/usr/lib/libc.so.6"));
+        assert!(SmapsStream::default().finish().is_none());
+    }
+
+    #[test]
+    fn a_sample_from_maps_reads_afresh_only_what_changed_or_is_traced() {
+        let span = |start, end, anon, rss_swap| Span { start, end, anon, rss_swap };
+        let prev = [span(0x1000, 0x2000, true, 4), span(0x2000, 0x4000, false, 8), span(0x5000, 0x6000, true, 4)];
+        let mut now = [
+            span(0x1000, 0x2000, true, 0),  // unchanged: carried
+            span(0x2000, 0x4000, false, 0), // unchanged file: carried
+            span(0x5000, 0x7000, true, 0),  // grew: read afresh
+            span(0x8000, 0x9000, true, 0),  // new: read afresh
+            span(0xa000, 0xc000, true, 0),  // new
+        ];
+        assert_eq!(carry_over(&prev, &mut now, &[]), [2, 3, 4]);
+        assert_eq!(now.map(|s| s.rss_swap), [4, 8, 0, 0, 0]);
+        // A traced range inside an unchanged region: read afresh (calls may have touched it).
+        let mut again = [span(0x1000, 0x2000, true, 0), span(0x2000, 0x4000, false, 0)];
+        assert_eq!(carry_over(&prev, &mut again, &[(0x1800, 0x1900)]), [0]);
+        assert_eq!(carry_over(&prev, &mut again, &[(0x0, 0x1000), (0x2000, 0x3000)]), Vec::<usize>::new());
+        assert_eq!(again[1].rss_swap, 8);
+        assert!(carry_over(&[], &mut [], &[(1, 2)]).is_empty());
+    }
+
+    #[test]
+    fn a_span_from_a_maps_line_is_the_span_of_its_mapping() {
+        let lines = [
+            "55d0c7a00000-55d0c7a01000 r--p 00000000 fe:01 1234                       /usr/bin/my prog (deleted)\n",
+            "7f0000000000-7f0000021000 rw-p 00000000 00:00 0 \n",
+            "7f0000021000-7f0000022000 rw-s 00000000 00:01 7                          /dev/zero (deleted)",
+            "7ffd1c9e0000-7ffd1ca01000 rw-p 00000000 00:00 0                          [stack]",
+            "7ffd1c9e0000-7ffd1ca01000 rw-p 00000000 00:00 0",
+        ];
+        for l in lines {
+            let m = parse_maps_line(l.trim_end_matches('\n')).unwrap();
+            assert_eq!(parse_maps_span(l), Some(Span::of_mapping(&m, 0)), "{l}");
+        }
+        for bad in ["", "garbage line", "2000-1000 rw-p 0 00:00 0", "1000-2000 rw- 0 00:00 0", "1000-2000 rw-p x 0:0 0"]
+        {
+            assert_eq!(parse_maps_span(bad), None, "{bad}");
+            assert_eq!(parse_maps_line(bad), None, "{bad}");
+        }
     }
 }

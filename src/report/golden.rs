@@ -9,8 +9,7 @@ use super::text::Text;
 use crate::analysis::leaks::LeakTracker;
 use crate::analysis::rules::{self, ProcessFacts};
 use crate::model::event::{End, Event, Summary};
-use crate::model::maps::Mapping;
-use crate::model::smaps::SmapsRegion;
+use crate::model::smaps::Span;
 use crate::model::stack::{Frame, FrameKind, Stack};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -108,10 +107,8 @@ fn summary() -> Summary {
     }
 }
 
-fn region(start: u64, end: u64, rss_kb: u64) -> SmapsRegion {
-    let map =
-        Mapping { start, end, perms: "rw-p".into(), offset: 0, dev: "00:00".into(), inode: 0, path: String::new() };
-    SmapsRegion { map, size: (end - start) / 1024, rss: rss_kb, anonymous: rss_kb, ..SmapsRegion::default() }
+fn region(start: u64, end: u64, rss_kb: u64) -> Span {
+    Span { start, end, anon: true, rss_swap: rss_kb }
 }
 
 /// Renders everything through `r`: the events, the leak report with its diagnosis, the summary.
