@@ -250,12 +250,16 @@ fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wrappe
         for s in &specs {
             let Some(label) = s.probes.first().and_then(|p| p.label.clone()) else { continue };
             let name = label.rsplit(':').next().unwrap_or("");
-            if matches!(name, "munmap" | "mmap" | "mmap64") {
-                let ring = name == "munmap" && !asked.contains(&SYS_MUNMAP);
-                // Enough of it to reach its `syscall` (mmap's is 17 bytes in).
-                let code = module.file_bytes(s.addr, 64).map_or_else(|| s.code.clone(), <[u8]>::to_vec);
-                plan.fast_functions.push(FastFunction { addr: s.addr, code, label, ring });
-            }
+            let nr = match name {
+                "munmap" => SYS_MUNMAP,
+                "mmap" | "mmap64" => crate::model::consts::SYS_MMAP,
+                _ => continue,
+            };
+            let ring = nr == SYS_MUNMAP && !asked.contains(&SYS_MUNMAP);
+            // The whole function: `plan_fixed` requires its one `syscall` and every branch inside it.
+            let Some(size) = module.find_symbol(name).map(|(_, size)| size.clamp(16, 1024)) else { continue };
+            let Some(code) = module.file_bytes(s.addr, size).map(<[u8]>::to_vec) else { continue };
+            plan.fast_functions.push(FastFunction { addr: s.addr, code, label, nr, ring });
         }
     }
     if !specs.is_empty() {

@@ -230,10 +230,15 @@ pub fn plan(
 /// (5 bytes) just before its `syscall` is replaced by the jump; returns the plan and the number. Refused unless
 /// the instructions before it leave the stack pointer alone (so the stack at the patch is the one at the entry,
 /// and frame 0 unwinds from the entry), nothing branches into the patched bytes, and the instruction after
-/// `syscall` sets the flags without reading them. `code` starts at the function's entry `entry`.
-pub fn plan_fixed(cs: &capstone::Capstone, entry: u64, code: &[u8]) -> Result<(PatchPlan, u64), Refusal> {
-    let insns = cs.disasm_count(code, entry, 24).map_err(|_| Refusal::OutsideCode)?;
+/// `syscall` sets the flags without reading them. `code` is the whole function (its symbol's size), from its
+/// entry `entry`: it must make exactly one `syscall`, of number `want` (a second path to the kernel would go
+/// unseen once the entry's int3 is not there).
+pub fn plan_fixed(cs: &capstone::Capstone, entry: u64, code: &[u8], want: u64) -> Result<(PatchPlan, u64), Refusal> {
+    let insns = cs.disasm_all(code, entry).map_err(|_| Refusal::OutsideCode)?;
     let list: Vec<_> = insns.iter().collect();
+    if list.iter().filter(|i| i.bytes() == [0x0f, 0x05]).count() != 1 {
+        return Err(Refusal::NoFixedNumber);
+    }
     let mut targets = Vec::new();
     for i in &list {
         let off = (i.address() - entry) as usize;
@@ -255,6 +260,9 @@ pub fn plan_fixed(cs: &capstone::Capstone, entry: u64, code: &[u8]) -> Result<(P
                 return Err(Refusal::BranchIntoPatch);
             }
             let nr = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as u64;
+            if nr != want {
+                return Err(Refusal::NoFixedNumber);
+            }
             return Ok((PatchPlan { at, orig: bytes.to_vec(), syscall_at }, nr));
         }
         // Before the patch: only what leaves rsp and the stack alone.
@@ -845,19 +853,23 @@ mod tests {
     fn libc_functions_are_patched_at_their_number_move_and_share_the_page() {
         let cs = disassembler().unwrap();
         let (munmap, mmap, mremap) = (0x7f00_0010_1a00u64, 0x7f00_0010_19a0u64, 0x7f00_0010_99d0u64);
-        let (pu, nu) = plan_fixed(&cs, munmap, GLIBC_MUNMAP).unwrap();
+        let (pu, nu) = plan_fixed(&cs, munmap, GLIBC_MUNMAP, 11).unwrap();
         assert_eq!((pu.at, pu.orig.as_slice(), pu.syscall_at, nu), (munmap, &GLIBC_MUNMAP[..5], munmap + 5, 11));
-        let (pm, nm) = plan_fixed(&cs, mmap, GLIBC_MMAP).unwrap();
+        let (pm, nm) = plan_fixed(&cs, mmap, GLIBC_MMAP, 9).unwrap();
+        // The number must be the one the function's name says, and the function must have one `syscall`.
+        assert_eq!(plan_fixed(&cs, mmap, GLIBC_MMAP, 11), Err(Refusal::NoFixedNumber));
+        let twice = [GLIBC_MUNMAP, &GLIBC_MUNMAP[..7]].concat();
+        assert_eq!(plan_fixed(&cs, munmap, &twice, 11), Err(Refusal::NoFixedNumber));
         assert_eq!((pm.at, pm.syscall_at, nm), (mmap + 12, mmap + 17, 9));
         // mremap moves rsp before its `syscall`: frame 0 would not unwind from its entry.
-        assert_eq!(plan_fixed(&cs, mremap, GLIBC_MREMAP), Err(Refusal::NoFixedNumber));
+        assert_eq!(plan_fixed(&cs, mremap, GLIBC_MREMAP, 25), Err(Refusal::NoFixedNumber));
         // A branch into the patched bytes, or a flags read after `syscall`, refuses.
         let mut odd = GLIBC_MMAP.to_vec();
         odd[11] = 0x01;
-        assert_eq!(plan_fixed(&cs, mmap, &odd), Err(Refusal::BranchIntoPatch));
+        assert_eq!(plan_fixed(&cs, mmap, &odd, 9), Err(Refusal::BranchIntoPatch));
         let mut odd = GLIBC_MUNMAP.to_vec();
         odd[7..9].copy_from_slice(&[0x73, 0x01]);
-        assert_eq!(plan_fixed(&cs, munmap, &odd), Err(Refusal::FlagsRead));
+        assert_eq!(plan_fixed(&cs, munmap, &odd, 11), Err(Refusal::FlagsRead));
         // One page for syscall(), munmap (the ring) and mmap (a stop), each jumping back past its own `syscall`.
         let entry = 0x7f00_0010_1810;
         let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();

@@ -103,9 +103,11 @@ struct Patch {
 #[derive(Debug, Clone)]
 pub struct FastFunction {
     pub addr: u64,
-    /// Its first bytes, from the file.
+    /// Its bytes, from the file: the whole function (its symbol's size).
     pub code: Vec<u8>,
     pub label: Arc<str>,
+    /// The system call it makes (its code must say the same).
+    pub nr: u64,
     /// Its calls go to the ring (their stacks are not needed).
     pub ring: bool,
 }
@@ -213,7 +215,7 @@ impl Tracer<'_> {
         let mut fixed = Vec::new();
         for f in functions {
             let mut now = vec![0u8; f.code.len()];
-            match trampoline::plan_fixed(&cs, f.addr, &f.code) {
+            match trampoline::plan_fixed(&cs, f.addr, &f.code, f.nr) {
                 Ok((p, nr)) if self.mem.read_exact(f.addr, &mut now).is_ok() && now == f.code => {
                     fixed.push((f.clone(), p, nr))
                 }
@@ -265,7 +267,9 @@ impl Tracer<'_> {
                     return Err(Error::InsidePatch { tid: t });
                 }
             }
-            threads.insert(r.0.fs_base, vec![(0, t)]);
+            if !self.threads.get(&t).is_some_and(|th| th.shared_child) {
+                threads.entry(r.0.fs_base).or_insert_with(Vec::new).push((0, t));
+            }
             template.get_or_insert(r);
         }
         let rings = |sites: &[Site]| {
@@ -650,8 +654,12 @@ impl Tracer<'_> {
         }
     }
 
-    /// Remembers the fs base of a stopped thread: the ring's slots name their thread by it.
+    /// Remembers the fs base of a stopped thread: the ring's slots name their thread by it. Not a vfork child's
+    /// (it runs with its parent's fs base; the parent sleeps until it execs or exits).
     pub(super) fn learn_thread(&mut self, tid: Tid, regs: &Regs) {
+        if self.threads.get(&tid).is_some_and(|t| t.shared_child) {
+            return;
+        }
         let Some(f) = self.fast.as_mut() else { return };
         let mem: &dyn Mem = f.shared.as_deref().unwrap_or(&*self.mem);
         let Some(r) = f.ring.as_mut() else { return };
@@ -847,9 +855,10 @@ impl Tracer<'_> {
                     break;
                 }
                 match self.wait_bounded(tid, super::hold::HOLD_LIMIT) {
-                    // The step's own trap (a SIGTRAP another process sent has SI_USER or SI_TKILL: held as any).
-                    Ok(crate::os::ptrace::Stop::Signal(libc::SIGTRAP))
-                        if self.k.sig_code(tid).is_ok_and(|c| c == libc::TRAP_TRACE) => {}
+                    // The step's own trap: a kernel trap (si_code > 0: TRAP_TRACE, or TRAP_BRKPT for a step over
+                    // `syscall` on 6.18); a SIGTRAP another process sent (SI_USER, SI_TKILL: <= 0) is held as any.
+                    Ok(crate::os::ptrace::Stop::Signal(libc::SIGTRAP)) if self.k.sig_code(tid).is_ok_and(|c| c > 0) => {
+                    }
                     // Anything else is held as while holding: a signal is delivered at once (the step goes on
                     // where the handler returns), an interrupt is taken, an exit forgets the thread.
                     Ok(stop) => self.hold(tid, stop),
