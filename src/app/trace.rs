@@ -663,6 +663,8 @@ pub fn finish(
         tracker.weigh_residency(&mut *ending.residency);
         let nested = tracker.nested;
         let mut report = tracker.report();
+        // syscatch's own pages grew in the target, but they are not the target's.
+        report.growing.retain(|g| !summary.own_ranges.iter().any(|&(a, b)| a <= g.start && g.end <= b));
         if let (true, Some(facts)) = (out.report, &ending.facts) {
             let secs = summary.duration.as_secs_f64();
             let mut d = crate::app::findings::diagnose(facts, &report, &out.rules, secs);

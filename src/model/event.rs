@@ -83,6 +83,10 @@ pub struct Summary {
     /// `--fast` calls read from the trampoline's ring: made without a stop (their stack was not needed).
     #[serde(default)]
     pub from_ring: u64,
+    /// syscatch's own pages in the target (the trap pad's, `--fast`'s trampoline and ring): left out of the
+    /// growing regions of the leak report.
+    #[serde(default)]
+    pub own_ranges: Vec<(u64, u64)>,
     pub threads_seen: u64,
     pub forks_cleaned: u64,
     pub signals_forwarded: u64,

@@ -432,6 +432,8 @@ impl Tracer<'_> {
             None => None,
         };
         self.fast = Some(Fast { patches, int3s, full_int3s, page, sigtrap_handled, fsgsbase, ring, shared });
+        // syscatch's own memory in the target (the ring's pages fill as it is used): not the target's growth.
+        self.summary.own_ranges.push((page, page + len));
         self.armed = true;
         self.start = Instant::now();
         Ok(patched)

@@ -157,6 +157,8 @@ impl Tracer<'_> {
         if (page as i64) < 0 || page & 0xfff != 0 {
             return Err(Error::Mmap(page as i64));
         }
+        // syscatch's own memory in the target: not the target's growth.
+        self.summary.own_ranges.push((page, page + trappad::PAGES_LEN));
         let undo = |t: &mut Self, why: Error| {
             let _ = t.inject_syscall(tid, syscall_at, libc::SYS_munmap as u64, [page, trappad::PAGES_LEN, 0, 0, 0, 0]);
             Err(why)
