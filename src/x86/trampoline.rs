@@ -361,8 +361,9 @@ pub struct Assembled {
     pub int3s: HashMap<u64, u64>,
     /// Each int3's site (an index into the sites given to [`assemble_sites`]).
     pub int3_sites: HashMap<u64, usize>,
-    /// Each ring path's stretch from just past its `syscall` to just past the store that completes its slot: a
-    /// thread stopped in there has made its call, and its slot is not whole yet.
+    /// Each ring path's stretch from just past the counter's `lock xadd` to just past the store that completes its
+    /// slot, and each full path's up to and through its int3: a thread stopped in there has a number, and its call
+    /// is not written down yet.
     pub ring_writes: Vec<(u64, u64)>,
     /// Where each site's code starts: its patched jump goes there.
     pub starts: Vec<u64>,
@@ -537,6 +538,8 @@ fn path(
         a.int3s.insert(int3, nr);
         a.int3_sites.insert(int3, si);
         a.full_int3s.push(int3);
+        // A thread on the full path has made its call too: stepped at detach up to and through its int3.
+        a.ring_writes.push((full_at, int3 + 1));
         code.push(0xcc);
         riprel(code, page, &[0xe9], back)?;
         debug_assert_eq!(code.len() - start, ring_len(reloc));
@@ -748,7 +751,7 @@ mod tests {
         let a = assemble(&p, page, &[9, 11, 25], &[11], true).unwrap();
         assert!(fits(&p, 3, 1) && a.code.len() <= 4096);
         assert_eq!(a.int3s.len(), 3, "the ring's full path stops at an int3 of its own");
-        assert_eq!(a.ring_writes.len(), 1);
+        assert_eq!(a.ring_writes.len(), 2, "the ring's write and its full path");
         let insns = cs.disasm_all(&a.code, page).unwrap();
         let text: Vec<String> = insns
             .iter()
@@ -883,7 +886,7 @@ mod tests {
         assert!(assemble_sites(&sites, page, false).is_none(), "a ring needs rdfsbase");
         let a = assemble_sites(&sites, page, true).unwrap();
         assert_eq!(a.starts.len(), 3);
-        assert_eq!(a.ring_writes.len(), 2);
+        assert_eq!(a.ring_writes.len(), 4);
         let insns = cs.disasm_all(&a.code, page).unwrap();
         let text = |addr: u64| {
             let i = insns.iter().find(|i| i.address() == addr).unwrap();

@@ -119,8 +119,11 @@ pub(super) struct Ring {
     next: u64,
     /// The tail as last written to the target.
     written: u64,
-    /// Stop events waiting for the calls numbered before them.
-    stops: BTreeMap<u64, Event>,
+    /// Stop events waiting for the calls numbered before them: a trampoline stop at (its number, 0), a
+    /// breakpoint's event at (the last number taken when it completed, 1 + a count), after that number's call.
+    stops: BTreeMap<(u64, u64), Event>,
+    /// Breakpoint events queued so far (their keys' second part).
+    queued: u64,
     /// Each fs base, from the registers of the threads that had it, with the counter when each was learned: a slot
     /// names its thread by its fs base, and glibc gives a new thread the fs base of a joined one (a cached stack):
     /// a slot numbered after a thread was learned at its first stop is that thread's.
@@ -151,6 +154,7 @@ impl Ring {
             next: 1,
             written: 1,
             stops: BTreeMap::new(),
+            queued: 0,
             threads: HashMap::new(),
             writes,
             read_at: Instant::now(),
@@ -644,16 +648,31 @@ impl Tracer<'_> {
     pub(super) fn emit_fast(&mut self, seq: u64, ev: Event) {
         match self.fast.as_mut().and_then(|f| f.ring.as_mut()) {
             Some(r) if seq >= r.next => {
-                r.stops.insert(seq, ev);
+                r.stops.insert((seq, 0), ev);
                 self.drain_ring(false);
             }
             Some(r) if r.holes.contains(&seq) => {
                 r.holes.remove(&seq);
-                self.emit(ev);
+                self.emit_now(ev);
             }
             // Numbered before what was reported already: only a pass the end gave up on (see `drain_ring`).
-            _ => self.emit(ev),
+            _ => self.emit_now(ev),
         }
+    }
+
+    /// A breakpoint's event while a ring is read: queued after the calls numbered so far (their slots may not be
+    /// whole yet), unless all of them were reported. Returns the event when it can go at once.
+    pub(super) fn emit_after_ring(&mut self, ev: Event) -> Option<Event> {
+        let Some(f) = self.fast.as_mut() else { return Some(ev) };
+        let mem: &dyn Mem = f.shared.as_deref().unwrap_or(&*self.mem);
+        let Some(r) = f.ring.as_mut() else { return Some(ev) };
+        let Ok(now) = mem.read_u64(f.page + trampoline::COUNTER) else { return Some(ev) };
+        if now < r.next {
+            return Some(ev);
+        }
+        r.queued += 1;
+        r.stops.insert((now, r.queued), ev);
+        None
     }
 
     /// Remembers the fs base of a stopped thread: the ring's slots name their thread by it. Not a vfork child's
@@ -706,7 +725,7 @@ impl Tracer<'_> {
                 // The target is gone (and the ring with it): the stop events go out in order all the same.
                 let n = ring.stops.len();
                 for ev in std::mem::take(&mut ring.stops).into_values().collect::<Vec<_>>() {
-                    self.emit(ev);
+                    self.emit_now(ev);
                 }
                 self.summary.warnings.push(format!(
                     "--fast's ring could not be read at the end: {n} stop event(s) were reported without the \
@@ -745,7 +764,7 @@ impl Tracer<'_> {
             // The slots of the numbers from `next` that may have been written (those the tail allowed).
             let n = (head + 1 - ring.next).min(trampoline::RING_SLOTS);
             let first = read_slots(mem, page, ring.next, n, |s, slot| {
-                ring.stops.contains_key(&s) || slot.is_some_and(|x| x.seq == s)
+                ring.stops.contains_key(&(s, 0)) || slot.is_some_and(|x| x.seq == s)
             });
             // A slot seen whole was read again: the copy is not ordered word by word, and the second one finds
             // every word the writer stored before the sequence number the first one saw.
@@ -760,7 +779,7 @@ impl Tracer<'_> {
             }
             let done = ring.next + first;
             for s in ring.next..done {
-                if let Some(ev) = ring.stops.remove(&s) {
+                if let Some(ev) = ring.stops.remove(&(s, 0)) {
                     out.push(ev);
                 } else if let Some(x) = slots.remove(&s) {
                     let tid = thread_of(&ring.threads, &x).unwrap_or_else(|| {
@@ -772,6 +791,7 @@ impl Tracer<'_> {
                     self.summary.hits += 1;
                     self.summary.matching += 1;
                 }
+                after(&mut ring.stops, s, &mut out);
             }
             ring.next = done;
             if first < n {
@@ -788,6 +808,7 @@ impl Tracer<'_> {
                         break;
                     }
                     ring.holes.insert(ring.next);
+                    after(&mut ring.stops, ring.next, &mut out);
                     ring.next += 1;
                     gave_up = true;
                     continue;
@@ -795,6 +816,7 @@ impl Tracer<'_> {
                 // Every thread held for detach, and still missing: a thread held between taking the number and
                 // its int3 (or, if it could not be stepped, its slot).
                 skipped += 1;
+                after(&mut ring.stops, ring.next, &mut out);
                 ring.next += 1;
             }
         }
@@ -807,7 +829,7 @@ impl Tracer<'_> {
             ring.written = tail;
         }
         for ev in out {
-            self.emit(ev);
+            self.emit_now(ev);
         }
         if skipped > 0 {
             self.summary.warnings.push(format!(
@@ -846,6 +868,7 @@ impl Tracer<'_> {
             .map(|(&tid, _)| tid)
             .collect();
         for tid in tids {
+            let mut stepped = false;
             for _ in 0..64 {
                 match self.k.get_regs(tid) {
                     Ok(r) if inside(r.ip()) => {}
@@ -856,6 +879,7 @@ impl Tracer<'_> {
                 {
                     break;
                 }
+                stepped = true;
                 match self.wait_bounded(tid, super::hold::HOLD_LIMIT) {
                     // The step's own trap: a kernel trap (si_code > 0: TRAP_TRACE, or TRAP_BRKPT for a step over
                     // `syscall` on 6.18); a SIGTRAP another process sent (SI_USER, SI_TKILL: <= 0) is held as any.
@@ -879,9 +903,24 @@ impl Tracer<'_> {
                     }
                 }
             }
+            // Stepped through a full ring's int3: its event is read as at any stop there.
+            if stepped
+                && !running.contains(&tid)
+                && let Ok(r) = self.k.get_regs(tid)
+                && self.fast.as_ref().is_some_and(|f| f.full_int3s.contains(&r.ip().wrapping_sub(1)))
+                && let Some(FastStop::Event(ev, seq)) = self.fast_event(tid, &r, None)
+            {
+                self.emit_fast(seq, *ev);
+            }
         }
         running
     }
+}
+
+/// Moves the breakpoint events queued after number `s` to `out`, in the order they came.
+fn after(stops: &mut BTreeMap<(u64, u64), Event>, s: u64, out: &mut Vec<Event>) {
+    let keys: Vec<(u64, u64)> = stops.range((s, 1)..=(s, u64::MAX)).map(|(&k, _)| k).collect();
+    out.extend(keys.into_iter().filter_map(|k| stops.remove(&k)));
 }
 
 /// The thread that wrote slot `x`: of those that had its fs base, the last one learned before its number was

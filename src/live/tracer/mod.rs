@@ -621,7 +621,17 @@ impl<'a> Tracer<'a> {
         }
     }
 
-    fn emit(&mut self, mut ev: Event) {
+    /// Sends an event on. With `--fast`'s ring, an event of a breakpoint (libc's `mremap`, or a function the
+    /// trampoline could not take) waits for the calls numbered before it completed (see `emit_after_ring`).
+    fn emit(&mut self, ev: Event) {
+        match self.emit_after_ring(ev) {
+            Some(ev) => self.emit_now(ev),
+            None => self.drain_ring(false),
+        }
+    }
+
+    /// Sends an event on at once.
+    pub(super) fn emit_now(&mut self, mut ev: Event) {
         let also = std::mem::take(&mut ev.also);
         for name in also {
             let copy = Event { probe: Some(name), ..ev.clone() };
