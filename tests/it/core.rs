@@ -993,6 +993,10 @@ fn fast_leaks_patches_libc_mmap_and_munmap_too() {
 fn refuses_a_uprobed_syscall_wrapper_and_leaves_the_target_alone() {
     require_ptrace();
     let events = std::path::Path::new("/sys/kernel/tracing/uprobe_events");
+    if !events.exists() {
+        // A fresh machine may not have it mounted (root may mount it).
+        let _ = std::process::Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
+    }
     assert!(events.exists(), "tracefs is not mounted at /sys/kernel/tracing: this test sets a uprobe through it");
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("uprobed-libc");
     std::fs::create_dir_all(&dir).unwrap();
