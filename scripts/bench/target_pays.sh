@@ -372,7 +372,8 @@ $EXPECT calls, $((hits - from)) stopped" "${v[@]}"
 # stay off it), and the moment its "attached" line comes the target computes for 2 s: the first second after
 # attach and the one after it. Once syscatch has ended, 1 s untraced again. Each second's share = its work over the
 # mean of the two untraced seconds of the same run; each row is the median over RUNS runs (a fresh target and
-# syscatch each). The note gives the worst 100 ms window of the first second against the untraced mean window.
+# syscatch each). The note gives the worst 100 ms window of the first second against the untraced mean window, and
+# the worst untraced window likewise.
 work_on() { # in out ms -> the per-100-ms counts
     local line
     echo "rate $3" >&"$1"
@@ -384,7 +385,7 @@ sum_of() { local s=0 x; for x in "$@"; do s=$((s + x)); done; echo "$s"; }
 bench_pinned_attach() {
     local name1="pinned target, 1st second after attach (goal 1.0)"
     local name2="  the same, the second after it"
-    local i u1 u2 a b ub first=() later=() worst=() ok=0 why=""
+    local i u1 u2 a b ub first=() later=() worst=() uworst=() ok=0 why=""
     if ! want sc_pinned_first_second && ! want sc_pinned_later_second; then
         skip sc_pinned_first_second "$name1" x
         skip sc_pinned_later_second "$name2" x
@@ -412,7 +413,7 @@ bench_pinned_attach() {
         # shellcheck disable=SC2086
         first+=("$(calc "$(sum_of $a) / $ub")") later+=("$(calc "$(sum_of $b) / $ub")")
         # shellcheck disable=SC2086
-        worst+=("$(calc "$(minof $a) * 10 / $ub")")
+        worst+=("$(calc "$(minof $a) * 10 / $ub")") uworst+=("$(calc "$(minof $u1 $u2) * 10 / $ub")")
     done
     if ((ok != 0)); then
         row sc_pinned_first_second "$name1" x failed "${why:-a round failed}"
@@ -420,6 +421,7 @@ bench_pinned_attach() {
         return
     fi
     row_values sc_pinned_first_second "$name1" x "" "target on CPU $PIN_CPU, syscatch --leaks --for 3s started \
-free; share of the untraced rate before and after; worst 100 ms: $(fmt "$(minof "${worst[@]}")")" "${first[@]}"
+free; share of the untraced rate before and after; worst 100 ms: $(fmt "$(minof "${worst[@]}")") (untraced: \
+$(fmt "$(minof "${uworst[@]}")"))" "${first[@]}"
     row_values sc_pinned_later_second "$name2" x "" "1 to 2 s after the attached line; same runs" "${later[@]}"
 }
