@@ -65,7 +65,7 @@ if ((QUICK)); then
     N_STACK_SC=500 N_STACK_GDB=30 N_STACK_BASE=20000 N_PY=300 N_PY_BASE=3000
     MEM_EVENTS=100000 MEM_BUDGET_S=60
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=2
-    N_SPARSE10=1500 N_SPARSE100=300 WORKER_SECS=1
+    N_SPARSE10=1500 N_SPARSE100=300 WORKER_SECS=1 N_RING=1000
 else
     RUNS=${RUNS:-5}
     N_FLOOR=20000 N_FLOOR_UNPINNED=5000 N_SC=5000 N_SC_MATCH=2000 N_GDB=1000 N_GDB_BT=200 N_BASE=300000
@@ -73,7 +73,7 @@ else
     # The memory row sends chunks of events until MEM_EVENTS, the time budget or the RSS cap is reached.
     MEM_EVENTS=1000000 MEM_BUDGET_S=45
     ATTACH_THREADS=(1 64 512) ATTACH_RUNS=$RUNS
-    N_SPARSE10=3000 N_SPARSE100=600 WORKER_SECS=2
+    N_SPARSE10=3000 N_SPARSE100=600 WORKER_SECS=2 N_RING=2000
 fi
 READ_TIMEOUT=600 # a guard against a hung tool, not a synchronisation
 # syscatch's RSS above which the memory row stops sending events: a bench must not push the machine into swap.
@@ -782,6 +782,10 @@ bench_sparse 10 "$N_SPARSE10"
 bench_sparse 100 "$N_SPARSE100"
 # A Python worker's throughput under each tool (issue 26): the share of its untraced steps/s it keeps.
 bench_worker
+# A munmap written to --fast's ring without a stop, per call (issue 26), and a pinned target's work rate in the first
+# second after syscatch --leaks attaches and in the next (the analysis threads and the prefetch stay off its CPU).
+bench_ring_munmap "$N_RING"
+bench_pinned_attach
 bench_gdb gdb_nonmatch "gdb: break syscall if \$rdi == 9, non-matching" getpid "$N_GDB" 0 "commands: silent, continue"
 bench_gdb gdb_match_bt "gdb: matching hit with bt" mmap "$N_GDB_BT" 1 "commands: silent, bt, continue"
 if command -v bpftrace >/dev/null; then

@@ -1,8 +1,10 @@
 /* Bench target: times its own loop, so process startup and attaching never pollute a figure.
- * Usage: loop MODE   (MODE: getpid | int3 | mmap | spin)
+ * Usage: loop MODE   (MODE: getpid | int3 | mmap | munmap | spin)
  *   getpid  syscall(SYS_getpid) per iteration: a non-matching hit for `syscatch --syscall mmap`
  *   int3    a literal int3, then syscall(SYS_getpid): one trap per iteration for the floor tracer (dies untraced)
  *   mmap    syscall(SYS_mmap) of one page, then glibc munmap (not through syscall()): one matching hit
+ *   munmap  syscall(SYS_munmap) of one page: before each loop one mapping of as many pages as it has calls is made
+ *           with a bare `syscall` instruction (seen by no tracer), and each call unmaps the next page of it
  *   spin    no pid line, no input: computes until killed (the bench's CPU-bound neighbour)
  * Prints "pid N", then for each line "go N" runs N iterations and prints "ns T" (T: the loop's CLOCK_MONOTONIC
  * time in nanoseconds); "each N" runs N iterations and prints "first F nth T again A": the first and the last
@@ -10,6 +12,8 @@
  * with US microseconds of computing before each (a busy loop calibrated at start on this clock, a fixed amount
  * of work: a preemption inside it makes it longer, as it would a real program's) and prints "ns T compute C":
  * T the sum of the iterations' own times (each timed alone, around the call), C the time spent computing;
+ * "rate MS" computes for MS milliseconds from the moment it reads the line and prints "work C1 C2 ...": the 10 us
+ * chunks of calibrated work done in each 100 ms of its own clock (the target's work rate, whatever stopped it);
  * "quit" or end of input exits 0. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -48,14 +52,47 @@ static double calibrate(void) {
     return best;
 }
 
-/* One iteration of the loop's mode; non-zero if mmap failed. */
+/* A system call made by a bare `syscall` instruction: no tracer of libc's functions takes it. */
+static long raw_syscall6(long nr, long a, long b, long c, long d, long e, long f) {
+    long ret;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+
+/* The pages the munmap mode unmaps, one per call: mapped before each loop, and what a loop left unmapped
+ * afterwards, by raw_syscall6 (libc's mmap, munmap and syscall() are all watched by --leaks). */
+static char *pool;
+static long pool_next, pool_pages;
+static int pool_map(long pages) {
+    long ret = raw_syscall6(SYS_mmap, 0, pages * 4096, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (ret < 0 && ret > -4096) {
+        fprintf(stderr, "mmap of %ld pages: %s\n", pages, strerror((int)-ret));
+        return 3;
+    }
+    pool = (char *)ret, pool_next = 0, pool_pages = pages;
+    return 0;
+}
+static void pool_end(void) {
+    if (pool_next < pool_pages)
+        raw_syscall6(SYS_munmap, (long)(pool + 4096 * pool_next), 4096 * (pool_pages - pool_next), 0, 0, 0, 0);
+    pool = NULL, pool_next = pool_pages = 0;
+}
+
+/* One iteration of the loop's mode; non-zero if mmap or munmap failed. */
 static int one(int m) {
     if (m == 0) {
         syscall(SYS_getpid);
     } else if (m == 1) {
         __asm__ volatile("int3" ::: "memory");
         syscall(SYS_getpid);
-    } else {
+    } else if (m == 2) {
         void *p = (void *)syscall(SYS_mmap, NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                                   -1, 0);
         if (p == MAP_FAILED) {
@@ -63,17 +100,26 @@ static int one(int m) {
             return 3;
         }
         munmap(p, 4096);
+    } else if (m == 3) {
+        if (syscall(SYS_munmap, pool + 4096 * pool_next++, 4096)) {
+            perror("munmap");
+            return 3;
+        }
     }
     return 0;
 }
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "getpid";
-    int m = !strcmp(mode, "getpid") ? 0 : !strcmp(mode, "int3") ? 1 : !strcmp(mode, "mmap") ? 2 : -1;
+    int m = !strcmp(mode, "getpid") ? 0
+            : !strcmp(mode, "int3") ? 1
+            : !strcmp(mode, "mmap") ? 2
+            : !strcmp(mode, "munmap") ? 3
+                                      : -1;
     if (!strcmp(mode, "spin"))
         for (;;) work(1L << 30);
     if (m < 0) {
-        fprintf(stderr, "usage: loop getpid|int3|mmap|spin\n");
+        fprintf(stderr, "usage: loop getpid|int3|mmap|munmap|spin\n");
         return 2;
     }
     double per_us = calibrate();
@@ -81,8 +127,27 @@ int main(int argc, char **argv) {
     fflush(stdout);
     char line[64];
     while (fgets(line, sizeof line, stdin)) {
-        long n, us;
-        if (sscanf(line, "sparse %ld %ld", &n, &us) == 2) {
+        long n, us, ms;
+        if (sscanf(line, "rate %ld", &ms) == 1) {
+            /* Chunks of 10 us of work, counted per 100 ms window of this clock. */
+            long chunk = (long)(10 * per_us);
+            long long end = now_ns() + ms * 1000000LL, w_end = 0, count = 0;
+            printf("work");
+            for (long long t = now_ns(); t < end; t = now_ns()) {
+                if (t >= w_end) {
+                    if (w_end) printf(" %lld", count);
+                    count = 0, w_end = (w_end ? w_end : t) + 100000000LL;
+                }
+                work(chunk);
+                count++;
+            }
+            printf(" %lld\n", count);
+            fflush(stdout);
+            continue;
+        }
+        int sparse = sscanf(line, "sparse %ld %ld", &n, &us) == 2;
+        if (m == 3 && (sparse || sscanf(line, "%*s %ld", &n) == 1) && pool_map(n + 1)) return 3;
+        if (sparse) {
             long long calls = 0, computing = 0, c0, c1;
             long rounds = (long)(us * per_us);
             for (long i = 0; i < n; i++) {
@@ -93,6 +158,7 @@ int main(int argc, char **argv) {
                 calls += now_ns() - c1;
                 computing += c1 - c0;
             }
+            if (m == 3) pool_end();
             printf("ns %lld compute %lld\n", calls, computing);
             fflush(stdout);
             continue;
@@ -116,6 +182,7 @@ int main(int argc, char **argv) {
             if (one(m)) return 3;
             again = now_ns() - c0;
         }
+        if (m == 3) pool_end();
         if (each)
             printf("first %lld nth %lld again %lld\n", first, nth, again);
         else

@@ -303,3 +303,125 @@ $(grep -o 'the tracer [0-9.]* ms' "$TR_LOG" | tail -1) (schedstat)"
         fi
     done
 }
+
+# ---------------------------------------------------------------- a munmap in --fast's ring
+# `syscatch --pid N --leaks` (which uses --fast) on `loop munmap`: every call is a syscall(SYS_munmap) of a page
+# mapped beforehand (by a bare syscall instruction, unseen), which the trampoline writes to the ring in shared memory
+# and the thread goes on, no stop. The loop computes RING_GAP_US (calibrated work) before each call, so the rate
+# (about 1 / (gap + call)) stays far below what fills the 512-slot ring between two reads of the tracer; each call
+# is timed alone by the target's clock, as the sparse rows. Two loops take turns, the traced one and the same loop
+# untraced (subtracted turn by turn), order reversed every other turn, 2 x RUNS + 1 turns after a warm-up round
+# each (3,000 calls, about 0.3 s: the symbol prefetch runs then). The row fails unless the summary's from_ring
+# counts every call; hits - from_ring (calls that found the ring full and stopped) go to the note.
+RING_GAP_US=100
+bench_ring_munmap() { # n
+    local id=sc_ring_munmap name="syscatch --leaks: munmap in the ring (goal < 1 us)" n=$1
+    local turns=$((2 * RUNS + 1)) warm=3000 i t u ok=0 ev v=() cmp=() base=()
+    local u_in u_out u_proc from hits
+    want "$id" || {
+        skip "$id" "$name" us/call
+        return
+    }
+    say "$name"
+    target_start "" "$TMP/loop" munmap || die "cannot start the munmap target"
+    u_in=$T_IN u_out=$T_OUT u_proc=$T_PROC
+    target_start "" "$TMP/loop" munmap || die "cannot start the munmap target"
+    ev=$TMP/events$((SEQ += 1)).jsonl
+    # The events go to the file; the leak report and the summary to stdout, read with the diagnostics.
+    tracer_start "" out '^syscatch: attached' "$SC" --pid "$T_PID" --leaks --json -o "$ev" || ok=1
+    if ((ok == 0)); then
+        (sparse_on "$u_in" "$u_out" "$warm" "$RING_GAP_US" && sparse_on "$T_IN" "$T_OUT" "$warm" "$RING_GAP_US") \
+            >/dev/null || ok=1
+    fi
+    for ((i = 0; i < turns && ok == 0; i++)); do
+        if ((i % 2 == 0)); then
+            u=$(sparse_on "$u_in" "$u_out" "$n" "$RING_GAP_US") && t=$(sparse_on "$T_IN" "$T_OUT" "$n" "$RING_GAP_US")
+        else
+            t=$(sparse_on "$T_IN" "$T_OUT" "$n" "$RING_GAP_US") && u=$(sparse_on "$u_in" "$u_out" "$n" "$RING_GAP_US")
+        fi || {
+            ok=1
+            break
+        }
+        v+=("$(calc "(${t% *} - ${u% *}) / $n / 1000")") cmp+=("${t#* }")
+        base+=("$(calc "${u% *} / $n / 1000")")
+    done
+    [[ -n ${TR_PROC:-} ]] && kill -INT "$TR_PROC" 2>/dev/null
+    tracer_wait
+    target_quit
+    T_IN=$u_in T_OUT=$u_out T_PROC=$u_proc target_quit
+    EXPECT=$((warm + turns * n))
+    if ((ok != 0)); then
+        row "$id" "$name" us/call failed "syscatch did not attach or a round failed (syscatch: $(tail -1 "$TR_LOG"))"
+        return
+    fi
+    from=$(summary_field "$TR_LOG" from_ring) hits=$(summary_field "$TR_LOG" hits)
+    if [[ $from != "$EXPECT" ]]; then
+        row "$id" "$name" us/call failed \
+            "summary from_ring ${from:-?}, expected $EXPECT; hits ${hits:-?} (stops: hits - from_ring)"
+        return
+    fi
+    row_values "$id" "$name" us/call "$n" "computes $(fmt "$(calc "$(median "${cmp[@]}") / $n / 1000")") us \
+between calls; untraced munmap ($(fmt "$(median "${base[@]}")") us) subtracted turn by turn; from_ring $from of \
+$EXPECT calls, $((hits - from)) stopped" "${v[@]}"
+}
+
+# ---------------------------------------------------------------- a pinned target's CPU after attach
+# A target pinned to CPU $PIN_CPU computes (`loop`'s "rate": 10 us chunks of calibrated work, counted per 100 ms
+# of its own clock) for 1 s untraced; then `syscatch --pid N --leaks --for 3s` is started free (it moves its
+# tracer to the target's CPU; its analysis threads and the symbol prefetch, which runs right after attach, must
+# stay off it), and the moment its "attached" line comes the target computes for 2 s: the first second after
+# attach and the one after it. Once syscatch has ended, 1 s untraced again. Each second's share = its work over the
+# mean of the two untraced seconds of the same run; each row is the median over RUNS runs (a fresh target and
+# syscatch each). The note gives the worst 100 ms window of the first second against the untraced mean window, and
+# the worst untraced window likewise.
+work_on() { # in out ms -> the per-100-ms counts
+    local line
+    echo "rate $3" >&"$1"
+    read -r -t "$READ_TIMEOUT" -u "$2" line || return 1
+    [[ $line =~ ^work(\ [0-9]+)+$ ]] || return 1
+    echo "${line#work }"
+}
+sum_of() { local s=0 x; for x in "$@"; do s=$((s + x)); done; echo "$s"; }
+bench_pinned_attach() {
+    local name1="pinned target, 1st second after attach (goal 1.0)"
+    local name2="  the same, the second after it"
+    local i u1 u2 a b ub first=() later=() worst=() uworst=() ok=0 why=""
+    if ! want sc_pinned_first_second && ! want sc_pinned_later_second; then
+        skip sc_pinned_first_second "$name1" x
+        skip sc_pinned_later_second "$name2" x
+        return
+    fi
+    say "pinned target's work rate after syscatch --leaks attaches"
+    for ((i = 0; i < RUNS && ok == 0; i++)); do
+        target_start "$PIN_CPU" "$TMP/loop" getpid || die "cannot start the getpid target"
+        if ! u1=$(work_on "$T_IN" "$T_OUT" 1000); then
+            ok=1
+        elif tracer_start "" err '^syscatch: attached' "$SC" --pid "$T_PID" --leaks --for 3s; then
+            a=$(work_on "$T_IN" "$T_OUT" 1000) && b=$(work_on "$T_IN" "$T_OUT" 1000) || ok=1
+            tracer_wait || why="syscatch exited with status $?: $(tail -1 "$TR_LOG")"
+            u2=$(work_on "$T_IN" "$T_OUT" 1000) || ok=1
+        else
+            why="syscatch did not attach: $(tail -1 "$TR_LOG")"
+            kill -INT "$TR_PROC" 2>/dev/null
+            tracer_wait
+        fi
+        target_quit
+        [[ -n $why ]] && ok=1
+        ((ok == 0)) || break
+        # shellcheck disable=SC2086 # space-separated numbers
+        ub=$(calc "($(sum_of $u1) + $(sum_of $u2)) / 2")
+        # shellcheck disable=SC2086
+        first+=("$(calc "$(sum_of $a) / $ub")") later+=("$(calc "$(sum_of $b) / $ub")")
+        # shellcheck disable=SC2086
+        worst+=("$(calc "$(minof $a) * 10 / $ub")") uworst+=("$(calc "$(minof $u1 $u2) * 10 / $ub")")
+    done
+    if ((ok != 0)); then
+        row sc_pinned_first_second "$name1" x failed "${why:-a round failed}"
+        row sc_pinned_later_second "$name2" x failed "${why:-a round failed}"
+        return
+    fi
+    row_values sc_pinned_first_second "$name1" x "" "target on CPU $PIN_CPU, syscatch --leaks --for 3s started \
+free; share of the untraced rate before and after; worst 100 ms: $(fmt "$(minof "${worst[@]}")") (untraced: \
+$(fmt "$(minof "${uworst[@]}")"))" "${first[@]}"
+    row_values sc_pinned_later_second "$name2" x "" "1 to 2 s after the attached line; same runs" "${later[@]}"
+}
