@@ -862,7 +862,13 @@ fn shows_each_event_while_the_trace_runs() {
 /// through libc's mmap) are in the trace as well and are left out of the comparison.
 fn ring_round(lazy: bool, libc: bool) {
     require_ptrace();
-    let args: &[&str] = if libc { &["4", "200", "3000", "libc"] } else { &["4", "200", "3000"] };
+    // With the ring read every 200 ms, the events of 200 ms go to the analysis at once: a smaller run keeps them
+    // within its queue (4,096 records; past it a loaded machine's analysis drops events, and says so).
+    let args: &[&str] = match (lazy, libc) {
+        (true, _) => &["4", "100", "1800"],
+        (false, true) => &["4", "200", "3000", "libc"],
+        (false, false) => &["4", "200", "3000"],
+    };
     let mut t = Target::start(&testprog("ring_churn"), args);
     let pid = t.pid.to_string();
     let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("ring-{lazy}-{libc}.jsonl"));
@@ -878,6 +884,7 @@ fn ring_round(lazy: bool, libc: bool) {
     let (status, out, err) = sc.finish();
     assert!(status.success(), "{err:#?}");
     assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
+    assert!(!err.iter().any(|l| l.contains("events were dropped:")), "no event dropped: {err:#?}");
     assert_eq!(tracer_of(t.pid), 0);
     let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
     let mut truth: HashMap<i64, Vec<(String, u64, u64, u64)>> = HashMap::new();
@@ -962,7 +969,7 @@ fn ring_round(lazy: bool, libc: bool) {
     let munmaps = truth.values().flatten().filter(|c| c.0 == "munmap").count() as u64;
     let ring = sum["from_ring"].as_u64().unwrap();
     if lazy {
-        assert!(ring > 0 && ring + 1000 <= munmaps, "{ring} of {munmaps} munmaps through the ring: {sum}");
+        assert!(ring > 0 && ring + 800 <= munmaps, "{ring} of {munmaps} munmaps through the ring: {sum}");
     } else {
         assert!(ring * 10 >= munmaps * 9, "{ring} of {munmaps} munmaps without a stop: {sum}");
     }
