@@ -8,6 +8,8 @@ pub mod demo;
 pub mod findings;
 pub mod hooks;
 pub mod mem;
+pub mod placement;
+pub mod plans;
 pub mod probe;
 pub mod record;
 pub mod report;

@@ -2,12 +2,13 @@
 //! event loop, detach; captured events flow to an analysis thread that renders them while the tracer traces.
 
 use crate::analysis::rules::ProcessFacts;
+use crate::app::placement::{cpus_away_from, sit_with_pinned_target};
+use crate::app::plans::{leak_plan, syscall_plan};
 use crate::app::record::{Record, Recorder, Recording};
 use crate::cli::TraceArgs;
 use crate::live::plan::{Plan, Wrapper};
 use crate::live::process::{self, Ids};
-use crate::live::tracer::{AttachError, Config, FastFunction, Numbers, Probe, SiteSpec, Tracer};
-use crate::model::consts::SYS_MUNMAP;
+use crate::live::tracer::{AttachError, Config, FastRequest, Tracer};
 use crate::model::event::{End, Event, Sink, Summary};
 use crate::model::smaps::Span;
 use crate::os::{Tid, procfs, ptrace, signals};
@@ -17,7 +18,7 @@ use crate::report::text::Text;
 use crate::{app::analyze as analysis, live::resolve, model::status, model::syscalls};
 use anyhow::{Context, Result, anyhow, bail};
 use nix::errno::Errno;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -206,69 +207,6 @@ impl Output {
             smaps_every: args.smaps_every,
         })
     }
-}
-
-/// The plan of `--syscall`: one breakpoint (or the `--fast` filter) on libc's `syscall()`.
-fn syscall_plan(numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Plan {
-    let mut wanted: Vec<u64> = numbers.iter().copied().collect();
-    wanted.sort_unstable();
-    Plan {
-        specs: vec![SiteSpec {
-            addr: site.addr,
-            code: site.code.clone(),
-            wrapper: true,
-            probes: vec![Probe::new(None, None, Box::new(Numbers(numbers)))],
-        }],
-        what: format!("breakpoint on syscall() at {:#x}", site.addr),
-        fast: fast.then_some((wanted, site)),
-        ring: Vec::new(),
-        fast_functions: Vec::new(),
-        depths: HashMap::new(),
-        watched: crate::live::mappaths::Watched::default(),
-    }
-}
-
-/// `--leaks`: the plan of `--syscall` plus probes on libc's own mapping functions, so that mappings made through
-/// `mmap()` (also by a hook library that redirected GOT slots and calls the real one) are caught too. With
-/// `--fast`, munmap calls go to the trampoline's ring, without a stop: the leak model needs only their range and
-/// result (unless `--syscall` named munmap: its events then keep their stacks).
-fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wrapper, fast: bool) -> Result<Plan> {
-    let at = site.addr;
-    let mut plan = syscall_plan(numbers, site, fast);
-    if fast && !asked.contains(&SYS_MUNMAP) {
-        plan.ring.push(SYS_MUNMAP);
-    }
-    plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap)"));
-    let mem = open_mem(pid)?;
-    let maps = resolve::read_maps(pid)?;
-    let libc = resolve::find_libc(&maps).ok_or_else(|| anyhow!("process {pid} has no libc mapped"))?;
-    let module = resolve::read_module(pid, &libc, Some(&mem))?;
-    let specs = crate::live::mappaths::function_specs(&module, &mem, &mut plan.watched);
-    if fast {
-        // libc's munmap and mmap get the trampoline too (munmap to the ring); mremap, and any that lacks the shape,
-        // keeps its int3.
-        for s in &specs {
-            let Some(label) = s.probes.first().and_then(|p| p.label.clone()) else { continue };
-            let name = label.rsplit(':').next().unwrap_or("");
-            let nr = match name {
-                "munmap" => SYS_MUNMAP,
-                "mmap" | "mmap64" => crate::model::consts::SYS_MMAP,
-                _ => continue,
-            };
-            let ring = nr == SYS_MUNMAP && !asked.contains(&SYS_MUNMAP);
-            // The whole function: `plan_fixed` requires its one `syscall` and every branch inside it.
-            let Some(size) = module.find_symbol(name).map(|(_, size)| size.clamp(16, 1024)) else { continue };
-            let Some(code) = module.file_bytes(s.addr, size).map(<[u8]>::to_vec) else { continue };
-            plan.fast_functions.push(FastFunction { addr: s.addr, code, label, nr, ring });
-        }
-    }
-    if !specs.is_empty() {
-        let names: Vec<String> =
-            specs.iter().filter_map(|s| s.probes[0].label.as_deref().map(str::to_string)).collect();
-        plan.what = format!("{}; function probes on {}", plan.what, names.join(", "));
-    }
-    plan.specs.extend(specs);
-    Ok(plan)
 }
 
 /// Runs a trace as the command line asks. Returns the exit status.
@@ -474,9 +412,13 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         };
         let arming = Instant::now();
         match &plan.fast {
-            Some((wanted, site)) => {
-                tracer.arm_preferring_fast(wanted, &plan.ring, site.addr, &site.code, &plan.fast_functions)
-            }
+            Some((wanted, site)) => tracer.arm_preferring_fast(&FastRequest {
+                numbers: wanted,
+                ring: &plan.ring,
+                entry: site.addr,
+                code: &site.code,
+                functions: &plan.fast_functions,
+            }),
             None => tracer.arm(),
         }
         .map_err(|e| anyhow!("process {pid}: {e}"))?;
@@ -702,48 +644,6 @@ pub fn finish(
 fn internal_error(whose: &str) -> anyhow::Error {
     let what = crate::app::crash::take().unwrap_or_else(|| "a panic".into());
     anyhow!("internal error in {whose}: {what}; the trace was stopped, and the target detached with its original bytes")
-}
-
-/// When every thread of the target may run only on one set of CPUs that is not all of ours, moves the tracer
-/// thread (this one) onto that set: a stop then wakes the tracer where the target runs (measured: a non-matching
-/// hit on a target pinned to one CPU cost 4.7x the floor with the tracer elsewhere, 1.07x beside it). The analysis
-/// threads, started before, keep their CPUs. Says what it did, or why it could not (a debug container may
-/// refuse); `None` when the target is not pinned.
-fn sit_with_pinned_target(pid: Tid) -> Option<String> {
-    let target = pinned_cpus(pid)?;
-    let analysis = cpus_away_from(pid).map(|a| format!("; the analysis on CPUs {a:?}")).unwrap_or_default();
-    Some(match crate::os::sched::set_affinity(&target) {
-        Ok(()) => format!("the target's threads are pinned to CPUs {target:?}: the tracer runs there too{analysis}"),
-        Err(e) => format!(
-            "the target's threads are pinned to CPUs {target:?}, but the tracer cannot move there ({e}): \
-             every stop wakes it on another CPU, which costs the target more"
-        ),
-    })
-}
-
-/// The CPUs every thread of `pid` is pinned to, if they share one set that is a part of ours (taskset, numactl, a
-/// cpuset narrower than syscatch's).
-fn pinned_cpus(pid: Tid) -> Option<Vec<usize>> {
-    let mut shared: Option<Vec<usize>> = None;
-    for tid in procfs::list_tasks(pid).ok()? {
-        let cpus = procfs::read_task_status(pid, tid).ok().and_then(|s| status::parse_cpus_allowed(&s))?;
-        match &shared {
-            Some(s) if *s != cpus => return None,
-            _ => shared = Some(cpus),
-        }
-    }
-    let target = shared?;
-    let ours = crate::os::sched::affinity().ok()?;
-    (!target.is_empty() && target != ours && target.iter().all(|c| ours.contains(c))).then_some(target)
-}
-
-/// The CPUs of ours that a pinned target does not use: the analysis threads (unwinding, symbolizing, the symbol
-/// prefetch, smaps samples) run there, so they take no CPU time from it. `None`: the target is not pinned, or
-/// uses all of them (the analysis then runs beside it at SCHED_BATCH, never preempting it).
-fn cpus_away_from(pid: Tid) -> Option<Vec<usize>> {
-    let target = pinned_cpus(pid)?;
-    let free: Vec<usize> = crate::os::sched::affinity().ok()?.into_iter().filter(|c| !target.contains(c)).collect();
-    (!free.is_empty()).then_some(free)
 }
 
 /// Forks and execs `cmd` stopped at its entry point, seized, with libc mapped. Returns its pid.

@@ -860,6 +860,28 @@ fn shows_each_event_while_the_trace_runs() {
 /// it and most of its munmaps take the stop instead (the full ring's path). `libc`: the calls are libc's own mmap()
 /// and munmap() (patched by `--fast` too: munmap to the ring). glibc's own mappings (thread stacks, malloc arenas,
 /// through libc's mmap) are in the trace as well and are left out of the comparison.
+/// `syscatch --pid T --leaks --fast --json -o EVENTS` (with test fault `fault`) while target `t` runs from "go" to
+/// "done"; ended with SIGINT. Returns the target's lines, syscatch's stdout and stderr; it must have succeeded.
+fn leaks_fast_run(
+    t: &mut Target,
+    events: &std::path::Path,
+    fault: Option<&str>,
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let mut cmd = syscatch_cmd();
+    if let Some(f) = fault {
+        cmd.env("SYSCATCH_TEST_FAULT", f);
+    }
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start_cmd(cmd.args(["--pid", &pid, "--leaks", "--fast", "--json", "-o"]).arg(events));
+    sc.wait_attached();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    (lines, out, err)
+}
+
 fn ring_round(lazy: bool, libc: bool) {
     require_ptrace();
     // With the ring read every 200 ms, the events of 200 ms go to the analysis at once: a smaller run keeps them
@@ -870,19 +892,8 @@ fn ring_round(lazy: bool, libc: bool) {
         (false, false) => &["4", "200", "3000"],
     };
     let mut t = Target::start(&testprog("ring_churn"), args);
-    let pid = t.pid.to_string();
     let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("ring-{lazy}-{libc}.jsonl"));
-    let mut cmd = syscatch_cmd();
-    if lazy {
-        cmd.env("SYSCATCH_TEST_FAULT", "ring-slow");
-    }
-    let mut sc = Syscatch::start_cmd(cmd.args(["--pid", &pid, "--leaks", "--fast", "--json", "-o"]).arg(&events));
-    sc.wait_attached();
-    t.send("go");
-    let lines = t.out.until(|l| l == "done");
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
+    let (lines, out, err) = leaks_fast_run(&mut t, &events, lazy.then_some("ring-slow"));
     assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
     assert!(!err.iter().any(|l| l.contains("events were dropped:")), "no event dropped: {err:#?}");
     assert_eq!(tracer_of(t.pid), 0);
@@ -1141,16 +1152,8 @@ fn fast_leaks_reads_the_ring_after_the_target_exits_or_execs() {
 fn fast_ring_names_the_thread_of_each_call() {
     require_ptrace();
     let mut t = Target::start(&testprog("ring_threads"), &["300"]);
-    let pid = t.pid.to_string();
     let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ring-threads.jsonl");
-    let mut sc =
-        Syscatch::start_cmd(syscatch_cmd().args(["--pid", &pid, "--leaks", "--fast", "--json", "-o"]).arg(&events));
-    sc.wait_attached();
-    t.send("go");
-    let lines = t.out.until(|l| l == "done");
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
+    let (lines, out, _) = leaks_fast_run(&mut t, &events, None);
     let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
     let truth: HashMap<u64, i64> = lines
         .iter()

@@ -21,6 +21,7 @@ mod hold;
 mod inject;
 mod kernel;
 mod pad;
+mod ring;
 #[cfg(test)]
 mod script;
 mod spec;
@@ -37,7 +38,7 @@ use crate::os::ptrace::Stop;
 use crate::x86::breakpoints::{self, Decoded, INT3, Insn, Memory};
 use crate::x86::trampoline;
 pub use error::{AttachError, Error};
-pub use fast::FastFunction;
+pub use fast::{FastFunction, FastRequest};
 use kernel::{Kernel, Live, Mem};
 use nix::errno::Errno;
 pub use spec::{Condition, Config, Numbers, Probe, SiteSpec};

@@ -1,0 +1,321 @@
+//! Tests of the trampoline's planning and assembly (disassembled back with capstone).
+use super::*;
+use crate::x86::breakpoints::{decode, disassembler, plan_wrapper};
+
+const GLIBC_SYSCALL: &[u8] = &[
+    0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca, 0x4d, 0x89, 0xc2, 0x4d, 0x89, 0xc8, 0x4c,
+    0x8b, 0x4c, 0x24, 0x08, 0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff, 0xff, 0x73, 0x01, 0xc3,
+];
+
+#[test]
+fn plans_glibc_and_assembles_a_page_that_disassembles_back() {
+    let cs = disassembler().unwrap();
+    let entry = 0x7f00_0010_1810;
+    let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
+    let targets: Vec<u64> = decode(&cs, GLIBC_SYSCALL, entry, 16)
+        .iter()
+        .filter_map(|d| branch_target(&GLIBC_SYSCALL[(d.addr - entry) as usize..], d.addr))
+        .collect();
+    assert_eq!(targets, [entry + 0x22]);
+    let p = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &targets).unwrap();
+    assert_eq!(p.at, entry + 0x12);
+    assert_eq!(p.orig, [0x4c, 0x8b, 0x4c, 0x24, 0x08]);
+    let page = entry - 0x10_0000;
+    let jmp = patch_bytes(&p, page).unwrap();
+    assert_eq!(jmp.len(), 5);
+    assert_eq!(jmp[0], 0xe9);
+    assert!(fits(&p, 29, 0) && !fits(&p, 30, 0));
+    let numbers: Vec<u64> = (0..30).collect();
+    assert!(
+        assemble(&p, page, &numbers[..29], &[], true).is_some() && assemble(&p, page, &numbers, &[], true).is_none()
+    );
+    let Assembled { code, int3s, .. } = assemble(&p, page, &[9, 11], &[], true).unwrap();
+    let text: Vec<String> = cs
+        .disasm_all(&code, page)
+        .unwrap()
+        .iter()
+        .map(|i| format!("{} {}", i.mnemonic().unwrap(), i.op_str().unwrap()).trim().to_string())
+        .collect();
+    assert_eq!(text[0], "cmp rax, 9");
+    assert!(text[1].starts_with("je "));
+    assert_eq!(text[4], "mov r9, qword ptr [rsp + 8]");
+    assert_eq!(text[5], format!("jmp {:#x}", entry + 0x17));
+    assert_eq!(text[7], "syscall");
+    assert_eq!(text[8], "mov qword ptr [rsp - 0x68], rax");
+    assert_eq!(text[12], "mov qword ptr [rsp - 0x48], r10");
+    assert_eq!(text[20], "mov qword ptr [rsp - 8], r15");
+    let int3 = int3s.iter().find(|&(_, &nr)| nr == 9).map(|(&a, _)| a).unwrap();
+    assert_eq!(text[21], format!("movabs r11, {int3:#x}"));
+    assert_eq!(text[22], "mov qword ptr [rsp - 0x70], r11");
+    assert_eq!(text[23], "rdfsbase r11");
+    assert_eq!(text[24], "mov qword ptr [rsp - 0x80], r11");
+    assert_eq!(text[25], "mov r11d, 1");
+    assert_eq!(text[26], format!("lock xadd qword ptr [rip + {:#x}], r11", page + 4096 - (int3 - 9)));
+    assert_eq!(text[27], "lea r11, [r11 + 1]");
+    assert_eq!(text[28], "mov qword ptr [rsp - 0x78], r11");
+    assert_eq!(text[29], "int3");
+    assert_eq!(text[30], format!("jmp {:#x}", entry + 0x19));
+    assert_eq!(int3s.len(), 2);
+    assert_eq!(int3s.values().copied().max(), Some(11));
+    let insns = cs.disasm_all(&code, page).unwrap();
+    // The second match path is the same at its own place: each int3 is where its record says, and rcx at the
+    // int3 (as a record gives it) is just past the path's `syscall`.
+    for &at in int3s.keys() {
+        let i = insns.iter().position(|i| i.address() == at).unwrap();
+        assert_eq!(text[i], "int3");
+        assert_eq!(text[i - 8], format!("movabs r11, {at:#x}"));
+        let b = Block { thread: 0, seq: 1, int3: at, regs: Vec::new() };
+        assert_eq!(insns.iter().find(|i| i.address() == b.rcx() - 2).map(|i| i.mnemonic().unwrap()), Some("syscall"));
+    }
+    // Without rdfsbase the thread word is 0, in the same length.
+    let Assembled { code: plain, int3s: same, .. } = assemble(&p, page, &[9, 11], &[], false).unwrap();
+    assert_eq!((plain.len(), same), (code.len(), int3s));
+    let text: Vec<String> =
+        cs.disasm_all(&plain, page).unwrap().iter().map(|i| i.mnemonic().unwrap().to_string()).collect();
+    assert_eq!(text[23..26], ["xor", "nop", "mov"]);
+    // The flags the counter's `lock xadd` leaves: after 0x7f + 1, AF and no PF (0x80 has one bit set); after
+    // 0xff + 1, AF and PF (0x00); after 0x80 + 1, PF only; the other bits kept.
+    let flags = |seq| Block { thread: 0, seq, int3: 0, regs: Vec::new() }.eflags(0x202 | 0x8c5);
+    assert_eq!(flags(0x80), 0x202 | 0x10);
+    assert_eq!(flags(0x100), 0x202 | 0x10 | 0x4);
+    assert_eq!(flags(0x81), 0x202 | 0x4);
+    // A wrapper whose next instruction reads the flags is refused.
+    let mut odd = GLIBC_SYSCALL.to_vec();
+    odd[0x19..0x1f].copy_from_slice(&[0x73, 0x01, 0x90, 0x90, 0x90, 0x90]);
+    assert_eq!(plan(entry, &odd, &w.prefix, w.syscall_at, &targets), Err(Refusal::FlagsRead));
+    // A branch into the patched bytes refuses.
+    assert_eq!(plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x13]), Err(Refusal::BranchIntoPatch));
+    // Too far for rel32.
+    assert!(patch_bytes(&p, entry + (3u64 << 31)).is_none());
+}
+
+#[test]
+fn a_ring_path_writes_its_slot_then_its_number_and_a_full_ring_stops() {
+    let cs = disassembler().unwrap();
+    let entry = 0x7f00_0010_1810;
+    let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
+    let p = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x22]).unwrap();
+    let page = entry - 0x10_0000;
+    // Without rdfsbase a slot could not name its thread: no ring.
+    assert!(assemble(&p, page, &[9, 11], &[11], false).is_none());
+    let a = assemble(&p, page, &[9, 11, 25], &[11], true).unwrap();
+    assert!(fits(&p, 3, 1) && a.code.len() <= 4096);
+    assert_eq!(a.int3s.len(), 3, "the ring's full path stops at an int3 of its own");
+    assert_eq!(a.ring_writes.len(), 2, "the ring's write and its full path");
+    let insns = cs.disasm_all(&a.code, page).unwrap();
+    let text: Vec<String> =
+        insns.iter().map(|i| format!("{} {}", i.mnemonic().unwrap(), i.op_str().unwrap()).trim().to_string()).collect();
+    let at = |addr: u64| insns.iter().position(|i| i.address() == addr).unwrap();
+    // munmap's compare jumps to the ring path, which starts like a match path.
+    let ring_at = u64::from_str_radix(text[3].trim_start_matches("je 0x"), 16).unwrap();
+    let r = at(ring_at);
+    let (write_from, write_to) = a.ring_writes[0];
+    let counter = page + COUNTER;
+    // The number is taken before `syscall`, kept in the red zone across it, and the room checked.
+    let want = [
+        "mov r9, qword ptr [rsp + 8]".to_string(),
+        "mov r11d, 1".into(),
+        format!("lock xadd qword ptr [rip + {:#x}], r11", counter - insns[r + 3].address()),
+        "lea r11, [r11 + 1]".into(),
+        "mov qword ptr [rsp - 0x10], r11".into(),
+        "mov rcx, r11".into(),
+        format!("sub rcx, qword ptr [rip + {:#x}]", page + TAIL - insns[r + 7].address()),
+        format!("cmp rcx, {:#x}", RING_SLOTS),
+    ];
+    assert_eq!(text[r..r + 8], want);
+    assert_eq!(insns[r + 3].address(), write_from, "a thread past the counter's xadd is stepped at detach");
+    assert!(text[r + 8].starts_with("jae "));
+    let slot_code = [
+        "syscall".to_string(),
+        "mov qword ptr [rsp - 8], rax".into(),
+        "mov rax, qword ptr [rsp - 0x10]".into(),
+        "mov ecx, eax".into(),
+        format!("and ecx, {:#x}", RING_SLOTS - 1),
+        "shl ecx, 7".into(),
+        format!("lea r11, [rip + {:#x}]", page + RING - insns[r + 16].address()),
+        "add r11, rcx".into(),
+        "mov qword ptr [r11 + 8], 0xb".into(),
+        "mov qword ptr [r11 + 0x50], 0".into(),
+        "mov qword ptr [r11 + 0x10], rdi".into(),
+        "mov qword ptr [r11 + 0x18], rsi".into(),
+        "mov qword ptr [r11 + 0x20], rdx".into(),
+        "mov qword ptr [r11 + 0x28], r10".into(),
+        "mov qword ptr [r11 + 0x30], r8".into(),
+        "mov qword ptr [r11 + 0x38], r9".into(),
+        "mov rcx, qword ptr [rsp - 8]".into(),
+        "mov qword ptr [r11 + 0x40], rcx".into(),
+        "rdfsbase rcx".into(),
+        "mov qword ptr [r11 + 0x48], rcx".into(),
+        "mov rcx, qword ptr [rsp]".into(),
+        "mov qword ptr [r11 + 0x58], rcx".into(),
+        "mov qword ptr [r11 + 0x60], rsp".into(),
+        "mov qword ptr [r11], rax".into(),
+        "mov rax, qword ptr [rsp - 8]".into(),
+        format!("jmp {:#x}", entry + 0x19),
+    ];
+    assert_eq!(text[r + 9..r + 35], slot_code);
+    assert_eq!(insns[r + 33].address(), write_to, "the write ends with the sequence number's store");
+    // The full path: the call, the record as a match path leaves it, r11 the sequence number, rcx as
+    // `Block::rcx` says.
+    let full = u64::from_str_radix(text[r + 8].trim_start_matches("jae 0x"), 16).unwrap();
+    assert_eq!(full, insns[r + 35].address());
+    let f = r + 35;
+    assert_eq!(text[f..f + 3], ["syscall", "mov rcx, qword ptr [rsp - 0x10]", "mov qword ptr [rsp - 0x68], rax"]);
+    let int3 = insns[f..].iter().find(|i| i.mnemonic() == Some("int3")).unwrap().address();
+    assert_eq!(a.int3s[&int3], 11);
+    assert_eq!(a.full_int3s, [int3]);
+    let i = at(int3);
+    assert_eq!(text[i - 4..i - 1], ["lea r11, [rcx - 1]", "add r11, 1", "mov qword ptr [rsp - 0x78], r11"]);
+    assert_eq!(text[i - 1], format!("lea rcx, [rip - {:#x}]", insns[i].address() - (int3 - RECORD_CODE)));
+    assert_eq!(text[i + 1], format!("jmp {:#x}", entry + 0x19));
+    // The other numbers' paths are match paths as before, each int3 where its record says.
+    for (&at_, &nr) in a.int3s.iter().filter(|(_, nr)| **nr != 11) {
+        let i = at(at_);
+        assert_eq!(text[i - 8], format!("movabs r11, {at_:#x}"), "{nr}");
+    }
+    // A slot, word by word.
+    let mut b = vec![0u8; SLOT as usize];
+    for (i, v) in
+        [7u64, 11, 1, 2, 3, 4, 5, 6, 0, 0x7f00_0000_0640, 2, 0x5555_0000_1234, 0x7ffd_0000_0008].iter().enumerate()
+    {
+        b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    let s = Slot::parse(&b).unwrap();
+    assert_eq!(
+        (s.seq, s.nr, s.args, s.ret, s.thread, s.site, s.ra, s.sp),
+        (7, 11, [1, 2, 3, 4, 5, 6], 0, 0x7f00_0000_0640, 2, 0x5555_0000_1234, 0x7ffd_0000_0008)
+    );
+    assert_eq!(Slot::parse(&b[..103]), None);
+}
+
+const GLIBC_MUNMAP: &[u8] = &[0xb8, 0x0b, 0, 0, 0, 0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff, 0xff, 0x73, 0x01, 0xc3];
+const GLIBC_MMAP: &[u8] = &[
+    0x41, 0x89, 0xca, 0x41, 0xf7, 0xc1, 0xff, 0x0f, 0, 0, 0x75, 0x14, 0xb8, 0x09, 0, 0, 0, 0x0f, 0x05, 0x48, 0x3d,
+    0x00, 0xf0, 0xff, 0xff, 0x77, 0x25, 0xc3,
+];
+const GLIBC_MREMAP: &[u8] = &[
+    0x48, 0x83, 0xec, 0x58, 0x4c, 0x89, 0x44, 0x24, 0x40, 0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0, 0x48, 0x89,
+    0x44, 0x24, 0x18, 0x31, 0xc0, 0x83, 0xf9, 0x07, 0x77, 0x5a, 0x41, 0x89, 0xca, 0x45, 0x31, 0xc0, 0xf6, 0xc1, 0x06,
+    0x75, 0x27, 0xb8, 0x19, 0, 0, 0, 0x0f, 0x05, 0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff,
+];
+
+#[test]
+fn libc_functions_are_patched_at_their_number_move_and_share_the_page() {
+    let cs = disassembler().unwrap();
+    let (munmap, mmap, mremap) = (0x7f00_0010_1a00u64, 0x7f00_0010_19a0u64, 0x7f00_0010_99d0u64);
+    let (pu, nu) = plan_fixed(&cs, munmap, GLIBC_MUNMAP, 11).unwrap();
+    assert_eq!((pu.at, pu.orig.as_slice(), pu.syscall_at, nu), (munmap, &GLIBC_MUNMAP[..5], munmap + 5, 11));
+    let (pm, nm) = plan_fixed(&cs, mmap, GLIBC_MMAP, 9).unwrap();
+    // The number must be the one the function's name says, and the function must have one `syscall`.
+    assert_eq!(plan_fixed(&cs, mmap, GLIBC_MMAP, 11), Err(Refusal::NoFixedNumber));
+    let twice = [GLIBC_MUNMAP, &GLIBC_MUNMAP[..7]].concat();
+    assert_eq!(plan_fixed(&cs, munmap, &twice, 11), Err(Refusal::NoFixedNumber));
+    assert_eq!((pm.at, pm.syscall_at, nm), (mmap + 12, mmap + 17, 9));
+    // mremap moves rsp before its `syscall`: frame 0 would not unwind from its entry.
+    assert_eq!(plan_fixed(&cs, mremap, GLIBC_MREMAP, 25), Err(Refusal::NoFixedNumber));
+    // A branch into the patched bytes, or a flags read after `syscall`, refuses.
+    let mut odd = GLIBC_MMAP.to_vec();
+    odd[11] = 0x01;
+    assert_eq!(plan_fixed(&cs, mmap, &odd, 9), Err(Refusal::BranchIntoPatch));
+    let mut odd = GLIBC_MUNMAP.to_vec();
+    odd[7..9].copy_from_slice(&[0x73, 0x01]);
+    assert_eq!(plan_fixed(&cs, munmap, &odd, 11), Err(Refusal::FlagsRead));
+    // One page for syscall(), munmap (the ring) and mmap (a stop), each jumping back past its own `syscall`.
+    let entry = 0x7f00_0010_1810;
+    let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
+    let pw = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x22]).unwrap();
+    let sites = [
+        Site { plan: pw, kind: Kind::Wrapper { numbers: vec![9, 11], ring: vec![11] } },
+        Site { plan: pu.clone(), kind: Kind::Fixed { nr: 11, ring: true } },
+        Site { plan: pm.clone(), kind: Kind::Fixed { nr: 9, ring: false } },
+    ];
+    let page = entry - 0x10_0000;
+    assert!(assemble_sites(&sites, page, false).is_none(), "a ring needs rdfsbase");
+    let a = assemble_sites(&sites, page, true).unwrap();
+    assert_eq!(a.starts.len(), 3);
+    assert_eq!(a.ring_writes.len(), 4);
+    let insns = cs.disasm_all(&a.code, page).unwrap();
+    let text = |addr: u64| {
+        let i = insns.iter().find(|i| i.address() == addr).unwrap();
+        format!("{} {}", i.mnemonic().unwrap(), i.op_str().unwrap())
+    };
+    assert_eq!(text(a.starts[1]), "mov eax, 0xb");
+    assert_eq!(text(a.starts[2]), "mov eax, 9");
+    let mut by_site: Vec<(usize, u64)> = a.int3_sites.iter().map(|(&i, &s)| (s, a.int3s[&i])).collect();
+    by_site.sort();
+    assert_eq!(by_site, [(0, 9), (0, 11), (1, 11), (2, 9)]);
+    // Each int3's jump back goes past its own site's `syscall`.
+    for (&int3, &si) in &a.int3_sites {
+        let back = sites[si].plan.syscall_at + 2;
+        assert_eq!(text(int3 + 1), format!("jmp {back:#x}"));
+    }
+    // The ring's slot says which site wrote it.
+    let site_store = |si: usize| format!("mov qword ptr [r11 + 0x50], {si}");
+    assert!(insns.iter().any(|i| format!("{} {}", i.mnemonic().unwrap(), i.op_str().unwrap()) == site_store(1)));
+    assert_eq!(patch_bytes(&pu, a.starts[1]).unwrap().len(), 5);
+}
+
+#[test]
+fn a_record_is_read_word_by_word() {
+    let mut b = vec![0u8; BLOCK];
+    let put = |b: &mut Vec<u8>, off: i8, v: u64| {
+        let at = (BLOCK as isize + off as isize) as usize;
+        b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    };
+    for (i, &(_, _, _, off)) in SAVED.iter().enumerate() {
+        put(&mut b, off, 100 + i as u64);
+    }
+    put(&mut b, AT_SEQ, 7);
+    put(&mut b, AT_INT3, 0x1234);
+    put(&mut b, AT_THREAD, 0x7f00_0000_0640);
+    let r = Block::parse(&b).unwrap();
+    assert_eq!((r.thread, r.seq, r.int3), (0x7f00_0000_0640, 7, 0x1234));
+    assert_eq!(r.regs[0], (Reg::Rax, 100));
+    assert_eq!(r.regs[12], (Reg::R15, 112));
+    // Every word of the red zone is used once.
+    let mut offs: Vec<i8> = SAVED.iter().map(|s| s.3).chain([AT_THREAD, AT_SEQ, AT_INT3]).collect();
+    offs.sort();
+    assert_eq!(offs, (0..16).map(|i| -128 + 8 * i as i8).collect::<Vec<_>>());
+    assert_eq!(Block::parse(&b[..BLOCK - 1]), None);
+}
+
+fn map(start: u64, end: u64, perms: &str, path: &str) -> Mapping {
+    Mapping { start, end, perms: perms.into(), offset: 0, dev: "00:00".into(), inode: 0, path: path.into() }
+}
+
+#[test]
+fn pages_come_from_the_gaps_nearest_first_within_reach() {
+    let libc = 0x7f00_4000_0000u64;
+    let p = PatchPlan { at: libc + 0x1812, orig: vec![0x4c, 0x8b, 0x4c, 0x24, 0x08], syscall_at: libc + 0x1817 };
+    let gib = 1u64 << 30;
+    let maps = vec![
+        // Far below: out of reach.
+        map(0x5555_0000_0000, 0x5555_0001_0000, "r-xp", "/bin/prog"),
+        // Crowded below libc, with a one-page hole (no room for a free page each side) and a 64 KiB hole.
+        map(libc - 2 * gib, libc - gib - 0x10_000, "---p", ""),
+        map(libc - gib, libc - 0x3000, "---p", ""),
+        map(libc - 0x2000, libc, "---p", ""),
+        map(libc, libc + 0x20_0000, "r-xp", "/usr/lib/libc.so.6"),
+        // Above libc: one gap of 16 KiB, then the stack's own gap (never used), then the stack.
+        map(libc + 0x20_0000, libc + 0x40_0000, "rw-p", ""),
+        map(libc + 0x40_4000, libc + 0x50_0000, "rw-p", ""),
+        map(libc + 0x1000_0000, libc + 0x1002_1000, "rw-p", "[stack]"),
+        map(0xffff_ffff_ff60_0000, 0xffff_ffff_ff60_1000, "--xp", "[vsyscall]"),
+    ];
+    let c = page_candidates(&maps, std::slice::from_ref(&p), PAGES);
+    // The 16 KiB gap above libc (room for the two pages and a free page each side), the space above the stack,
+    // then the 64 KiB hole 1 GiB below (at its top, with a free page above).
+    assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0x3000]);
+    // Never adjacent to a mapping, never below the stack, always within rel32 of every branch.
+    for &page in &c {
+        assert_eq!(page % 4096, 0);
+        assert!(maps.iter().all(|m| page + PAGES * 4096 < m.start || page > m.end), "{page:#x}");
+        assert!(!(libc + 0x50_0000..libc + 0x1000_0000).contains(&page));
+        assert!(patch_bytes(&p, page).is_some() && assemble(&p, page, &[9], &[], true).is_some(), "{page:#x}");
+    }
+    // Nothing at all within reach: no candidate.
+    let full = vec![map(libc - 3 * gib, libc + 3 * gib, "---p", "")];
+    assert!(page_candidates(&full, std::slice::from_ref(&p), PAGES).is_empty());
+    // With a ring (18 pages and a free one each side), the 16 KiB gap is too small.
+    assert_eq!(page_candidates(&maps, std::slice::from_ref(&p), pages(true))[0], libc + 0x1002_2000);
+}
