@@ -146,7 +146,7 @@ impl Sink for ChannelSink {
             self.windows_dropped += 1;
         }
         let q = analysis::Queued::Call { ev, stack_dropped };
-        if self.stalled || signals::stop_requested() != 0 {
+        if self.stalled {
             match self.tx.try_send(q) {
                 Ok(()) => self.stalled = false,
                 Err(crossbeam_channel::TrySendError::Full(_)) => self.dropped += 1,

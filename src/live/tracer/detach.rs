@@ -30,6 +30,7 @@ impl Tracer<'_> {
 
     fn detach_all_now(&mut self) {
         self.detached = true;
+        self.deferred = Some(Vec::new());
         let started = Instant::now();
         self.k.stop_timer();
         self.adopt_interrupted();
@@ -79,6 +80,7 @@ impl Tracer<'_> {
         self.threads.clear();
         self.tell(Msg::Done);
         self.summary.detach = started.elapsed();
+        self.send_deferred();
     }
 
     /// After a panic in the middle of handling a stop of a thread, that thread may still sit in the stop we took

@@ -122,6 +122,9 @@ pub struct Tracer<'a> {
     /// Stops of tids not known yet (a new thread's or child's first stop can come before its parent's event).
     early: HashMap<Tid, Stop>,
     sink: &'a mut dyn Sink,
+    /// While detaching, events wait here and go to the sink once every thread is let go: a sink that waits on a
+    /// busy analysis must not keep the target stopped.
+    deferred: Option<Vec<Event>>,
     start: Instant,
     pub summary: Summary,
     armed: bool,
@@ -271,6 +274,7 @@ impl<'a> Tracer<'a> {
             threads: HashMap::new(),
             early: HashMap::new(),
             sink,
+            deferred: None,
             start: Instant::now(),
             summary: Summary::default(),
             armed: false,
@@ -636,11 +640,24 @@ impl<'a> Tracer<'a> {
         let also = std::mem::take(&mut ev.also);
         for name in also {
             let copy = Event { probe: Some(name), ..ev.clone() };
-            *self.summary.events_by_tid.entry(copy.tid).or_default() += 1;
-            self.sink.event(copy);
+            self.deliver(copy);
         }
+        self.deliver(ev);
+    }
+
+    fn deliver(&mut self, ev: Event) {
         *self.summary.events_by_tid.entry(ev.tid).or_default() += 1;
-        self.sink.event(ev);
+        match self.deferred.as_mut() {
+            Some(later) => later.push(ev),
+            None => self.sink.event(ev),
+        }
+    }
+
+    /// Sends the events held back while detaching.
+    fn send_deferred(&mut self) {
+        for ev in self.deferred.take().unwrap_or_default() {
+            self.sink.event(ev);
+        }
     }
 
     /// Whether `addr` holds one of our int3s now.
