@@ -1,7 +1,8 @@
 //! Command-line definitions (clap) and their conversion into the configuration the library takes.
 //! Nothing here touches a process.
 
-use crate::model::duration::parse_duration;
+use crate::analysis::leaks::Weight;
+use crate::model::duration::{parse_duration, parse_offset, parse_rate};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -121,18 +122,26 @@ pub struct TraceArgs {
     /// changed or hold traced calls; the whole /proc/PID/smaps is read before and after the trace).
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     pub smaps_every: Duration,
-    /// Write collapsed stacks weighted by still-mapped bytes (for flame graph tools) to FILE (implies --leaks).
+    /// Write collapsed stacks weighted by growth (or --weight) for flame graph tools to FILE (implies --leaks).
     #[arg(long)]
     pub folded: Option<PathBuf>,
-    /// Write a flame graph SVG of still-mapped bytes by stack to FILE (implies --leaks).
+    /// Write a flame graph SVG of growth (or --weight) by stack to FILE (implies --leaks).
     #[arg(long)]
     pub flamegraph: Option<PathBuf>,
+    /// What --folded and --flamegraph weigh stacks by: growth (bytes mapped in the middle half of the trace and
+    /// still mapped), still-mapped, resident, mapped or calls.
+    #[arg(long, value_enum, default_value_t = Weight::Growth)]
+    pub weight: Weight,
+    /// With --leaks: exit with status 3 and one line when the traced stacks grow faster than RATE (10MiB/min,
+    /// 500KiB/s, 1GB/h), after the report (a CI gate).
+    #[arg(long, value_parser = parse_rate, value_name = "RATE")]
+    pub fail_over: Option<f64>,
     /// With --leaks: more findings rules (JSON, format in README.md), added to the shipped ones; a rule with a
     /// shipped rule's id replaces it.
     #[arg(long)]
     pub rules: Option<PathBuf>,
-    /// Write a gzipped pprof profile (profile.proto: still-mapped bytes, resident bytes, calls by stack) to FILE
-    /// (implies --leaks).
+    /// Write a gzipped pprof profile (profile.proto: growth, still-mapped, resident and mapped bytes, mmap
+    /// calls and all calls by stack; growth the default) to FILE (implies --leaks).
     #[arg(long)]
     pub pprof: Option<PathBuf>,
     /// In-process filter: non-matching calls never stop (a trampoline page near libc; falls back to int3). The
@@ -231,12 +240,28 @@ pub struct ReportArgs {
     /// The leak report with its findings (the recording samples smaps whether or not the trace had --leaks).
     #[arg(long)]
     pub leaks: bool,
-    /// Write collapsed stacks weighted by still-mapped bytes to FILE (implies --leaks).
+    /// Write collapsed stacks weighted by growth (or --weight) to FILE (implies --leaks).
     #[arg(long)]
     pub folded: Option<PathBuf>,
-    /// Write a flame graph SVG of still-mapped bytes by stack to FILE (implies --leaks).
+    /// Write a flame graph SVG of growth (or --weight) by stack to FILE (implies --leaks).
     #[arg(long)]
     pub flamegraph: Option<PathBuf>,
+    /// What --folded and --flamegraph weigh stacks by.
+    #[arg(long, value_enum, default_value_t = Weight::Growth)]
+    pub weight: Weight,
+    /// Exit with status 3 and one line when the traced stacks grow faster than RATE (10MiB/min) (implies --leaks).
+    #[arg(long, value_parser = parse_rate, value_name = "RATE")]
+    pub fail_over: Option<f64>,
+    /// Report only from this far into the trace (5s; implies --leaks).
+    #[arg(long, value_parser = parse_offset, value_name = "OFFSET")]
+    pub from: Option<Duration>,
+    /// Report only up to this far into the trace (15s; implies --leaks).
+    #[arg(long, value_parser = parse_offset, value_name = "OFFSET")]
+    pub to: Option<Duration>,
+    /// Compare with the recording BASE: per stack (matched by its symbolized frames), growth in each and the
+    /// change, largest first (`syscatch report --diff BASE.rec NEW.rec`).
+    #[arg(long, value_name = "BASE")]
+    pub diff: Option<PathBuf>,
     /// Write a gzipped pprof profile to FILE (implies --leaks).
     #[arg(long)]
     pub pprof: Option<PathBuf>,

@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,14 +61,20 @@ __attribute__((noinline)) void *ucs_mpool_get(void) {
     return e;
 }
 
-/* The invalidation queue keeps every entry until the cache is next used, which never happens here. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The invalidation queue keeps every entry until the cache is next used, which never happens here. (Locked: a
+ * threaded program unmaps from several threads.) */
 __attribute__((noinline)) void ucs_rcache_invalidate(void *addr, size_t len) {
     (void)addr;
     (void)len;
+    pthread_mutex_lock(&lock);
     struct elem *e = ucs_mpool_get();
-    if (!e) return;
-    e->next = queue;
-    queue = e;
+    if (e) {
+        e->next = queue;
+        queue = e;
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 __attribute__((noinline)) void ucm_dispatch_vm_munmap(void *addr, size_t len) {

@@ -32,11 +32,13 @@ const MREMAP_DONTUNMAP: u64 = 4;
 pub struct StackId(pub u32);
 
 /// One mapped range of the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Piece {
     end: u64,
     stack: StackId,
     anon: bool,
+    /// When the call that mapped it was made (seconds since attach).
+    since: f64,
 }
 
 /// Accounting of one stack, in bytes.
@@ -79,6 +81,11 @@ pub struct AddressSpace {
     pieces: BTreeMap<u64, Piece>,
     stats: BTreeMap<StackId, StackStats>,
     returned: Vec<Returned>,
+    /// The time of the calls being applied ([`Self::at`]).
+    now: f64,
+    /// The start of the window the accounting covers ([`Self::rebase`]): bytes mapped earlier are still known by
+    /// their stack, but are neither still mapped nor unmapped in it.
+    from: f64,
 }
 
 fn page_round(len: u64) -> Option<u64> {
@@ -100,6 +107,23 @@ fn is_err(ret: u64) -> bool {
 impl AddressSpace {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The time of the calls applied from now on (seconds since attach).
+    pub fn at(&mut self, time: f64) {
+        self.now = time;
+    }
+
+    /// Starts the accounting afresh at `time` (a report's window): calls before it are forgotten, memory mapped
+    /// before it is no stack's any more in the figures (a trace started then would not have seen it).
+    pub fn rebase(&mut self, time: f64) {
+        self.from = time;
+        self.stats.clear();
+        self.returned.clear();
+    }
+
+    fn in_window(&self, p: &Piece) -> bool {
+        p.since >= self.from
     }
 
     /// Applies one captured call made from `stack`. Calls other than mmap, munmap and mremap are ignored.
@@ -176,7 +200,7 @@ impl AddressSpace {
     }
 
     fn insert(&mut self, start: u64, end: u64, stack: StackId, anon: bool) {
-        self.pieces.insert(start, Piece { end, stack, anon });
+        self.pieces.insert(start, Piece { end, stack, anon, since: self.now });
     }
 
     /// Removes `[start, end)` from the model, splitting pieces at its edges, and returns what was there.
@@ -204,7 +228,9 @@ impl AddressSpace {
     /// Removes `[start, end)`, counting the bytes as unmapped for the stacks that had mapped them.
     fn unmap(&mut self, start: u64, end: u64) {
         for (s, e, p) in self.take(start, end) {
-            self.stats.entry(p.stack).or_default().unmapped += e - s;
+            if self.in_window(&p) {
+                self.stats.entry(p.stack).or_default().unmapped += e - s;
+            }
         }
     }
 
@@ -241,16 +267,15 @@ impl AddressSpace {
             for (s, e) in keep {
                 self.pieces.insert(s, Piece { end: e, ..p });
             }
-            self.stats.entry(p.stack).or_default().vanished += p.end - start - kept;
+            if self.in_window(&p) {
+                self.stats.entry(p.stack).or_default().vanished += p.end - start - kept;
+            }
         }
     }
 
     /// Per-stack accounting, the stacks holding the most still-mapped bytes first (then by bytes mapped).
     pub fn stacks(&self) -> Vec<(StackId, StackStats)> {
-        let mut still: BTreeMap<StackId, u64> = BTreeMap::new();
-        for (&s, p) in &self.pieces {
-            *still.entry(p.stack).or_default() += p.end - s;
-        }
+        let still = self.still_mapped();
         let mut out: Vec<(StackId, StackStats)> = self
             .stats
             .iter()
@@ -266,16 +291,36 @@ impl AddressSpace {
         out
     }
 
-    /// Every still-mapped anonymous range the model holds, with the stack that mapped it.
+    /// Bytes still mapped by each stack (of those mapped in the window).
+    pub fn still_mapped(&self) -> BTreeMap<StackId, u64> {
+        let mut still: BTreeMap<StackId, u64> = BTreeMap::new();
+        for (&s, p) in self.pieces.iter().filter(|(_, p)| self.in_window(p)) {
+            *still.entry(p.stack).or_default() += p.end - s;
+        }
+        still
+    }
+
+    /// Anonymous bytes each stack mapped in `[from, to)` (seconds since attach) and still holds: its growth
+    /// when that is the window's middle half (see [`crate::analysis::growth`]).
+    pub fn held_since(&self, from: f64, to: f64) -> BTreeMap<StackId, u64> {
+        let mut out: BTreeMap<StackId, u64> = BTreeMap::new();
+        for (&s, p) in self.pieces.iter().filter(|(_, p)| p.anon && p.since >= from && p.since < to) {
+            *out.entry(p.stack).or_default() += p.end - s;
+        }
+        out
+    }
+
+    /// Every still-mapped anonymous range the model holds (of those mapped in the window), with the stack that
+    /// mapped it.
     pub fn anon_pieces(&self) -> impl Iterator<Item = (u64, u64, StackId)> + '_ {
-        self.pieces.iter().filter(|(_, p)| p.anon).map(|(&s, p)| (s, p.end, p.stack))
+        self.pieces.iter().filter(|(_, p)| p.anon && self.in_window(p)).map(|(&s, p)| (s, p.end, p.stack))
     }
 
     /// Bytes of `[start, end)` the model attributes to each stack.
     pub fn still_mapped_in(&self, start: u64, end: u64) -> BTreeMap<StackId, u64> {
         let mut out = BTreeMap::new();
         let first = self.pieces.range(..start).next_back().map(|(&k, _)| k).unwrap_or(start);
-        for (&s, p) in self.pieces.range(first..end) {
+        for (&s, p) in self.pieces.range(first..end).filter(|(_, p)| self.in_window(p)) {
             let lo = s.max(start);
             let hi = p.end.min(end);
             if hi > lo {
@@ -308,7 +353,15 @@ impl AddressSpace {
                 }
                 let mut stacks: Vec<RegionStack> = by.into_values().collect();
                 stacks.sort_by(|a, b| b.still_mapped.cmp(&a.still_mapped).then(b.calls.cmp(&a.calls)));
-                Some(Growing { start, end, growth_kb: growth, rss_swap_kb: r.rss_swap, new: old.is_none(), stacks })
+                Some(Growing {
+                    start,
+                    end,
+                    growth_kb: growth,
+                    lasting_kb: None,
+                    rss_swap_kb: r.rss_swap,
+                    new: old.is_none(),
+                    stacks,
+                })
             })
             .collect();
         out.sort_by(|a, b| b.growth_kb.cmp(&a.growth_kb).then(a.start.cmp(&b.start)));
@@ -321,7 +374,11 @@ impl AddressSpace {
 pub struct Growing {
     pub start: u64,
     pub end: u64,
+    /// Rss+Swap now less what it had in the first sample (all of it when it is new).
     pub growth_kb: u64,
+    /// Growth that lasted (see [`crate::analysis::growth`]); `None` until the report works it out from the
+    /// samples, or when they are too few to tell.
+    pub lasting_kb: Option<u64>,
     pub rss_swap_kb: u64,
     /// Absent from the earlier sample.
     pub new: bool,

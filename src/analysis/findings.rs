@@ -28,10 +28,12 @@ pub fn stack_facts(report: &LeakReport) -> Vec<StackFact> {
     report
         .leaks
         .iter()
-        .map(|(id, s)| StackFact {
-            id: id.0,
-            frames: report.stack(*id).map(|st| st.frames.iter().map(frame_fact).collect()).unwrap_or_default(),
-            still_mapped: s.still_mapped,
+        .chain(&report.quiet)
+        .map(|c| StackFact {
+            id: c.id.0,
+            frames: report.stack(c.id).map(|st| st.frames.iter().map(frame_fact).collect()).unwrap_or_default(),
+            still_mapped: c.stats.still_mapped,
+            growth: c.growth,
         })
         .collect()
 }

@@ -3,6 +3,7 @@
 //! report as text, JSON Lines, collapsed stacks and a flame graph. Pure: smaps samples come in as values.
 
 use crate::analysis::correlate::{AddressSpace, Growing, StackId, StackStats};
+use crate::analysis::growth::{History, Verdict, Window};
 use crate::model::event::Event;
 use crate::model::smaps::Span;
 use crate::model::stack::{Frame, Stack};
@@ -10,6 +11,34 @@ use std::collections::HashMap;
 
 /// The mapping family traced together with `--leaks`.
 pub const LEAK_SYSCALLS: [&str; 3] = ["mmap", "munmap", "mremap"];
+
+/// What a flame graph or collapsed stacks weigh each stack by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Weight {
+    /// Bytes mapped in the middle half of the trace and still mapped (see `analysis::growth`).
+    #[default]
+    Growth,
+    /// Bytes still mapped at the end.
+    StillMapped,
+    /// Resident bytes still mapped (pagemap at the end).
+    Resident,
+    /// Bytes mapped over the trace.
+    Mapped,
+    /// Calls (mmap, munmap, mremap, failed).
+    Calls,
+}
+
+impl Weight {
+    pub fn name(self) -> &'static str {
+        match self {
+            Weight::Growth => "growth",
+            Weight::StillMapped => "still-mapped",
+            Weight::Resident => "resident",
+            Weight::Mapped => "mapped",
+            Weight::Calls => "calls",
+        }
+    }
+}
 
 /// Stacks seen so far, interned by their frame addresses.
 #[derive(Default)]
@@ -59,6 +88,15 @@ pub struct LeakTracker {
     pub nested: u64,
     /// Resident bytes of each still-mapped anonymous range (start, end, stack, bytes), from pagemap at the end.
     resident: Vec<(u64, u64, StackId, u64)>,
+    /// The part of the trace reported on: from (seconds since attach), and to (`None`: to the end).
+    from: f64,
+    to: Option<f64>,
+    /// The window has started (the model was rebased at `from`).
+    started: bool,
+    /// The latest time seen (of an event or a sample).
+    clock: f64,
+    /// The samples in the window, the first being the baseline.
+    history: History,
 }
 
 /// Pagemap bits (Documentation/admin-guide/mm/pagemap.rst).
@@ -77,8 +115,27 @@ pub fn parse_resident(entries: &[u64]) -> u64 {
 }
 
 impl LeakTracker {
-    pub fn new() -> LeakTracker {
-        LeakTracker::default()
+    /// A report of part of the trace only: from `from` to `to` seconds since attach (`syscatch report --from
+    /// --to`). Calls before it shape the address space (so their memory is known) but are not in the figures;
+    /// calls and samples after it are left out.
+    pub fn window(from: f64, to: Option<f64>) -> LeakTracker {
+        LeakTracker { from, to, ..LeakTracker::default() }
+    }
+
+    /// Whether something at `time` is past the window's end.
+    fn after_window(&self, time: f64) -> bool {
+        self.to.is_some_and(|to| time > to)
+    }
+
+    /// Starts the window once the trace reaches it.
+    fn reach(&mut self, time: f64) {
+        self.clock = self.clock.max(time);
+        if !self.started && time >= self.from {
+            self.started = true;
+            if self.from > 0.0 {
+                self.model.rebase(self.from);
+            }
+        }
     }
 
     /// Records one event of the mapping family; others are ignored.
@@ -86,6 +143,9 @@ impl LeakTracker {
     /// `syscall()` was already seen on the same thread, just before, with the same result, is that same call (a hook
     /// reached from the function that made the real call through `syscall()`): counted once.
     pub fn event(&mut self, ev: &Event, stack: Option<&Stack>) {
+        if self.after_window(ev.time) {
+            return;
+        }
         let nr = match ev.func.as_deref() {
             None => ev.nr,
             Some(label) => match crate::model::watch::parse_label_syscall(label) {
@@ -112,21 +172,37 @@ impl LeakTracker {
                 return;
             }
         }
+        self.reach(ev.time);
         let id = self.stacks.intern(stack);
+        self.model.at(ev.time);
         self.model.apply_call(nr, &ev.args, ev.ret, id);
     }
 
-    /// One sample of the regions: the first is the baseline; each reconciles the model (bytes no longer mapped are
-    /// dropped).
-    pub fn sample(&mut self, regions: Vec<Span>) {
-        if regions.is_empty() {
+    /// One sample of the regions taken at `time` (seconds since attach; `None` in older recordings: the time of
+    /// the last event): the last one at or before the window's start is the baseline; each reconciles the model
+    /// (bytes no longer mapped are dropped), and goes to the time series.
+    pub fn sample(&mut self, time: Option<f64>, regions: Vec<Span>) {
+        let time = time.unwrap_or(self.clock);
+        if regions.is_empty() || self.after_window(time) {
             return;
         }
         self.model.reconcile(&regions);
-        if self.first.is_none() {
+        // The baseline: the first sample of a whole trace, the last one up to its start for a window.
+        if self.first.is_none() || time < self.from || (self.from > 0.0 && time <= self.from) {
             self.first = Some(regions.clone());
+            self.history = History::default();
         }
+        self.reach(time);
+        let held = self.model.still_mapped().into_iter().map(|(id, b)| (id.0, b)).collect();
+        let anon = regions.iter().filter(|r| r.anon).map(|r| (r.start, r.end, r.rss_swap));
+        self.history.push(time.max(self.from), anon, &held);
         self.last = regions;
+    }
+
+    /// The window the report covers: its end is the window's, or the last time seen.
+    pub fn span(&self) -> Window {
+        let end = self.history.times.last().copied().unwrap_or(self.from).max(self.clock);
+        Window { from: self.from, to: self.to.map_or(end, |to| to.min(end)) }
     }
 
     /// The still-mapped anonymous ranges the model attributes to traced calls, in address order: where a sample
@@ -152,12 +228,49 @@ impl LeakTracker {
     }
 
     pub fn report(&self) -> LeakReport<'_> {
-        let growing = match &self.first {
+        let window = self.span();
+        let mut growing = match &self.first {
             Some(first) => self.model.growing(first, &self.last),
             None => Vec::new(),
         };
-        let mut leaks: Vec<(StackId, StackStats)> = self.model.stacks();
-        leaks.retain(|(_, s)| s.mapped > 0 || s.released > 0);
+        let ranges: Vec<(u64, u64)> = growing.iter().map(|g| (g.start, g.end)).collect();
+        let mut order: Vec<usize> = (0..ranges.len()).collect();
+        order.sort_by_key(|&i| ranges[i]);
+        let sorted: Vec<(u64, u64)> = order.iter().map(|&i| ranges[i]).collect();
+        let mut region_series = vec![Vec::new(); ranges.len()];
+        for (&i, series) in order.iter().zip(self.history.region_series(&sorted)) {
+            region_series[i] = series;
+        }
+        for (g, series) in growing.iter_mut().zip(&region_series) {
+            let points: Vec<(f64, u64)> = self.history.times.iter().copied().zip(series.iter().copied()).collect();
+            g.lasting_kb = crate::analysis::growth::lasting_growth(&points, window);
+        }
+        // Lasting growth first, then the change from the first sample to the last.
+        let mut both: Vec<(Growing, Vec<u64>)> = growing.into_iter().zip(region_series).collect();
+        both.sort_by(|(a, _), (b, _)| {
+            b.lasting_kb.cmp(&a.lasting_kb).then(b.growth_kb.cmp(&a.growth_kb)).then(a.start.cmp(&b.start))
+        });
+        let (growing, region_series): (Vec<Growing>, Vec<Vec<u64>>) = both.into_iter().unzip();
+        let (q1, q3) = window.middle();
+        let (second, third) = (self.model.held_since(q1, window.half()), self.model.held_since(window.half(), q3));
+        let (mut leaks, quiet): (Vec<Candidate>, Vec<Candidate>) = self
+            .model
+            .stacks()
+            .into_iter()
+            .map(|(id, stats)| {
+                let kept = |m: &std::collections::BTreeMap<StackId, u64>| m.get(&id).copied().unwrap_or(0);
+                let growth = crate::analysis::growth::steady(kept(&second), kept(&third));
+                let verdict = Verdict::of(growth, stats.mapped, stats.unmapped);
+                Candidate { id, stats, growth, verdict }
+            })
+            .partition(|c| c.stats.still_mapped > 0);
+        leaks.sort_by(|a, b| {
+            b.growth
+                .cmp(&a.growth)
+                .then(b.stats.still_mapped.cmp(&a.stats.still_mapped))
+                .then(b.stats.mapped.cmp(&a.stats.mapped))
+                .then(a.id.cmp(&b.id))
+        });
         let mut resident: HashMap<StackId, u64> = HashMap::new();
         for &(_, _, id, bytes) in &self.resident {
             *resident.entry(id).or_default() += bytes;
@@ -170,15 +283,53 @@ impl LeakTracker {
             })
             .collect();
         let weighed = !self.resident.is_empty();
-        LeakReport { growing, leaks, stacks: &self.stacks, diagnosis: None, resident, region_resident, weighed }
+        let series = Series {
+            times: self.history.times.clone(),
+            stacks: leaks.iter().map(|c| (c.id, self.history.stack_series(c.id.0))).collect(),
+            regions: region_series,
+        };
+        LeakReport {
+            growing,
+            leaks,
+            quiet,
+            stacks: &self.stacks,
+            diagnosis: None,
+            resident,
+            region_resident,
+            weighed,
+            window,
+            series,
+        }
     }
+}
+
+/// A leak candidate: a stack that still holds memory, with its growth (see [`crate::analysis::growth`]).
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub id: StackId,
+    pub stats: StackStats,
+    /// Its growth (see [`crate::analysis::growth`]): about the bytes mapped in the window's middle half and still
+    /// mapped, when it grows steadily.
+    pub growth: u64,
+    pub verdict: Verdict,
+}
+
+/// The samples of the window: for each leak candidate (same order) its bytes still mapped, and for each growing
+/// region (same order) its Rss+Swap (kB), at each sample's time.
+#[derive(Debug, Clone, Default)]
+pub struct Series {
+    pub times: Vec<f64>,
+    pub stacks: Vec<(StackId, Vec<u64>)>,
+    pub regions: Vec<Vec<u64>>,
 }
 
 pub struct LeakReport<'a> {
     /// Growing anonymous regions, largest growth first.
     pub growing: Vec<Growing>,
-    /// Stacks ranked by bytes still mapped, then bytes mapped.
-    pub leaks: Vec<(StackId, StackStats)>,
+    /// Stacks that still hold memory, by growth, then bytes still mapped, then bytes mapped.
+    pub leaks: Vec<Candidate>,
+    /// The other traced stacks (they hold nothing: not leak candidates; the rules still see their calls).
+    pub quiet: Vec<Candidate>,
     stacks: &'a Stacks,
     /// The findings (report mode), shown first.
     pub diagnosis: Option<crate::analysis::findings::Diagnosis>,
@@ -188,6 +339,9 @@ pub struct LeakReport<'a> {
     pub region_resident: Vec<u64>,
     /// Residency was read (pagemap readable, something still mapped).
     pub weighed: bool,
+    /// The part of the trace reported on.
+    pub window: Window,
+    pub series: Series,
 }
 
 impl LeakReport<'_> {
@@ -198,6 +352,16 @@ impl LeakReport<'_> {
     /// Resident bytes still mapped by a stack (0 when not weighed).
     pub fn resident_of(&self, id: StackId) -> u64 {
         self.resident.get(&id).copied().unwrap_or(0)
+    }
+
+    /// The regions' lasting growth (kB), `None` when the samples were too few to tell.
+    pub fn lasting_kb(&self) -> Option<u64> {
+        self.growing.iter().map(|g| g.lasting_kb).sum()
+    }
+
+    /// Bytes of growth on traced stacks.
+    pub fn growth(&self) -> u64 {
+        self.leaks.iter().map(|c| c.growth).sum()
     }
 
     /// A growing region's growth (KiB) as the part resident on traced stacks and the remainder.
@@ -250,7 +414,7 @@ mod tests {
     #[test]
     fn a_call_seen_at_libc_mmap_and_at_the_syscall_inside_it_counts_once() {
         let s = Stack { frames: vec![frame(0x10, "pool_grow")], truncated: None };
-        let mut t = LeakTracker::new();
+        let mut t = LeakTracker::default();
         let args = [0, 0x2000, 3, 0x22, u64::MAX, 0];
         // A hook reached from libc's mmap makes the real call through syscall(): the raw event comes first (it
         // completes first) but started after the function's entry.
@@ -277,7 +441,7 @@ mod tests {
         t.event(&un, Some(&s));
         t.event(&fun, Some(&s));
         assert_eq!(t.nested, 1);
-        let stats = t.report().leaks[0].1.clone();
+        let stats = t.report().leaks[0].stats.clone();
         assert_eq!((stats.mmaps, stats.munmaps), (3, 2));
     }
 
@@ -287,11 +451,11 @@ mod tests {
         let zero_page = PM_PRESENT;
         let swapped = PM_SWAPPED | 0x55;
         assert_eq!(parse_resident(&[present_own, zero_page, swapped, 0]), 2 * 4096);
-        let mut t = LeakTracker::new();
+        let mut t = LeakTracker::default();
         let s = Stack { frames: vec![frame(0x10, "grow")], truncated: None };
-        t.sample(vec![region(0x7000_0000, 0x7000_1000, 4)]);
+        t.sample(None, vec![region(0x7000_0000, 0x7000_1000, 4)]);
         t.event(&ev(9, [0, 0x3000, 3, 0x22, u64::MAX, 0], 0x1000_0000), Some(&s));
-        t.sample(vec![region(0x1000_0000, 0x1000_3000, 12), region(0x7000_0000, 0x7000_1000, 4)]);
+        t.sample(None, vec![region(0x1000_0000, 0x1000_3000, 12), region(0x7000_0000, 0x7000_1000, 4)]);
         assert_eq!(t.traced_ranges(), [(0x1000_0000, 0x1000_3000)]);
         t.weigh_residency(&mut |start, end, _| {
             assert_eq!((start, end), (0x1000_0000, 0x1000_3000));
@@ -299,40 +463,122 @@ mod tests {
             Some((entries.len() as u64, parse_resident(&entries)))
         });
         let r = t.report();
-        assert_eq!(r.resident_of(r.leaks[0].0), 2 * 4096);
+        assert_eq!(r.resident_of(r.leaks[0].id), 2 * 4096);
         assert_eq!(r.region_split(0), (8, 4));
     }
 
     #[test]
-    fn ranks_the_leaking_stack_and_folds_it() {
-        let leak = Stack {
-            frames: vec![frame(0x10, "syscall"), frame(0x20, "pool_grow"), frame(0x30, "main")],
+    fn ranks_growth_above_churn_and_folds_it() {
+        let stack = |name: &str, addr: u64| Stack {
+            frames: vec![frame(0x10, "syscall"), frame(addr, name), frame(0x30, "main")],
             truncated: None,
         };
-        let fine = Stack {
-            frames: vec![frame(0x10, "syscall"), frame(0x40, "scratch"), frame(0x30, "main")],
-            truncated: None,
-        };
-        let mut t = LeakTracker::new();
-        t.sample(vec![region(0x7000_0000, 0x7000_1000, 4)]);
-        t.event(&ev(9, [0, 0x2000, 3, 0x22, u64::MAX, 0], 0x1000_0000), Some(&leak));
-        t.event(&ev(9, [0, 0x4000, 3, 0x22, u64::MAX, 0], 0x2000_0000), Some(&fine));
-        t.event(&ev(11, [0x2000_0000, 0x4000, 0, 0, 0, 0], 0), Some(&fine));
-        t.sample(vec![region(0x1000_0000, 0x1000_2000, 8), region(0x7000_0000, 0x7000_1000, 4)]);
+        let (leak, churn, burst) = (stack("pool_grow", 0x20), stack("arena_new", 0x40), stack("burst", 0x50));
+        let mut t = LeakTracker::default();
+        t.sample(Some(0.0), vec![region(0x7000_0000, 0x7000_1000, 4)]);
+        let at = |nr, args, ret, time: f64| Event { time, ..ev(nr, args, ret) };
+        // Over 20 s: the pool maps 8 KiB a second and keeps it; the arenas map and free 64 KiB twice a second,
+        // and hold one at the end; a burst of 1 MiB mapped at 18 s is still held at the end.
+        let mut regions = vec![region(0x7000_0000, 0x7000_1000, 4)];
+        for s in 0..20u64 {
+            let time = s as f64 + 0.5;
+            t.event(&at(9, [0, 0x2000, 3, 0x22, u64::MAX, 0], 0x1000_0000 + s * 0x2000, time), Some(&leak));
+            for k in 0..2 {
+                let a = 0x2000_0000 + (2 * s + k) * 0x10000;
+                t.event(&at(9, [0, 0x10000, 3, 0x22, u64::MAX, 0], a, time), Some(&churn));
+                if s < 19 || k == 0 {
+                    t.event(&at(11, [a, 0x10000, 0, 0, 0, 0], 0, time + 0.1), Some(&churn));
+                }
+            }
+            if s == 18 {
+                t.event(&at(9, [0, 0x10_0000, 3, 0x22, u64::MAX, 0], 0x3000_0000, time), Some(&burst));
+                regions.push(region(0x3000_0000, 0x3010_0000, 1024));
+            }
+            let mut now = vec![region(0x1000_0000, 0x1000_0000 + (s + 1) * 0x2000, (s + 1) * 8)];
+            now.extend(regions.iter().copied());
+            if s == 19 {
+                now.push(region(0x2000_0000 + 39 * 0x10000, 0x2000_0000 + 40 * 0x10000, 64));
+            }
+            now.sort_by_key(|r| r.start);
+            t.sample(Some(s as f64 + 1.0), now);
+        }
         let r = t.report();
-        assert_eq!(r.leaks[0].1.still_mapped, 0x2000);
-        assert_eq!(r.stack(r.leaks[0].0).unwrap().frames[1].function.as_deref(), Some("pool_grow"));
-        assert_eq!(r.leaks[1].1.still_mapped, 0);
-        assert_eq!(r.folded(), ["main;pool_grow;syscall 8192"]);
-        assert_eq!(r.growing.len(), 1);
-        assert!(r.growing[0].new);
+        assert_eq!((r.window.from, r.window.to), (0.0, 20.0));
+        let name = |c: &Candidate| r.stack(c.id).unwrap().frames[1].function.clone().unwrap();
+        let got: Vec<(String, u64, Verdict)> = r.leaks.iter().map(|c| (name(c), c.growth, c.verdict)).collect();
+        // The pool mapped 10 times 8 KiB in the middle half (5 s to 15 s); the arenas hold only what they mapped
+        // last; the burst is held, not grown.
+        assert_eq!(
+            got,
+            [
+                ("pool_grow".into(), 10 * 0x2000, Verdict::Growth),
+                ("burst".into(), 0, Verdict::Held),
+                ("arena_new".into(), 0, Verdict::WorkingSet),
+            ]
+        );
+        assert!((r.window.per_min(r.leaks[0].growth) - 10.0 * 8192.0 * 6.0).abs() < 1e-6);
+        assert_eq!(r.folded(Weight::Growth), [format!("main;pool_grow;syscall {}", 10 * 0x2000)]);
+        // Still mapped: the pool's 20 pages, the burst's MiB, the arenas' last 64 KiB.
+        let mut held = r.folded(Weight::StillMapped);
+        held.sort();
+        assert_eq!(
+            held,
+            ["main;arena_new;syscall 65536", "main;burst;syscall 1048576", "main;pool_grow;syscall 163840"]
+        );
+        // The pool's region grew 8 kB a second: 80 kB lasting in the middle half; the burst's none.
+        let lasting: Vec<(u64, Option<u64>)> = r.growing.iter().map(|g| (g.start, g.lasting_kb)).collect();
+        assert_eq!(lasting[0], (0x1000_0000, Some(80)));
+        assert!(lasting.contains(&(0x3000_0000, Some(0))), "{lasting:?}");
+        // The series: one point per sample, the pool's bytes rising by 8 KiB each.
+        assert_eq!(r.series.times.len(), 21);
+        let pool = &r.series.stacks.iter().find(|(id, _)| *id == r.leaks[0].id).unwrap().1;
+        assert_eq!(pool[..3], [0, 0x2000, 0x4000]);
+        assert_eq!(r.series.regions[0][..3], [0, 8, 16]);
         let mut text = Vec::new();
         r.write_text(&mut text).unwrap();
         let text = String::from_utf8(text).unwrap();
-        assert!(text.contains("pool_grow"), "{text}");
+        assert!(text.contains("#1 grew 80 KiB") && text.contains("working set, not growth"), "{text}");
         let mut svg = Vec::new();
-        r.flamegraph(&mut svg).unwrap();
+        r.flamegraph(&mut svg, Weight::StillMapped).unwrap();
         let svg = String::from_utf8(svg).unwrap();
         assert!(svg.starts_with("<?xml") && svg.contains("pool_grow") && svg.trim_end().ends_with("</svg>"));
+    }
+
+    #[test]
+    fn a_window_reports_only_its_part() {
+        let s = Stack { frames: vec![frame(0x20, "grow")], truncated: None };
+        // A stack that maps 4 KiB a second, only from 10 s on; the window 10-20 s sees all its growth, the window
+        // 0-10 s none; what was mapped before a window is not the window's.
+        let run = |from: f64, to: Option<f64>| {
+            let mut t = LeakTracker::window(from, to);
+            t.sample(Some(0.0), vec![region(0x7000_0000, 0x7000_1000, 4)]);
+            for k in 0..20u64 {
+                if k >= 10 {
+                    let e = Event {
+                        time: k as f64 + 0.5,
+                        ..ev(9, [0, 0x1000, 3, 0x22, u64::MAX, 0], 0x1000_0000 + k * 0x1000)
+                    };
+                    t.event(&e, Some(&s));
+                }
+                let n = k.saturating_sub(9);
+                let mut now = vec![region(0x7000_0000, 0x7000_1000, 4)];
+                if n > 0 {
+                    now.insert(0, region(0x1000_a000, 0x1000_a000 + n * 0x1000, n * 4));
+                }
+                t.sample(Some(k as f64 + 1.0), now);
+            }
+            let r = t.report();
+            let got = r.leaks.first().map(|c| (c.growth, c.stats.mmaps, c.stats.still_mapped));
+            (r.window, got)
+        };
+        let (w, late) = run(10.0, Some(20.0));
+        assert_eq!((w.from, w.to), (10.0, 20.0));
+        // Mapped in the second quarter (12.5-15 s): 12.5, 13.5, 14.5; in the third: 15.5, 16.5.
+        assert_eq!(late, Some((4 * 0x1000, 10, 10 * 0x1000)));
+        let (_, early) = run(0.0, Some(10.0));
+        assert_eq!(early, None);
+        // From 15 s: the calls before are not counted, nor their memory.
+        let (_, tail) = run(15.0, None);
+        assert_eq!(tail.map(|t| (t.1, t.2)), Some((5, 5 * 0x1000)));
     }
 }

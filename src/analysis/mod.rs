@@ -4,6 +4,7 @@
 
 pub mod correlate;
 pub mod findings;
+pub mod growth;
 pub mod leaks;
 pub mod memclass;
 pub mod modules;

@@ -99,6 +99,8 @@ pub struct StackFact {
     pub id: u32,
     pub frames: Vec<FrameFact>,
     pub still_mapped: u64,
+    /// Its growth (see `crate::analysis::growth`).
+    pub growth: u64,
 }
 
 /// How a memory function was intercepted: `got` or `inline`, and where calls now go.
@@ -159,14 +161,34 @@ impl Facts {
 pub struct Finding {
     pub rule: String,
     pub title: String,
-    /// The bytes it explains (still mapped by its stacks, or the class growth/size), for ranking.
+    /// The bytes it explains (still mapped by its stacks, or the class growth/size).
     pub bytes: u64,
+    /// Growth it explains, for ranking: of its stacks (over the middle half of the trace), or of its memory
+    /// classes (over the whole trace); `None` for a rule about a size.
+    pub growth: Option<Growth>,
     pub stacks: Vec<u32>,
     /// The frames that matched, innermost first, for "where".
     pub frames: Vec<FrameFact>,
     pub why: String,
     pub evidence: Vec<String>,
     pub fix: Vec<Fix>,
+}
+
+/// Growth a finding explains, and over what time it was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Growth {
+    /// Of its stacks: bytes mapped in the middle half of the trace and still mapped.
+    Stacks(u64),
+    /// Of its memory classes: Rss+Swap from the start of the trace to its end.
+    Class(u64),
+}
+
+impl Growth {
+    pub fn bytes(self) -> u64 {
+        match self {
+            Growth::Stacks(b) | Growth::Class(b) => b,
+        }
+    }
 }
 
 /// Why a rules file is refused: not the JSON shape (serde's message has the line and column), or a rule that
@@ -334,22 +356,22 @@ pub fn evaluate(rules: &[Rule], facts: &Facts) -> Vec<Finding> {
     let mut out = Vec::new();
     for rule in rules {
         let Some(mut evidence) = process_conditions(&rule.when, facts) else { continue };
-        let (bytes, stacks, frames) = if rule.when.frames.is_empty() {
-            let kb = rule
-                .when
-                .class_growth
-                .as_ref()
-                .map(|c| class_sum(&facts.class_growth_kb, &c.classes))
+        let (bytes, growth, stacks, frames) = if rule.when.frames.is_empty() {
+            let grown = rule.when.class_growth.as_ref().map(|c| class_sum(&facts.class_growth_kb, &c.classes));
+            let kb = grown
                 .or_else(|| rule.when.class_size.as_ref().map(|c| class_sum(&facts.class_size_kb, &c.classes)))
                 .unwrap_or(0);
-            (kb.max(0) as u64 * 1024, Vec::new(), Vec::new())
+            let growth = grown.map(|kb| Growth::Class(kb.max(0) as u64 * 1024));
+            (kb.max(0) as u64 * 1024, growth, Vec::new(), Vec::new())
         } else {
             let mut bytes = 0;
+            let mut growth = 0;
             let mut ids = Vec::new();
             let mut frames = Vec::new();
             for s in facts.stacks.iter().filter(|s| s.still_mapped > 0) {
                 if let Some(f) = match_frames(&rule.when.frames, &s.frames) {
                     bytes += s.still_mapped;
+                    growth += s.growth;
                     ids.push(s.id);
                     if frames.is_empty() {
                         frames = f;
@@ -361,13 +383,14 @@ pub fn evaluate(rules: &[Rule], facts: &Facts) -> Vec<Finding> {
             }
             let names: Vec<&str> = frames.iter().map(|f| f.function.as_str()).collect();
             evidence.insert(0, format!("stack through {}", names.join(" <- ")));
-            (bytes, ids, frames)
+            (bytes, Some(Growth::Stacks(growth)), ids, frames)
         };
         evidence.extend(explanations(rule, &frames, facts));
         out.push(Finding {
             rule: rule.id.clone(),
             title: rule.title.clone(),
             bytes,
+            growth,
             stacks,
             frames,
             why: rule.why.clone(),
@@ -375,7 +398,9 @@ pub fn evaluate(rules: &[Rule], facts: &Facts) -> Vec<Finding> {
             fix: rule.fix.clone(),
         });
     }
-    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.rule.cmp(&b.rule)));
+    // What grows first, then what is held.
+    let grew = |f: &Finding| f.growth.map_or(0, Growth::bytes);
+    out.sort_by(|a, b| grew(b).cmp(&grew(a)).then(b.bytes.cmp(&a.bytes)).then_with(|| a.rule.cmp(&b.rule)));
     out
 }
 
@@ -413,6 +438,7 @@ pub fn hook_advice(rules: &[Rule], facts: &Facts) -> Vec<Finding> {
             rule: rule.id.clone(),
             title: rule.title.clone(),
             bytes: 0,
+            growth: None,
             stacks: Vec::new(),
             frames,
             why: rule.why.clone(),
@@ -454,6 +480,7 @@ mod tests {
                 f("app", "main"),
             ],
             still_mapped: still,
+            growth: still,
         }
     }
 
@@ -474,7 +501,7 @@ mod tests {
         let process = ProcessFacts { allocator: "glibc".into(), env_source: "live".into(), ..Default::default() };
         let mut facts = Facts { process, ..Facts::default() };
         facts.stacks.push(ucx_stack(256 << 10));
-        facts.stacks.push(StackFact { id: 4, frames: vec![f("app", "leak_site")], still_mapped: 1 << 20 });
+        facts.stacks.push(StackFact { id: 4, frames: vec![f("app", "leak_site")], still_mapped: 1 << 20, growth: 0 });
         let found = evaluate(&rules, &facts);
         assert_eq!(found.len(), 1, "{found:#?}");
         assert_eq!(found[0].rule, "ucx-rcache-invalidation");
@@ -502,7 +529,10 @@ mod tests {
         let rules = merge_rules(base, extra);
         assert_eq!(rules.len(), n + 1);
         let facts = Facts {
-            stacks: vec![ucx_stack(4096), StackFact { id: 9, frames: vec![f("a", "leak_site")], still_mapped: 8192 }],
+            stacks: vec![
+                ucx_stack(4096),
+                StackFact { id: 9, frames: vec![f("a", "leak_site")], still_mapped: 8192, growth: 8192 },
+            ],
             ..Facts::default()
         };
         let found = evaluate(&rules, &facts);

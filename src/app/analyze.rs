@@ -28,8 +28,12 @@ pub struct Config {
     pub depths: HashMap<Arc<str>, usize>,
     /// Track leaks (from the events and the smaps samples).
     pub leaks: bool,
+    /// The part of the trace reported on (seconds since attach: from, and to, or to the end).
+    pub window: (f64, Option<f64>),
     /// Samples the regions this often (a live trace); without it samples come in the queue (a recording).
     pub sampler: Option<(Duration, Sampler)>,
+    /// Time zero of the trace, for the times of the samples taken live.
+    pub epoch: Instant,
     /// The first sample (of the whole smaps), taken before the breakpoints were armed.
     pub baseline: Option<Vec<Span>>,
     /// Render each event (report mode without `-o FILE` renders none: only the report is wanted).
@@ -81,8 +85,12 @@ impl Costs {
 // Nearly every item is a call: boxing it would cost an allocation per event to save space on rare samples.
 #[allow(clippy::large_enum_variant)]
 pub enum Queued {
-    Call { ev: Event, stack_dropped: bool },
-    Sample(Vec<Span>),
+    Call {
+        ev: Event,
+        stack_dropped: bool,
+    },
+    /// A sample taken at a time (seconds since attach; `None` in older recordings).
+    Sample(Option<f64>, Vec<Span>),
 }
 
 /// How many events may wait between the tracer and the output (records only: stack windows are bounded by the
@@ -196,7 +204,7 @@ fn flush_rendered(renderer: &mut dyn Renderer, unflushed: &mut bool, output_erro
 #[allow(clippy::large_enum_variant)]
 enum Staged {
     Call(Unwinding),
-    Sample(Vec<Span>),
+    Sample(Option<f64>, Vec<Span>),
 }
 
 /// The unwinding stage: each capture's window is walked to return addresses as soon as it arrives and then
@@ -214,8 +222,8 @@ fn unwinder(
     while let Ok(q) = lingering.recv(&rx, None, &mut || {}) {
         let (mut ev, stack_dropped) = match q {
             Queued::Call { ev, stack_dropped } => (ev, stack_dropped),
-            Queued::Sample(s) => {
-                if tx.send(Staged::Sample(s)).is_err() {
+            Queued::Sample(t, s) => {
+                if tx.send(Staged::Sample(t, s)).is_err() {
                     break;
                 }
                 continue;
@@ -259,20 +267,21 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         .spawn(move || unwinder(rx, utx, modules, depth, recording))
         .expect("cannot start the unwinding thread");
     crate::os::sched::batch();
-    let mut tracker = cfg.leaks.then(LeakTracker::new);
+    let mut tracker = cfg.leaks.then(|| LeakTracker::window(cfg.window.0, cfg.window.1));
     let rec = cfg.recorder;
     // Each sample goes to the recording at its place among the events, and to the leak tracker.
-    let take_sample = |tracker: &mut Option<LeakTracker>, spans: Vec<Span>| {
+    let take_sample = |tracker: &mut Option<LeakTracker>, time: Option<f64>, spans: Vec<Span>| {
         if let Some(r) = &rec {
-            r.write(&Record::Sample { spans: spans.clone() });
+            r.write(&Record::Sample { spans: spans.clone(), time });
         }
         if let Some(t) = tracker.as_mut() {
-            t.sample(spans);
+            t.sample(time, spans);
         }
     };
     if let Some(b) = cfg.baseline {
-        take_sample(&mut tracker, b);
+        take_sample(&mut tracker, Some(0.0), b);
     }
+    let epoch = cfg.epoch;
     let (every, mut sampler) = match cfg.sampler {
         Some((every, s)) => (every, Some(s)),
         None => (Duration::from_secs(3600), None),
@@ -321,14 +330,16 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         {
             let c0 = crate::os::sched::thread_cpu();
             let traced = tracker.as_ref().map(LeakTracker::traced_ranges).unwrap_or_default();
-            take_sample(&mut tracker, s(&traced));
+            let time = epoch.elapsed().as_secs_f64();
+            let spans = s(&traced);
+            take_sample(&mut tracker, Some(time), spans);
             aside += crate::os::sched::thread_cpu().saturating_sub(c0);
             next_sample = Instant::now() + every;
         }
         let Some(Unwinding { ev, unwound, python, took, recorded }) = (match q {
             Some(Staged::Call(u)) => Some(u),
-            Some(Staged::Sample(spans)) => {
-                take_sample(&mut tracker, spans);
+            Some(Staged::Sample(time, spans)) => {
+                take_sample(&mut tracker, time, spans);
                 None
             }
             None => None,

@@ -17,7 +17,7 @@ pub mod shell;
 pub mod stack;
 pub mod trace;
 
-use crate::app::trace::UsageError;
+use crate::app::trace::{GateFailed, UsageError};
 use crate::cli::{Cli, Command};
 use clap::Parser;
 
@@ -63,7 +63,14 @@ pub fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("syscatch: {e:#}");
-            std::process::exit(if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 });
+            let code = if e.downcast_ref::<UsageError>().is_some() {
+                2
+            } else if e.downcast_ref::<GateFailed>().is_some() {
+                3
+            } else {
+                1
+            };
+            std::process::exit(code);
         }
     }
 }

@@ -66,6 +66,9 @@ pub enum Record {
     /// A sample of the regions as the leak model keeps it, at its place among the events.
     Sample {
         spans: Vec<Span>,
+        /// When it was taken, in seconds since attach (recordings before schema 3 have none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        time: Option<f64>,
     },
     /// Page residency of one range: how many pagemap entries were read and the resident bytes they show.
     Residency {
@@ -380,8 +383,8 @@ impl Reader {
             let bad = |e: String| anyhow!("{}: line {}: {e}", path.display(), n + 1);
             Some(match serde_json::from_str::<Record>(&line) {
                 Ok(Record::Event(e)) => e.event().map(|ev| Streamed::Event(ev, e.stack_dropped)).map_err(bad),
-                Ok(Record::Smaps { regions }) => Ok(Streamed::Sample(regions.iter().map(Span::of).collect())),
-                Ok(Record::Sample { spans }) => Ok(Streamed::Sample(spans)),
+                Ok(Record::Smaps { regions }) => Ok(Streamed::Sample(None, regions.iter().map(Span::of).collect())),
+                Ok(Record::Sample { spans, time }) => Ok(Streamed::Sample(time, spans)),
                 Ok(_) => Err(bad("not an event".into())),
                 Err(e) => Err(bad(e.to_string())),
             })
@@ -397,7 +400,7 @@ fn truncated(path: &Path, why: &str) -> anyhow::Error {
 #[allow(clippy::large_enum_variant)]
 pub enum Streamed {
     Event(Event, bool),
-    Sample(Vec<Span>),
+    Sample(Option<f64>, Vec<Span>),
 }
 
 /// The recorded process's modules, read on this machine: each module file by its path, used only when its
@@ -497,12 +500,12 @@ mod tests {
         let region = crate::model::smaps::parse_smaps("1000-3000 rw-p 0 00:00 0\nRss: 8 kB\nSwap: 4 kB\n").remove(0);
         let span = Span::of(&region);
         assert_eq!((span.start, span.end, span.anon, span.rss_swap), (0x1000, 0x3000, true, 12));
-        for rec in [Record::Smaps { regions: vec![region] }, Record::Sample { spans: vec![span] }] {
+        for rec in [Record::Smaps { regions: vec![region] }, Record::Sample { spans: vec![span], time: Some(1.5) }] {
             let line = serde_json::to_string(&rec).unwrap();
             assert!(STREAMED.iter().any(|p| line.starts_with(p)), "{line}");
             let back = match serde_json::from_str::<Record>(&line).unwrap() {
                 Record::Smaps { regions } => regions.iter().map(Span::of).collect(),
-                Record::Sample { spans } => spans,
+                Record::Sample { spans, .. } => spans,
                 _ => panic!("{line}"),
             };
             assert_eq!(back, [span]);

@@ -33,6 +33,11 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     UsageError(msg.into()).into()
 }
 
+/// `--fail-over`: the traced stacks grew faster than allowed (exit status 3, after the whole report).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct GateFailed(pub String);
+
 /// Refuses, before touching it, a pid that is not a live process with user memory (no such pid, a thread id, a
 /// zombie, a kernel thread), with one line saying why and what to do.
 pub fn check_process(pid: Tid) -> Result<status::Status> {
@@ -173,6 +178,12 @@ pub struct Output {
     pub folded: Option<PathBuf>,
     pub flamegraph: Option<PathBuf>,
     pub pprof: Option<PathBuf>,
+    /// What `folded` and `flamegraph` weigh stacks by.
+    pub weight: crate::analysis::leaks::Weight,
+    /// `--fail-over`: the most growth on traced stacks allowed, in bytes per minute.
+    pub fail_over: Option<f64>,
+    /// The part of the trace reported on (seconds since attach: from, and to, or to the end).
+    pub window: (f64, Option<f64>),
     /// Report mode (`--leaks`): events go only to `path` (none without it); stdout (stderr with `-- CMD`)
     /// carries the report and the summary.
     pub report: bool,
@@ -186,7 +197,11 @@ pub struct Output {
 
 impl Output {
     fn from_trace(args: &TraceArgs) -> Result<Output> {
-        let leaks = args.leaks || args.folded.is_some() || args.flamegraph.is_some() || args.pprof.is_some();
+        let leaks = args.leaks
+            || args.folded.is_some()
+            || args.flamegraph.is_some()
+            || args.pprof.is_some()
+            || args.fail_over.is_some();
         if args.rules.is_some() && !leaks {
             return Err(usage("--rules goes with --leaks (the findings of the leak report)"));
         }
@@ -201,6 +216,9 @@ impl Output {
             folded: args.folded.clone(),
             flamegraph: args.flamegraph.clone(),
             pprof: args.pprof.clone(),
+            weight: args.weight,
+            fail_over: args.fail_over,
+            window: (0.0, None),
             report: leaks,
             rules,
             record: args.record.clone(),
@@ -351,11 +369,15 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         rec.write(&Record::Plan { depths, watched: watched.clone() });
         source = Box::new(Recording { inner: source, rec: rec.clone() });
     }
+    // Time zero of events and samples alike.
+    let epoch = Instant::now();
     let acfg = analysis::Config {
+        epoch,
         source,
         stack_depth: out.stack_depth,
         depths: plan.depths,
         leaks: sampling,
+        window: out.window,
         sampler: baseline.as_ref().map(|b| {
             let mut sampler = crate::live::sampling::Sampler::new(pid, b);
             let s: analysis::Sampler = Box::new(move |traced| sampler.sample(traced));
@@ -387,6 +409,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         python,
         stack_bytes: out.stack_bytes,
         deadline: out.duration.map(|d| Instant::now() + d),
+        epoch,
         live_status: std::io::stderr().is_terminal() && !spawned,
     };
     // The tick also paces the reading of `--fast`'s ring when no stop comes (512 slots: 51,200 calls a second
@@ -496,7 +519,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         let last: Vec<Span> = regions.iter().map(Span::of).collect();
         end_regions = (!regions.is_empty()).then_some(regions);
         if let Some(r) = &recorder {
-            r.write(&Record::Sample { spans: last.clone() });
+            r.write(&Record::Sample { spans: last.clone(), time: Some(summary.duration.as_secs_f64()) });
         }
         ending.final_sample = Some(last);
         if let Ok(pm) = crate::os::pagemap::Pagemap::open(pid) {
@@ -598,9 +621,10 @@ pub fn finish(
             Box::new(Text::new(report_writer(spawned), std::io::stderr()))
         };
     }
+    let mut gate = None;
     if let Some(mut tracker) = done.leaks {
         if let Some(last) = ending.final_sample.take() {
-            tracker.sample(last);
+            tracker.sample(Some(summary.duration.as_secs_f64()), last);
         }
         tracker.weigh_residency(&mut *ending.residency);
         let nested = tracker.nested;
@@ -618,17 +642,23 @@ pub fn finish(
             renderer.leaks(&report)?;
         }
         if let (Some(f), Some(path)) = (files.folded.as_mut(), &out.folded) {
-            let text: String = report.folded().iter().map(|l| format!("{l}\n")).collect();
+            let text: String = report.folded(out.weight).iter().map(|l| format!("{l}\n")).collect();
             f.write_all(text.as_bytes())
                 .and_then(|_| f.flush())
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
         if let (Some(f), Some(path)) = (files.flame.as_mut(), &out.flamegraph) {
-            report.flamegraph(f).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
+            report
+                .flamegraph(f, out.weight)
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
         if let (Some(f), Some(path)) = (files.pprof.as_mut(), &out.pprof) {
             let ns = u64::try_from(summary.duration.as_nanos()).unwrap_or(u64::MAX);
             report.pprof(f, ns).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let Some(limit) = out.fail_over {
+            gate = crate::report::leaks::gate(&report, limit);
         }
     }
     renderer.summary(summary)?;
@@ -637,7 +667,10 @@ pub fn finish(
         Text::new(std::io::sink(), std::io::stderr()).summary(summary)?;
     }
     renderer.flush()?;
-    Ok(())
+    match gate {
+        Some(line) => Err(GateFailed(line).into()),
+        None => Ok(()),
+    }
 }
 
 /// The one line for a panic contained during a trace (the target is detached by then).

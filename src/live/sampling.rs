@@ -77,7 +77,9 @@ mod tests {
         let (start, end) = (v.as_ptr() as u64, v.as_ptr() as u64 + len as u64);
         let of = |spans: &[Span]| *spans.iter().find(|s| s.start <= start && end <= s.end).expect("the mapping");
         let first = of(&sampler.sample(&[]));
-        assert!(first.anon && first.rss_swap < 1024, "{first:?}");
+        // Our mapping is untouched; the region around it may have merged with a neighbour other tests touched.
+        let others_kb = (first.end - first.start - len as u64) >> 10;
+        assert!(first.anon && first.rss_swap < others_kb + 1024, "{first:?}");
         for i in (0..len).step_by(4096) {
             v[i] = 1;
         }

@@ -53,6 +53,53 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     Ok(d)
 }
 
+/// A start or end offset into a trace (`--from 0`, `--to 15s`): a duration, or zero.
+pub fn parse_offset(text: &str) -> Result<Duration, DurationError> {
+    match text.trim() {
+        "0" | "0s" => Ok(Duration::ZERO),
+        t => parse_duration(t),
+    }
+}
+
+/// A growth rate that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "bad rate `{0}`: expected a size per time, such as 10MiB/min, 500KiB/s, 1GB/h (sizes B, KiB, MiB, GiB, KB, MB, GB)"
+)]
+pub struct RateError(pub String);
+
+/// Parses a growth rate such as `10MiB/min`, `500KiB/s`, `1GB/h` into bytes per minute. More than zero.
+pub fn parse_rate(text: &str) -> Result<f64, RateError> {
+    let s = text.trim();
+    let bad = || RateError(s.to_string());
+    let (size, per) = s.split_once('/').ok_or_else(bad)?;
+    let size = size.trim();
+    let split = size.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(size.len());
+    let (num, unit) = size.split_at(split);
+    let num: f64 = num.parse().map_err(|_| bad())?;
+    let unit_bytes: f64 = match unit.trim() {
+        "B" | "" => 1.0,
+        "KiB" | "K" | "k" => 1024.0,
+        "MiB" | "M" => 1024.0 * 1024.0,
+        "GiB" | "G" => 1024.0 * 1024.0 * 1024.0,
+        "KB" | "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        _ => return Err(bad()),
+    };
+    let per_min: f64 = match per.trim() {
+        "s" | "sec" => 60.0,
+        "min" | "m" => 1.0,
+        "h" | "hour" => 1.0 / 60.0,
+        _ => return Err(bad()),
+    };
+    let rate = num * unit_bytes * per_min;
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(bad());
+    }
+    Ok(rate)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,5 +123,18 @@ mod tests {
         assert_eq!(parse_duration("0s"), Err(DurationError::Zero("0s".into())));
         assert_eq!(parse_duration("99999999999h"), Err(DurationError::TooLong("99999999999h".into())));
         assert_eq!(parse_duration("1.s"), Err(DurationError::Syntax("1.s".into())));
+    }
+
+    #[test]
+    fn rates_and_offsets() {
+        assert_eq!(parse_rate("10MiB/min"), Ok(10.0 * 1024.0 * 1024.0));
+        assert_eq!(parse_rate("1KiB/s"), Ok(60.0 * 1024.0));
+        assert_eq!(parse_rate(" 6GB/h "), Ok(1e8));
+        for bad in ["10MiB", "10XB/min", "MiB/min", "10MiB/day", "0MiB/min", "1..5MiB/s"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_offset("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_offset("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_offset("soon").is_err());
     }
 }

@@ -4,7 +4,7 @@
 use crate::analysis::correlate::StackId;
 use crate::analysis::findings::{Diagnosis, frame_fact};
 use crate::analysis::leaks::LeakReport;
-use crate::analysis::rules::{Finding, FrameFact};
+use crate::analysis::rules::{Finding, FrameFact, Growth};
 use crate::model::stack::Frame;
 use crate::report::json::{frame_json, line};
 use crate::report::text::frame_text;
@@ -58,20 +58,36 @@ pub fn condensed<'a>(frames: &'a [Frame], matched: &[FrameFact], hook_modules: &
     keep.into_iter().map(|i| real[i]).collect()
 }
 
-/// Growth of the anonymous regions that grew (KiB), and the part of it on traced stacks (bytes).
-fn growth_and_traced(report: &LeakReport) -> (u64, u64) {
-    let growth: u64 = report.growing.iter().map(|g| g.growth_kb).sum();
-    // Growth is Rss+Swap: compared with resident bytes where pagemap was read, else with mapped bytes.
-    let traced: u64 = if report.weighed {
+/// The anonymous regions' lasting growth and their change from the first sample to the last, and the growth
+/// of the traced stacks (bytes).
+fn growth_and_traced(report: &LeakReport) -> (Option<u64>, u64, u64) {
+    let lasting = report.lasting_kb().map(|kb| kb * 1024);
+    let change: u64 = report.growing.iter().map(|g| g.growth_kb).sum::<u64>() * 1024;
+    (lasting, change, report.growth())
+}
+
+/// Of the regions' change from the first sample to the last, the part on traced stacks (bytes): resident where
+/// pagemap was read, else mapped.
+fn change_traced(report: &LeakReport) -> u64 {
+    if report.weighed {
         report.region_resident.iter().sum()
     } else {
         report.growing.iter().flat_map(|g| g.stacks.iter()).map(|s| s.still_mapped).sum()
-    };
-    (growth, traced)
+    }
 }
 
+/// MiB per minute of `bytes` over `secs`.
 fn per_min(bytes: u64, secs: f64) -> f64 {
     if secs > 0.0 { bytes as f64 / (1u64 << 20) as f64 * 60.0 / secs } else { 0.0 }
+}
+
+/// A finding's growth rate in MiB/min: its stacks' over the middle half of the trace, its classes' over all of it;
+/// none for a size.
+fn finding_rate(f: &Finding, report: &LeakReport, d: &Diagnosis) -> Option<f64> {
+    match f.growth? {
+        Growth::Stacks(b) => Some(report.window.per_min(b) / (1u64 << 20) as f64),
+        Growth::Class(b) => Some(per_min(b, d.duration_s)),
+    }
 }
 
 fn hook_modules(d: &Diagnosis) -> Vec<&str> {
@@ -120,17 +136,24 @@ fn weight(f: &Finding, report: &LeakReport) -> u64 {
 
 /// The findings, first in the text report.
 pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::Result<()> {
-    let (growth_kb, traced) = growth_and_traced(report);
-    let growth = growth_kb * 1024;
+    let (lasting, change, traced) = growth_and_traced(report);
+    let lasting_text = match lasting {
+        Some(b) => format!("lasting growth {} ({:.2} MiB/min)", kib(b), report.window.per_min(b) / (1u64 << 20) as f64),
+        None => "lasting growth unknown (too few samples)".into(),
+    };
+    let on_traced = change_traced(report);
     writeln!(
         w,
-        "\nFindings ({} rules checked; anonymous growth {} in {:.2}s, {:.1} MiB/min; {} of it on traced stacks):",
+        "\nFindings ({} rules checked; {:.2}s traced; anonymous memory: {lasting_text}, {}{} from start to end, {} \
+         of that on traced stacks; traced stacks grew {}):",
         d.rules_checked,
-        kib(growth),
-        d.duration_s,
-        per_min(growth, d.duration_s),
-        kib(traced.min(growth.max(traced))),
+        report.window.len(),
+        if change > 0 { "+" } else { "" },
+        kib(change),
+        kib(on_traced.min(change.max(on_traced))),
+        kib(traced),
     )?;
+    let growth = lasting.unwrap_or(traced);
     if d.findings.is_empty() {
         writeln!(w, "  Nothing known matches. Growth by stack is ranked below (leak candidates).")?;
     }
@@ -138,17 +161,25 @@ pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
     for (rank, f) in d.findings.iter().enumerate() {
         writeln!(w, "\n  #{} {}  [{}]", rank + 1, f.title, f.rule)?;
         let weight = weight(f, report);
-        let share = if growth > 0 && !f.stacks.is_empty() {
-            format!(", {:.0}% of the growth", 100.0 * weight as f64 / growth as f64)
-        } else {
-            String::new()
-        };
         let what = match (f.stacks.is_empty(), report.weighed) {
             (true, _) => String::new(),
             (false, true) => format!(" still mapped by its stacks, {} of it resident", kib(weight)),
             (false, false) => " still mapped by its stacks".into(),
         };
-        writeln!(w, "     what:  {}{what} ({:.2} MiB/min{share})", kib(f.bytes), per_min(f.bytes, d.duration_s))?;
+        let grew = match (f.growth, finding_rate(f, report, d)) {
+            (Some(g), Some(rate)) => {
+                let total = growth.max(traced);
+                let share = match g {
+                    Growth::Stacks(b) if total > 0 => {
+                        format!(", {:.0}% of the growth", 100.0 * b as f64 / total as f64)
+                    }
+                    _ => String::new(),
+                };
+                format!("; grew {} ({rate:.2} MiB/min{share})", kib(g.bytes()))
+            }
+            _ => String::new(),
+        };
+        writeln!(w, "     what:  {}{what}{grew}", kib(f.bytes))?;
         if let Some(&id) = f.stacks.first()
             && let Some(stack) = report.stack(StackId(id))
         {
@@ -185,8 +216,8 @@ pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
             d.nested
         )?;
     }
-    if untraced_worth_saying(growth, traced) {
-        writeln!(w, "  {} of the growth is on no traced stack. Next:", kib(growth - traced))?;
+    if untraced_worth_saying(change, on_traced) {
+        writeln!(w, "  {} of the growth is on no traced stack. Next:", kib(change - on_traced))?;
         for s in next_steps(d) {
             writeln!(w, "    - {s}")?;
         }
@@ -196,8 +227,8 @@ pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
 
 /// `finding` lines (most bytes first) and one `coverage` line.
 pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::Result<()> {
-    let (growth_kb, traced) = growth_and_traced(report);
-    let growth = growth_kb * 1024;
+    let (lasting, change, traced) = growth_and_traced(report);
+    let growth = lasting.unwrap_or(traced);
     let hooks = hook_modules(d);
     for (rank, f) in d.findings.iter().enumerate() {
         let condensed: Vec<_> = f
@@ -215,8 +246,13 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
                 "title": f.title,
                 "bytes": f.bytes,
                 "resident": report.weighed.then(|| weight(f, report)),
-                "mib_per_min": per_min(f.bytes, d.duration_s),
-                "share_of_growth": (growth > 0 && !f.stacks.is_empty()).then(|| weight(f, report) as f64 / growth as f64),
+                "growth": f.growth.map(Growth::bytes),
+                "growth_of": f.growth.map(|g| match g { Growth::Stacks(_) => "stacks", Growth::Class(_) => "classes" }),
+                "growth_mib_per_min": finding_rate(f, report, d),
+                "share_of_growth": match f.growth {
+                    Some(Growth::Stacks(b)) if growth.max(traced) > 0 => Some(b as f64 / growth.max(traced) as f64),
+                    _ => None,
+                },
                 "stack_ids": f.stacks,
                 "where": condensed,
                 "why": f.why,
@@ -231,16 +267,21 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
         json!({
             "rules_checked": d.rules_checked,
             "duration": d.duration_s,
-            "growth_bytes": growth,
-            "traced_bytes": traced,
+            "from": report.window.from,
+            "to": report.window.to,
+            "growth_bytes": lasting,
+            "growth_mib_per_min": lasting.map(|b| report.window.per_min(b) / (1u64 << 20) as f64),
+            "change_bytes": change,
+            "traced_bytes": change_traced(report),
             "traced_is_resident": report.weighed,
+            "traced_growth_bytes": traced,
             "watched": d.watched.paths,
             "not_watched": d.watched.skipped,
             "nested_calls": d.nested,
             "allocator": d.facts.process.allocator,
             "environment_source": d.facts.process.env_source,
             "hooks": d.facts.process.hooks.iter().map(|h| json!({"function": h.function, "how": h.how, "module": h.module, "text": h.text})).collect::<Vec<_>>(),
-            "next": if untraced_worth_saying(growth, traced) { next_steps(d) } else { Vec::new() },
+            "next": if untraced_worth_saying(change, change_traced(report)) { next_steps(d) } else { Vec::new() },
         }),
     )
 }

@@ -79,10 +79,11 @@ fn events() -> Vec<(Event, Option<usize>)> {
     let mut probe = event(5, 11, Some(0));
     probe.probe = Some(Arc::from("unmaps"));
     probe.func = Some(Arc::from("libc.so.6:munmap"));
-    probe.args = [0x7f00_4000_0000, 0x10000, 0, 0, 0, 0];
+    probe.args = [0x7f00_6000_0000, 0x10000, 0, 0, 0, 0];
     vec![
-        (event(1, 9, Some(0x7f00_4000_0000)), Some(0)),
-        (event(2, 9, Some(0x7f00_4001_0000)), Some(0)),
+        // One in each middle quarter of the 2.5 s trace: growth.
+        (Event { time: 0.75, ..event(1, 9, Some(0x7f00_4000_0000)) }, Some(0)),
+        (Event { time: 1.5, ..event(2, 9, Some(0x7f00_4001_0000)) }, Some(0)),
         (event(3, 9, Some((-12i64) as u64)), Some(1)),
         (event(4, 9, None), None),
         (probe, Some(1)),
@@ -117,12 +118,17 @@ fn render(r: &mut dyn Renderer) {
     for (ev, id) in events() {
         r.event_interned(&ev, id.map(|i| (i, &st[i]))).unwrap();
     }
-    let mut t = LeakTracker::new();
-    t.sample(vec![region(0x7f00_5000_0000, 0x7f00_5000_1000, 4)]);
-    for (ev, id) in events() {
-        t.event(&ev, id.map(|i| &st[i]));
+    let mut t = LeakTracker::default();
+    t.sample(Some(0.0), vec![region(0x7f00_5000_0000, 0x7f00_5000_1000, 4)]);
+    let mut events = events().into_iter().peekable();
+    // The pool's region fills as its pages are written, sampled in each quarter.
+    for (time, kb) in [(1.0, 64), (1.6, 96), (2.0, 128), (2.5, 128)] {
+        while let Some((ev, id)) = events.next_if(|(e, _)| e.time < time) {
+            t.event(&ev, id.map(|i| &st[i]));
+        }
+        let end = if kb > 64 { 0x7f00_4002_0000 } else { 0x7f00_4001_0000 };
+        t.sample(Some(time), vec![region(0x7f00_4000_0000, end, kb), region(0x7f00_5000_0000, 0x7f00_5000_1000, 4)]);
     }
-    t.sample(vec![region(0x7f00_4000_0000, 0x7f00_4002_0000, 128), region(0x7f00_5000_0000, 0x7f00_5000_1000, 4)]);
     t.weigh_residency(&mut |_, _, _| Some((32, 64 << 10)));
     let mut report = t.report();
     let rules = rules::parse_rules(rules::DEFAULT_RULES).unwrap();

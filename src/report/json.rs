@@ -6,7 +6,7 @@ use crate::model::stack::{Frame, FrameKind, Stack};
 use serde_json::{Value, json};
 use std::io::Write;
 
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 pub struct Json<W: Write> {
     pub out: W,

@@ -2,7 +2,7 @@
 //! mapped, as text and JSON Lines (after the findings), and as folded stacks, a flame graph and a pprof profile.
 
 use crate::analysis::correlate::StackId;
-use crate::analysis::leaks::LeakReport;
+use crate::analysis::leaks::{LeakReport, Weight};
 use crate::model::stack::{Frame, Stack};
 use crate::report::json::{frame_json, hex, line};
 use crate::report::text::{frame_line, frame_text};
@@ -12,6 +12,7 @@ use std::io::{self, Write};
 /// Leak candidates and growing regions shown in the text report (a screenful or two; all in --json).
 const TEXT_LEAKS: usize = 5;
 const TEXT_REGIONS: usize = 8;
+const TEXT_CHURN: usize = 3;
 
 /// The innermost frame worth naming: the first real (not inlined) frame outside libc's `syscall()` wrapper.
 fn caller(stack: Option<&Stack>) -> String {
@@ -21,8 +22,39 @@ fn caller(stack: Option<&Stack>) -> String {
     f.map(frame_text).unwrap_or_else(|| "(no stack)".into())
 }
 
+const MIB: f64 = (1u64 << 20) as f64;
+
 fn kib(bytes: u64) -> String {
     format!("{} KiB", bytes / 1024)
+}
+
+/// Bytes for a reader: KiB, or MiB from 10 MiB on.
+pub fn size(bytes: u64) -> String {
+    if bytes >= 10 << 20 { format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64) } else { kib(bytes) }
+}
+
+/// What a candidate's memory did, in one phrase.
+fn verdict_text(c: &crate::analysis::leaks::Candidate, per_min: f64) -> String {
+    use crate::analysis::growth::Verdict;
+    let s = &c.stats;
+    match c.verdict {
+        Verdict::Growth => format!("grew {} ({:.2} MiB/min)", size(c.growth), per_min / MIB),
+        Verdict::WorkingSet if c.growth > 0 => format!(
+            "working set: mapped {}, unmapped {}, holds {}; grew {} ({:.2} MiB/min)",
+            size(s.mapped),
+            size(s.unmapped),
+            size(s.still_mapped),
+            size(c.growth),
+            per_min / MIB
+        ),
+        Verdict::WorkingSet => format!(
+            "working set, not growth: mapped {}, unmapped {}, holds {}",
+            size(s.mapped),
+            size(s.unmapped),
+            size(s.still_mapped)
+        ),
+        Verdict::Held => "held, not growth in this window (mapped in its first or last quarter)".into(),
+    }
 }
 
 impl LeakReport<'_> {
@@ -46,9 +78,13 @@ impl LeakReport<'_> {
         }
         for (i, g) in self.growing.iter().enumerate().take(shown_regions) {
             let how = if g.new { "new" } else { "grew" };
+            let lasting = match g.lasting_kb {
+                Some(kb) => format!("lasting growth {kb} KiB ({:.2} MiB/min)", self.window.per_min(kb * 1024) / MIB),
+                None => "lasting growth unknown (too few samples)".into(),
+            };
             writeln!(
                 w,
-                "  {:#x}-{:#x}  {how} +{} KiB (Rss+Swap now {} KiB)",
+                "  {:#x}-{:#x}  {how} +{} KiB (Rss+Swap now {} KiB); {lasting}",
                 g.start, g.end, g.growth_kb, g.rss_swap_kb
             )?;
             if self.weighed {
@@ -72,7 +108,11 @@ impl LeakReport<'_> {
                 )?;
             }
         }
-        writeln!(w, "\nLeak candidates (stacks by bytes mapped and still mapped at the end):")?;
+        writeln!(
+            w,
+            "\nLeak candidates (stacks that still hold memory, by growth: what they mapped and kept in each middle \
+             quarter of the trace; then by what they hold):"
+        )?;
         if self.leaks.is_empty() {
             writeln!(w, "  none")?;
         }
@@ -81,12 +121,13 @@ impl LeakReport<'_> {
         if self.leaks.len() > shown {
             writeln!(w, "  (the {shown} largest of {}; all of them with --json)", self.leaks.len())?;
         }
-        for (rank, (id, s)) in self.leaks.iter().take(shown).enumerate() {
+        for (rank, c) in self.leaks.iter().take(shown).enumerate() {
+            let (id, s) = (&c.id, &c.stats);
+            writeln!(w, "  #{} {}", rank + 1, verdict_text(c, self.window.per_min(c.growth)))?;
             writeln!(
                 w,
-                "  #{} still mapped {}{} of {} mapped ({} unmapped, {} gone unseen); {} mmap, {} munmap, {} mremap, \
+                "      still mapped {}{} of {} mapped ({} unmapped, {} gone unseen); {} mmap, {} munmap, {} mremap, \
                  {} failed",
-                rank + 1,
                 kib(s.still_mapped),
                 if self.weighed { format!(" ({} resident)", kib(self.resident_of(*id))) } else { String::new() },
                 kib(s.mapped),
@@ -106,7 +147,31 @@ impl LeakReport<'_> {
                 }
             }
         }
+        let churn = self.churned();
+        if !churn.is_empty() {
+            writeln!(w, "\nWorking sets (stacks that mapped and unmapped again, and hold nothing now: not growth):")?;
+            for c in churn.iter().take(TEXT_CHURN) {
+                writeln!(
+                    w,
+                    "  mapped {} and unmapped {} in {} calls, from {}",
+                    size(c.stats.mapped),
+                    size(c.stats.unmapped),
+                    c.stats.calls(),
+                    caller(self.stack(c.id))
+                )?;
+            }
+            if churn.len() > TEXT_CHURN {
+                writeln!(w, "  ... and {} more in --json", churn.len() - TEXT_CHURN)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Stacks that hold nothing but mapped memory during the trace, most bytes mapped first.
+    fn churned(&self) -> Vec<&crate::analysis::leaks::Candidate> {
+        let mut out: Vec<_> = self.quiet.iter().filter(|c| c.stats.mapped > 0).collect();
+        out.sort_by(|a, b| b.stats.mapped.cmp(&a.stats.mapped).then(a.id.cmp(&b.id)));
+        out
     }
 
     /// `region` and `leak` lines, in the same JSON Lines envelope as events.
@@ -123,71 +188,129 @@ impl LeakReport<'_> {
                 &mut &mut *w,
                 "region",
                 json!({
-                    "start": hex(g.start), "end": hex(g.end), "growth_kb": g.growth_kb, "rss_swap_kb": g.rss_swap_kb,
+                    "start": hex(g.start), "end": hex(g.end), "growth_kb": g.growth_kb, "lasting_kb": g.lasting_kb,
+                    "lasting_mib_per_min": g.lasting_kb.map(|kb| self.window.per_min(kb * 1024) / MIB),
+                    "rss_swap_kb": g.rss_swap_kb,
                     "new": g.new, "before_trace": g.created_before_trace(), "stacks": stacks,
                     "traced_resident_kb": self.weighed.then_some(traced),
                     "remainder_kb": self.weighed.then_some(rest),
                 }),
             )?;
         }
-        for (id, s) in &self.leaks {
+        for c in &self.leaks {
+            let (id, s) = (&c.id, &c.stats);
             line(
                 &mut &mut *w,
                 "leak",
                 json!({
-                    "stack_id": id.0, "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
+                    "stack_id": id.0, "growth": c.growth, "growth_mib_per_min": self.window.per_min(c.growth) / MIB,
+                    "verdict": c.verdict.name(),
+                    "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
                     "resident": self.weighed.then(|| self.resident_of(*id)),
                     "vanished": s.vanished, "released": s.released, "mmaps": s.mmaps, "munmaps": s.munmaps,
                     "mremaps": s.mremaps, "failed": s.failed, "stack": frames(*id),
                 }),
             )?;
         }
+        for c in self.churned() {
+            let s = &c.stats;
+            line(
+                &mut &mut *w,
+                "working_set",
+                json!({
+                    "stack_id": c.id.0, "mapped": s.mapped, "unmapped": s.unmapped, "vanished": s.vanished,
+                    "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "failed": s.failed,
+                    "stack": frames(c.id),
+                }),
+            )?;
+        }
+        let stacks: Vec<_> =
+            self.series.stacks.iter().map(|(id, v)| json!({"stack_id": id.0, "still_mapped": v})).collect();
+        let regions: Vec<_> = self
+            .growing
+            .iter()
+            .zip(&self.series.regions)
+            .map(|(g, v)| json!({"start": hex(g.start), "end": hex(g.end), "rss_swap_kb": v}))
+            .collect();
+        line(
+            &mut &mut *w,
+            "series",
+            json!({
+                "from": self.window.from, "to": self.window.to, "middle": self.window.middle(),
+                "times": self.series.times, "stacks": stacks, "regions": regions,
+            }),
+        )?;
         if let Some(d) = &self.diagnosis {
             crate::report::findings::write_json(d, self, w)?;
         }
         Ok(())
     }
 
-    /// Collapsed stacks (`outer;...;inner bytes`), weighted by still-mapped bytes, for any flame graph tool.
-    pub fn folded(&self) -> Vec<String> {
+    /// A candidate's weight.
+    fn weigh(&self, c: &crate::analysis::leaks::Candidate, weight: Weight) -> u64 {
+        match weight {
+            Weight::Growth => c.growth,
+            Weight::StillMapped => c.stats.still_mapped,
+            Weight::Resident => self.resident_of(c.id),
+            Weight::Mapped => c.stats.mapped,
+            Weight::Calls => c.stats.calls(),
+        }
+    }
+
+    /// Collapsed stacks (`outer;...;inner weight`), for any flame graph tool.
+    pub fn folded(&self, weight: Weight) -> Vec<String> {
         let mut lines: Vec<String> = self
             .leaks
             .iter()
-            .filter(|(_, s)| s.still_mapped > 0)
-            .map(|(id, s)| {
-                let names: Vec<String> = match self.stack(*id) {
+            .filter(|c| self.weigh(c, weight) > 0)
+            .map(|c| {
+                let names: Vec<String> = match self.stack(c.id) {
                     Some(st) if !st.frames.is_empty() => st.frames.iter().rev().map(folded_name).collect(),
                     _ => vec!["(no stack)".into()],
                 };
-                format!("{} {}", names.join(";"), s.still_mapped)
+                format!("{} {}", names.join(";"), self.weigh(c, weight))
             })
             .collect();
         lines.sort();
         lines
     }
 
-    /// A gzipped pprof profile: one sample per stack (still-mapped bytes, resident bytes, calls).
+    /// A gzipped pprof profile: one sample per stack (values in [`crate::report::pprof::SAMPLE_TYPES`] order).
     pub fn pprof(&self, w: &mut dyn Write, duration_ns: u64) -> io::Result<()> {
         let empty = Stack::default();
         let samples: Vec<crate::report::pprof::Sample> = self
             .leaks
             .iter()
-            .map(|(id, s)| crate::report::pprof::Sample {
-                frames: &self.stack(*id).unwrap_or(&empty).frames,
-                values: [s.still_mapped as i64, self.resident_of(*id) as i64, s.calls() as i64],
+            .map(|c| crate::report::pprof::Sample {
+                frames: &self.stack(c.id).unwrap_or(&empty).frames,
+                values: [
+                    c.growth as i64,
+                    c.stats.still_mapped as i64,
+                    self.resident_of(c.id) as i64,
+                    c.stats.mmaps as i64,
+                    c.stats.mapped as i64,
+                    c.stats.calls() as i64,
+                ],
             })
             .collect();
         crate::report::pprof::write(w, &samples, duration_ns)
     }
 
-    /// A flame graph of still-mapped bytes by stack (SVG).
-    pub fn flamegraph(&self, w: &mut dyn Write) -> io::Result<()> {
-        let lines = self.folded();
+    /// A flame graph of the stacks by `weight` (SVG).
+    pub fn flamegraph(&self, w: &mut dyn Write, weight: Weight) -> io::Result<()> {
+        let lines = self.folded(weight);
         let mut opts = inferno::flamegraph::Options::default();
-        opts.title = "Bytes still mapped, by the stack that mapped them".into();
-        opts.count_name = "bytes".into();
+        opts.title = match weight {
+            Weight::Growth => "Growth: bytes mapped and kept in the middle of the trace, steadily, by stack",
+            Weight::StillMapped => "Bytes still mapped, by the stack that mapped them",
+            Weight::Resident => "Resident bytes still mapped, by the stack that mapped them",
+            Weight::Mapped => "Bytes mapped during the trace, by stack",
+            Weight::Calls => "Calls, by stack",
+        }
+        .into();
+        opts.count_name = if weight == Weight::Calls { "calls" } else { "bytes" }.into();
         if lines.is_empty() {
-            opts.title = "No bytes still mapped by a traced call".into();
+            opts.title = format!("No {} on a traced stack (see --weight)", weight.name());
         }
         let placeholder = ["(nothing) 1".to_string()];
         let lines = if lines.is_empty() { &placeholder[..] } else { &lines[..] };
@@ -208,4 +331,18 @@ fn folded_name(f: &Frame) -> String {
         (None, None) => format!("{:#x}", f.addr),
     };
     name.replace([';', ' '], "_")
+}
+
+/// `--fail-over RATE` (bytes per minute): the line to end with when the traced stacks grew faster.
+pub fn gate(report: &LeakReport, limit: f64) -> Option<String> {
+    let rate = report.window.per_min(report.growth());
+    if rate <= limit {
+        return None;
+    }
+    let top = report.leaks.first().map(|c| caller(report.stack(c.id))).unwrap_or_default();
+    Some(format!(
+        "the traced stacks grew {:.2} MiB/min, over --fail-over {:.2} MiB/min (first: {top}; the report above)",
+        rate / MIB,
+        limit / MIB
+    ))
 }

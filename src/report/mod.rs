@@ -1,6 +1,7 @@
 //! One report model, several renderers over `Write`: text for people, JSON Lines for programs.
 
 pub mod decode;
+pub mod diff;
 pub mod findings;
 pub mod json;
 pub mod leaks;

@@ -1,6 +1,6 @@
 //! `--pprof FILE`: the leak report as a gzipped `profile.proto` (github.com/google/pprof/proto/profile.proto),
 //! the format fleet profilers ingest (Pyroscope, Parca, Grafana) and `go tool pprof` reads. One sample per
-//! traced stack, with three values: bytes still mapped, resident bytes, calls. Frames become locations with
+//! traced stack, with the values of [`SAMPLE_TYPES`] (growth first, the default). Frames become locations with
 //! function, file and line; calls inlined at an address are several lines of one location, the caller last.
 //! The protobuf is written by hand: only the few messages and field kinds this needs.
 
@@ -11,11 +11,20 @@ use std::io::{self, Write};
 /// One sample: frames innermost first and its values in [`SAMPLE_TYPES`] order.
 pub struct Sample<'a> {
     pub frames: &'a [Frame],
-    pub values: [i64; 3],
+    pub values: [i64; 6],
 }
 
-/// (type, unit) of each sample value.
-pub const SAMPLE_TYPES: [(&str, &str); 3] = [("still_mapped", "bytes"), ("resident", "bytes"), ("calls", "count")];
+/// (type, unit) of each sample value; the first is the default. Named as heap profiles name what means the same
+/// (still mapped: `inuse_space`; mmap calls: `alloc_objects`; bytes mapped: `alloc_space`), so fleet profilers
+/// read the file without a type config.
+pub const SAMPLE_TYPES: [(&str, &str); 6] = [
+    ("growth", "bytes"),
+    ("inuse_space", "bytes"),
+    ("resident", "bytes"),
+    ("alloc_objects", "count"),
+    ("alloc_space", "bytes"),
+    ("calls", "count"),
+];
 
 fn varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -162,7 +171,7 @@ pub fn encode(samples: &[Sample], duration_ns: u64) -> Vec<u8> {
         bytes(&mut out, 6, s.as_bytes());
     }
     uint(&mut out, 10, duration_ns);
-    // Still-mapped bytes are what a viewer shows first (the default is the last sample type).
+    // Growth is what a viewer shows first (without this field, the last sample type).
     uint(&mut out, 14, default);
     out
 }
@@ -192,7 +201,7 @@ mod tests {
         assert_eq!(b.stack(&frames), [1, 2]);
         assert_eq!(b.stack(&frames[1..]), [1, 2], "same addresses, same locations");
         assert_eq!(b.function_ids.len(), 3);
-        let p = encode(&[Sample { frames: &frames, values: [4096, 4096, 1] }], 1);
+        let p = encode(&[Sample { frames: &frames, values: [4096, 4096, 4096, 1, 4096, 1] }], 1);
         assert!(p.windows(6).any(|w| w == b"caller"));
     }
 }

@@ -8,6 +8,7 @@ mod core;
 mod dist;
 mod findings;
 mod fuzz_replay;
+mod growth;
 mod guardian;
 mod hooks;
 mod leaks;

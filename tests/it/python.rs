@@ -119,7 +119,7 @@ fn check(python: PathBuf, ctx: &str) {
     let tids: std::collections::HashSet<_> = [6u64, 7].iter().map(|p| events[&(p * 4096)]["tid"].clone()).collect();
     assert_eq!(tids.len(), 2, "{ctx}: the two threads' events");
     let summary = summary_data(&values);
-    assert_eq!(summary["schema"], 2);
+    assert_eq!(summary["schema"], 3);
     assert_eq!(summary["warnings"], serde_json::json!([]), "{ctx}");
 }
 

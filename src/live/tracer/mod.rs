@@ -227,6 +227,7 @@ impl<'a> Tracer<'a> {
     ) -> Result<Tracer<'a>, AttachError> {
         let cfg_python_search = cfg.python_search && cfg.python.is_none();
         let stack_bytes = cfg.stack_bytes;
+        let epoch = cfg.epoch;
         let (guard, no_guard) = match guard {
             Ok(g) => (Some(g), None),
             Err(why) => (None, why),
@@ -275,7 +276,7 @@ impl<'a> Tracer<'a> {
             early: HashMap::new(),
             sink,
             deferred: None,
-            start: Instant::now(),
+            start: epoch,
             summary: Summary::default(),
             armed: false,
             detached: false,

@@ -85,6 +85,8 @@ pub struct Config {
     /// libpython later).
     pub python_search: bool,
     pub deadline: Option<Instant>,
+    /// Time zero of the trace: event times count from it (the samples of the leak report too).
+    pub epoch: Instant,
     /// Print a one-line live status to stderr (only when stderr is a terminal).
     pub live_status: bool,
 }

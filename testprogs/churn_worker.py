@@ -1,0 +1,74 @@
+# A Python worker whose memory churns while one pool only grows, for the growth score's tests.
+# Usage: python3 churn_worker.py LIBUCX_LIKE_SO [THREADS] [late]
+# Loading the library (at start, or with `late` on "hook after N") installs its munmap hook (testprogs/ucx_like_lib.c, inline mode): every unmap of the process
+# queues a 4 KiB entry of a pool that is never given back, which grows by 64 KiB chunks through
+# syscall(SYS_mmap): the leak. THREADS threads (default 2) run steps until the process exits, 100 a second each:
+#   - numpy-like temporaries: two anonymous maps of 256 KiB (mmap.mmap), every page written, then unmapped;
+#   - pymalloc arena churn: about 1.5 MiB of small objects made and freed (whole arenas mapped and unmapped).
+# Prints "pid N"; on "mark" prints "pool BYTES temps N" (the pool's size, and the temporaries mapped so far); on
+# "hook after N" loads the library once N more temporaries were mapped, and prints "hooked"; on "wait N" prints
+# "waited" once N more temporaries were mapped; "quit" or end of input exits.
+import ctypes
+import mmap
+import os
+import sys
+import threading
+import time
+
+TEMP = 256 << 10
+
+late = sys.argv[3:] == ["late"]
+threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+temps = [0] * threads
+lib = None
+
+
+def load():
+    global lib
+    lib = ctypes.CDLL(sys.argv[1])
+
+
+def pool_bytes():
+    return ctypes.c_size_t.in_dll(lib, "ucs_pool_bytes").value if lib else 0
+
+
+if not late:
+    load()
+
+
+def temporary():
+    m = mmap.mmap(-1, TEMP)
+    m[::4096] = b"\1" * (TEMP // 4096)
+    m.close()
+
+
+def run(i):
+    while True:
+        for _ in range(2):
+            temporary()
+            temps[i] += 1
+        keep = [(k, str(k)) for k in range(12000)]
+        del keep
+        time.sleep(0.01)
+
+
+for i in range(threads):
+    threading.Thread(target=run, args=(i,), daemon=True).start()
+print("pid", os.getpid(), flush=True)
+for line in sys.stdin:
+    words = line.split()
+    if words == ["mark"]:
+        print("pool", pool_bytes(), "temps", sum(temps), flush=True)
+    elif words[:1] == ["wait"]:
+        until = sum(temps) + int(words[1])
+        while sum(temps) < until:
+            time.sleep(0.01)
+        print("waited", flush=True)
+    elif words[:2] == ["hook", "after"]:
+        until = sum(temps) + int(words[2])
+        while sum(temps) < until:
+            time.sleep(0.01)
+        load()
+        print("hooked", flush=True)
+    elif words == ["quit"]:
+        break

@@ -1,0 +1,306 @@
+//! A leak is what keeps growing: the growth score tells the pool that only grows from the memory that churns, in
+//! any window of a trace; a burst that is freed again is never growth; `report --from/--to`, `--diff` and the
+//! `--fail-over` gate.
+
+use crate::common::*;
+use serde_json::Value;
+use std::process::Command;
+
+const CHUNK: u64 = 64 << 10;
+
+fn of_type<'a>(values: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    values.iter().filter(|v| v["type"] == kind).map(|v| &v["data"]).collect()
+}
+
+fn names(leak: &Value) -> Vec<String> {
+    leak["stack"]
+        .as_array()
+        .map(|fs| fs.iter().filter_map(|f| f["function"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+fn json_of(text: &str) -> Vec<Value> {
+    json_lines(&text.lines().map(str::to_string).collect::<Vec<_>>())
+}
+
+/// `testprogs/churn_worker.py` with the UCX-shaped library (`late`: the hook is loaded on "hook after N").
+fn start_worker(late: bool) -> Target {
+    let lib = shared_lib("ucx_like_lib");
+    let mut cmd = Command::new("python3");
+    cmd.arg(repo().join("testprogs/churn_worker.py")).arg(&lib).arg("2");
+    if late {
+        cmd.arg("late");
+    }
+    cmd.env("UCXLIKE_HOOK", "inline").env_remove("PYTHONMALLOC");
+    Target::start_cmd(&mut cmd)
+}
+
+/// The pool's bytes, from "mark".
+fn mark(t: &mut Target) -> u64 {
+    t.send("mark");
+    let l = t.out.next();
+    l.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{l}"))
+}
+
+/// In one report (`values`): the pool that only grows is the first leak candidate (growth), the first finding,
+/// the heaviest folded stack; the temporaries and arenas that churn are labelled working set, not growth.
+fn assert_pool_first(values: &[Value], folded: Option<&str>, what: &str) {
+    let leaks = of_type(values, "leak");
+    assert!(!leaks.is_empty(), "{what}: {values:#?}");
+    let first = leaks[0];
+    assert!(names(first).iter().any(|n| n == "ucs_mpool_grow"), "{what}: first is {:?}", names(first));
+    assert_eq!(first["verdict"], "growth", "{what}: {first}");
+    assert!(first["growth"].as_u64().unwrap() >= CHUNK, "{what}: {first}");
+    assert_eq!(first["unmapped"], 0, "{what}: the pool never gives back");
+    // The temporaries (Python's mmap module) and the arenas churn: those that hold something now are labelled
+    // working set, those that hold nothing are working sets, not leak candidates.
+    let churning: Vec<&&Value> = leaks.iter().filter(|l| l["verdict"] == "working set").collect();
+    for c in &churning {
+        assert!(c["growth"].as_u64().unwrap() < first["growth"].as_u64().unwrap(), "{what}: {c}");
+    }
+    let sets = of_type(values, "working_set");
+    let temps = |l: &&Value| names(l).iter().any(|n| n == "new_mmap_object");
+    let temps_held = churning.iter().any(|l| temps(l));
+    assert!(temps_held || sets.iter().any(temps), "{what}: the temporaries churn: {leaks:#?} {sets:#?}");
+    assert!(!leaks.iter().any(|l| temps(l) && l["verdict"] == "growth"), "{what}: {leaks:#?}");
+    let findings = of_type(values, "finding");
+    assert_eq!(findings.first().map(|f| &f["rule"]), Some(&Value::from("ucx-rcache-invalidation")), "{what}");
+    assert_eq!(findings[0]["growth_of"], "stacks", "{what}");
+    assert!(findings[0]["growth_mib_per_min"].as_f64().unwrap() > 0.0, "{what}: {}", findings[0]);
+    if let Some(folded) = folded {
+        let heaviest = folded
+            .lines()
+            .max_by_key(|l| l.rsplit_once(' ').and_then(|(_, n)| n.parse::<u64>().ok()).unwrap_or(0))
+            .unwrap_or_else(|| panic!("{what}: no folded line"));
+        assert!(heaviest.contains("ucs_mpool_grow"), "{what}: {heaviest}");
+    }
+}
+
+/// A trace of the worker (about 6 s: ended once it mapped 2,400 temporaries more), recorded: the live report, and
+/// the reports of three windows of the recording, all rank the pool first; the pool holds what it grew by in the
+/// trace; the pprof profile's default sample is growth, the pool's; `--fail-over` gates on the growth rate.
+#[test]
+fn growth_is_told_from_churn_in_any_window() {
+    require_ptrace();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let (rec, folded, profile) = (dir.join("churn.rec"), dir.join("churn.folded"), dir.join("churn.pb.gz"));
+    let mut t = start_worker(false);
+    let pid = t.pid.to_string();
+    let before = mark(&mut t);
+    let mut sc = Syscatch::start(&[
+        "--pid",
+        &pid,
+        "--leaks",
+        "--json",
+        "--smaps-every",
+        "250ms",
+        "--record",
+        rec.to_str().unwrap(),
+        "--folded",
+        folded.to_str().unwrap(),
+        "--pprof",
+        profile.to_str().unwrap(),
+    ]);
+    sc.wait_attached();
+    let attached = mark(&mut t);
+    t.send("wait 2400");
+    assert_eq!(t.out.next(), "waited");
+    let ending = mark(&mut t);
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let after = mark(&mut t);
+    let values = json_lines(&out);
+    assert_pool_first(&values, Some(&std::fs::read_to_string(&folded).unwrap()), "live");
+    // Every chunk the pool mapped while syscatch was attached, and none before it: on its stack, or on none where
+    // the analysis was behind and dropped the stack (said in the summary).
+    // (The pool grows from every path to munmap: the temporaries' close, the arenas' free; a stack each.)
+    let pool: u64 = of_type(&values, "leak")
+        .iter()
+        .filter(|l| names(l).iter().any(|n| n == "ucs_mpool_grow"))
+        .map(|l| l["still_mapped"].as_u64().unwrap())
+        .sum();
+    let no_stack: u64 = of_type(&values, "leak")
+        .iter()
+        .filter(|l| l["stack"].as_array().is_none_or(|s| s.is_empty()))
+        .map(|l| l["still_mapped"].as_u64().unwrap())
+        .sum();
+    assert!(no_stack == 0 || err.iter().any(|l| l.contains("without their stack")), "{err:#?}");
+    assert!(
+        pool <= after - before && pool + no_stack >= ending - attached,
+        "{before} {attached} {ending} {after}: {pool} and {no_stack} on no stack"
+    );
+    let duration = summary_data(&values)["duration"].as_f64().unwrap();
+    let series = of_type(&values, "series");
+    assert!(series[0]["times"].as_array().unwrap().len() >= 10, "{:#?}", series[0]);
+
+    let top = Command::new("go").args(["tool", "pprof", "-top"]).arg(&profile).output();
+    let top = top.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let first_row = top.lines().skip_while(|l| !l.trim_start().starts_with("flat")).nth(1).unwrap_or_default();
+    assert!(top.contains("Type: growth") && !first_row.is_empty(), "{top}");
+    // The top row by growth is a frame of the pool's stack (flat: its innermost frame, libc's syscall).
+    let cum =
+        Command::new("go").args(["tool", "pprof", "-top", "-cum", "-focus=ucs_mpool_grow"]).arg(&profile).output();
+    let cum = cum.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    assert!(cum.contains("ucs_mpool_grow"), "{cum}");
+
+    let rec = rec.to_str().unwrap();
+    // Three windows, each half the trace.
+    for k in 0..3 {
+        let (from, to) = (duration / 4.0 * k as f64, duration / 4.0 * (k + 2) as f64);
+        let (from_s, to_s) = (format!("{from:.3}s"), format!("{to:.3}s"));
+        let from_arg = if k == 0 { "0" } else { &from_s };
+        let (code, report, err) = run_syscatch(&["report", rec, "--json", "--from", from_arg, "--to", &to_s]);
+        assert_eq!(code, 0, "{err}");
+        let values = json_of(&report);
+        assert_pool_first(&values, None, &format!("{from_arg}..{to_s}"));
+        let s = of_type(&values, "series")[0];
+        let (f, e) = (s["from"].as_f64().unwrap(), s["to"].as_f64().unwrap());
+        assert!((f - from).abs() < 0.01 && e <= to + 0.01, "{s}");
+    }
+
+    // The gate: the pool grows by chunks of 64 KiB many times a second.
+    let (code, _, err) = run_syscatch(&["report", rec, "--fail-over", "1KiB/min"]);
+    assert_eq!(code, 3, "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.contains("over --fail-over 0.00 MiB/min") && last.contains("libucx_like_lib.so"), "{err}");
+    let (code, _, err) = run_syscatch(&["report", rec, "--fail-over", "10GiB/min"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run_syscatch(&["report", rec, "--fail-over", "fast"]);
+    assert_eq!((code, err.lines().count()), (2, 1), "{err}");
+    assert!(err.contains("bad rate `fast`"), "{err}");
+    t.send("quit");
+    assert_eq!(t.wait().code(), Some(0));
+}
+
+/// The worker hooks munmap only halfway through the trace: the window before it has no pool at all, the window
+/// after it ranks the pool first; `--diff` of the two names the pool as new, and of a run without the hook
+/// against one with it, as gone.
+#[test]
+fn a_window_and_a_diff_name_the_leak_that_started_halfway() {
+    require_ptrace();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let (rec, events) = (dir.join("late.rec"), dir.join("late.jsonl"));
+    let mut t = start_worker(true);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&[
+        "--pid",
+        &pid,
+        "--leaks",
+        "--for",
+        "5s",
+        "--smaps-every",
+        "250ms",
+        "--record",
+        rec.to_str().unwrap(),
+        "--json",
+        "-o",
+        events.to_str().unwrap(),
+    ]);
+    sc.wait_attached();
+    // About 400 temporaries a second: hooked a second or two into the trace.
+    t.send("hook after 600");
+    assert_eq!(t.out.next(), "hooked");
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    // When the pool's first chunk was mapped, from the events.
+    let evs = json_of(&std::fs::read_to_string(&events).unwrap());
+    let hooked = of_type(&evs, "event")
+        .into_iter()
+        .filter(|e| e["syscall"] == "mmap" && names(e).iter().any(|n| n == "ucs_mpool_grow"))
+        .map(|e| e["time"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    assert!((0.5..4.0).contains(&hooked), "the pool started at {hooked}s of 5s");
+    let rec = rec.to_str().unwrap();
+    let at = |s: f64| format!("{:.3}s", s.max(0.001));
+    let (code, early, err) = run_syscatch(&["report", rec, "--json", "--to", &at(hooked - 0.05)]);
+    assert_eq!(code, 0, "{err}");
+    let early = json_of(&early);
+    assert!(!of_type(&early, "leak").iter().any(|l| names(l).iter().any(|n| n == "ucs_mpool_grow")), "{early:#?}");
+    assert!(of_type(&early, "finding").iter().all(|f| f["rule"] != "ucx-rcache-invalidation"), "{early:#?}");
+    let (code, late, err) = run_syscatch(&["report", rec, "--json", "--from", &at(hooked + 0.05)]);
+    assert_eq!(code, 0, "{err}");
+    assert_pool_first(&json_of(&late), None, "after the hook");
+    t.send("quit");
+    assert_eq!(t.wait().code(), Some(0));
+
+    // The worker with its hook (the leak) against the same never hooked (the fix): the pool is gone, and the
+    // other way new.
+    let record = |late: bool, name: &str| {
+        let path = dir.join(name);
+        let mut t = start_worker(late);
+        let (code, _, err) = run_syscatch(&[
+            "--pid",
+            &t.pid.to_string(),
+            "--leaks",
+            "--for",
+            "4s",
+            "--smaps-every",
+            "250ms",
+            "--record",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        t.send("quit");
+        assert_eq!(t.wait().code(), Some(0));
+        path.to_str().unwrap().to_string()
+    };
+    let (leaking, fixed) = (record(false, "leaking.rec"), record(true, "fixed.rec"));
+    let (rec, fixed) = (leaking.as_str(), fixed.as_str());
+    let (code, out, err) = run_syscatch(&["report", "--diff", rec, fixed, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let rows = json_of(&out);
+    let diff = of_type(&rows, "diff");
+    let pool =
+        |d: &&Value| d["key"].as_array().unwrap().iter().any(|k| k.as_str().unwrap().ends_with(":ucs_mpool_grow"));
+    let gone = diff.iter().find(|d| pool(d)).unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(gone["status"], "gone", "{gone}");
+    assert!(gone["change_mib_per_min"].as_f64().unwrap() < 0.0, "{gone}");
+    // The pool's is the largest drop (rows are sorted by the size of the change).
+    let drops: Vec<f64> = diff.iter().filter_map(|d| d["change_mib_per_min"].as_f64()).filter(|&c| c < 0.0).collect();
+    assert_eq!(drops.iter().copied().fold(0.0, f64::min), gone["change_mib_per_min"].as_f64().unwrap(), "{out}");
+    assert_eq!(of_type(&rows, "diff_summary").len(), 1);
+    let (code, text, err) = run_syscatch(&["report", "--diff", fixed, rec]);
+    assert_eq!(code, 0, "{err}");
+    // The pool's row (its frames follow it) is new, and its rate went up.
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|l| l.contains("ucs_mpool_grow")).unwrap_or_else(|| panic!("{text}"));
+    let row = lines[..at].iter().rev().find(|l| l.contains(" MiB/min  ")).unwrap();
+    assert!(row.trim_start().starts_with('+') && row.contains("  new: "), "{text}");
+}
+
+/// A process that maps a large burst periodically, holds it and frees it: a trace that ends while a burst is held
+/// reports no growth for it, and no rate that is a size divided by the trace's length.
+#[test]
+fn a_burst_freed_again_is_never_growth_even_when_the_trace_ends_inside_it() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("bursts"), &["32", "500", "200"]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--leaks", "--json", "--smaps-every", "100ms"]);
+    sc.wait_attached();
+    t.send("go");
+    // Two bursts come and go; the third is held: the trace ends inside it.
+    t.out.until(|l| l.starts_with("held "));
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let values = json_lines(&out);
+    let burst = of_type(&values, "leak")
+        .into_iter()
+        .find(|l| names(l).iter().any(|n| n == "burst"))
+        .unwrap_or_else(|| panic!("the held burst is still mapped: {values:#?}"));
+    assert_eq!(burst["still_mapped"], 32 << 20, "{burst}");
+    assert_eq!(burst["growth"], 0, "{burst}");
+    assert_ne!(burst["verdict"], "growth", "{burst}");
+    let cov = of_type(&values, "coverage")[0];
+    assert!(cov["change_bytes"].as_u64().unwrap() >= 30 << 20, "the burst is there at the end: {cov}");
+    let rate = cov["growth_mib_per_min"].as_f64();
+    assert!(rate.is_none_or(|r| r < 10.0), "no lasting growth: {cov}");
+    for f in of_type(&values, "finding") {
+        assert!(f["growth_mib_per_min"].as_f64().is_none_or(|r| r < 10.0), "{f}");
+    }
+    t.send("free");
+    t.out.until(|l| l == "done");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+}
