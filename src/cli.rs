@@ -26,7 +26,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
 
 /// Tracing needs ptrace rights over the target.
 pub const PERMISSIONS: &str =
-    "Tracing needs root or CAP_SYS_PTRACE (in a container: --cap-add SYS_PTRACE); see README.md.";
+    "Tracing needs root or CAP_SYS_PTRACE (in a container: --cap-add SYS_PTRACE); see docs/guide.md.";
 
 fn examples_help() -> String {
     let mut s = String::from("Examples:\n");
@@ -101,7 +101,7 @@ pub struct TraceArgs {
     /// Stop after this long (500ms, 10s, 2m); default: until Ctrl-C or the target exits.
     #[arg(long = "for", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// JSON Lines output (schema in README.md).
+    /// JSON Lines output (schema in docs/guide.md).
     #[arg(long)]
     pub json: bool,
     /// Write events to FILE instead of stdout.
@@ -127,7 +127,7 @@ pub struct TraceArgs {
     /// Write a flame graph SVG of still-mapped bytes by stack to FILE (implies --leaks).
     #[arg(long)]
     pub flamegraph: Option<PathBuf>,
-    /// With --leaks: more findings rules (JSON, format in README.md), added to the shipped ones; a rule with a
+    /// With --leaks: more findings rules (JSON, format in docs/guide.md), added to the shipped ones; a rule with a
     /// shipped rule's id replaces it.
     #[arg(long)]
     pub rules: Option<PathBuf>,
@@ -219,7 +219,7 @@ pub struct RunArgs {
 pub struct ReportArgs {
     /// A recording made with --record FILE.
     pub file: PathBuf,
-    /// JSON Lines output (schema in README.md).
+    /// JSON Lines output (schema in docs/guide.md).
     #[arg(long)]
     pub json: bool,
     /// Write events to FILE instead of stdout.
@@ -240,7 +240,7 @@ pub struct ReportArgs {
     /// Write a gzipped pprof profile to FILE (implies --leaks).
     #[arg(long)]
     pub pprof: Option<PathBuf>,
-    /// With --leaks: more findings rules (JSON, format in README.md).
+    /// With --leaks: more findings rules (JSON, format in docs/guide.md).
     #[arg(long)]
     pub rules: Option<PathBuf>,
 }
