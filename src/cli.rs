@@ -27,7 +27,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
 
 /// Tracing needs ptrace rights over the target.
 pub const PERMISSIONS: &str =
-    "Tracing needs root or CAP_SYS_PTRACE (in a container: --cap-add SYS_PTRACE); see README.md.";
+    "Tracing needs root or CAP_SYS_PTRACE (in a container: --cap-add SYS_PTRACE); see docs/guide.md.";
 
 fn examples_help() -> String {
     let mut s = String::from("Examples:\n");
@@ -102,7 +102,7 @@ pub struct TraceArgs {
     /// Stop after this long (500ms, 10s, 2m); default: until Ctrl-C or the target exits.
     #[arg(long = "for", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// JSON Lines output (schema in README.md).
+    /// JSON Lines output (schema in docs/guide.md).
     #[arg(long)]
     pub json: bool,
     /// Write events to FILE instead of stdout.
@@ -128,15 +128,15 @@ pub struct TraceArgs {
     /// Write a flame graph SVG of growth (or --weight) by stack to FILE (implies --leaks).
     #[arg(long)]
     pub flamegraph: Option<PathBuf>,
-    /// What --folded and --flamegraph weigh stacks by: growth (bytes mapped in the middle half of the trace and
-    /// still mapped), still-mapped, resident, mapped or calls.
+    /// What --folded and --flamegraph weigh stacks by: growth (bytes mapped and kept in the middle of the trace,
+    /// steadily), still-mapped, resident, mapped or calls.
     #[arg(long, value_enum, default_value_t = Weight::Growth)]
     pub weight: Weight,
     /// With --leaks: exit with status 3 and one line when the traced stacks grow faster than RATE (10MiB/min,
     /// 500KiB/s, 1GB/h), after the report (a CI gate).
     #[arg(long, value_parser = parse_rate, value_name = "RATE")]
     pub fail_over: Option<f64>,
-    /// With --leaks: more findings rules (JSON, format in README.md), added to the shipped ones; a rule with a
+    /// With --leaks: more findings rules (JSON, format in docs/guide.md), added to the shipped ones; a rule with a
     /// shipped rule's id replaces it.
     #[arg(long)]
     pub rules: Option<PathBuf>,
@@ -228,7 +228,7 @@ pub struct RunArgs {
 pub struct ReportArgs {
     /// A recording made with --record FILE.
     pub file: PathBuf,
-    /// JSON Lines output (schema in README.md).
+    /// JSON Lines output (schema in docs/guide.md).
     #[arg(long)]
     pub json: bool,
     /// Write events to FILE instead of stdout.
@@ -265,7 +265,7 @@ pub struct ReportArgs {
     /// Write a gzipped pprof profile to FILE (implies --leaks).
     #[arg(long)]
     pub pprof: Option<PathBuf>,
-    /// With --leaks: more findings rules (JSON, format in README.md).
+    /// With --leaks: more findings rules (JSON, format in docs/guide.md).
     #[arg(long)]
     pub rules: Option<PathBuf>,
 }

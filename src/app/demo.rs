@@ -1,5 +1,5 @@
 //! `syscatch demo`: writes the bundled demo program (built by cargo with the crate) to a temporary file and
-//! traces it with `--syscall mmap,munmap`, as a newcomer's first run.
+//! traces it with `--leaks` and `--syscall mmap,munmap`, as a newcomer's first run.
 
 use crate::cli::{DemoArgs, TraceArgs};
 use anyhow::Context;

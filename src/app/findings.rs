@@ -15,7 +15,7 @@ pub fn load_rules(extra: Option<&std::path::Path>) -> anyhow::Result<Vec<Rule>> 
     let text = std::fs::read_to_string(path)
         .map_err(|e| crate::app::trace::usage(format!("cannot read rules file {}: {e}", path.display())))?;
     let extra = rules::parse_rules(&text).map_err(|e| {
-        crate::app::trace::usage(format!("rules file {}: {e} (format: README.md, \"Rules files\")", path.display()))
+        crate::app::trace::usage(format!("rules file {}: {e} (format: docs/guide.md, \"Rules files\")", path.display()))
     })?;
     Ok(rules::merge_rules(base, extra))
 }

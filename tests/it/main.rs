@@ -1,11 +1,12 @@
 //! One integration-test binary: every test drives real target processes (testprogs/, compiled here) with the
 //! real `syscatch` binary and real ptrace. Tracing needs root or CAP_SYS_PTRACE; without it the tests fail
-//! loudly with the reason rather than skip.
+//! loudly with the reason rather than skip. (docs.rs traces nothing: it holds README.md and docs/ to the code.)
 
 mod common;
 mod container;
 mod core;
 mod dist;
+mod docs;
 mod findings;
 mod fuzz_replay;
 mod growth;
