@@ -14,11 +14,12 @@ const TEXT_LEAKS: usize = 5;
 const TEXT_REGIONS: usize = 8;
 const TEXT_CHURN: usize = 3;
 
-/// The innermost frame worth naming: the first real (not inlined) frame outside libc's `syscall()` wrapper.
+/// The innermost frame worth naming: the first real (not inlined) frame outside libc (its `syscall()` wrapper,
+/// its `mmap`).
 fn caller(stack: Option<&Stack>) -> String {
     let Some(stack) = stack else { return "(no stack)".into() };
-    let f =
-        stack.frames.iter().find(|f| f.function.as_deref() != Some("syscall") && !f.inlined).or(stack.frames.first());
+    let in_libc = |f: &Frame| f.module.as_deref().is_some_and(crate::model::modules::is_libc);
+    let f = stack.frames.iter().find(|f| !in_libc(f) && !f.inlined).or(stack.frames.first());
     f.map(frame_text).unwrap_or_else(|| "(no stack)".into())
 }
 
