@@ -199,6 +199,17 @@ impl LeakTracker {
         self.last = regions;
     }
 
+    /// The sample taken right after arming (a live trace of a whole process): the baseline of growth from then
+    /// on, in place of the one read before attaching. A region born between the two was made by a call the trace
+    /// could not see (attaching and arming take a while): it was there when the trace began.
+    pub fn rebaseline(&mut self, time: f64, regions: Vec<Span>) {
+        if regions.is_empty() || self.from > 0.0 {
+            return self.sample(Some(time), regions);
+        }
+        self.first = None;
+        self.sample(Some(time), regions);
+    }
+
     /// The window the report covers: its end is the window's, or the last time seen.
     pub fn span(&self) -> Window {
         let end = self.history.times.last().copied().unwrap_or(self.from).max(self.clock);
@@ -354,6 +365,19 @@ impl LeakReport<'_> {
         self.resident.get(&id).copied().unwrap_or(0)
     }
 
+    /// Leaves out the growing regions inside any of `ranges` (syscatch's own pages in the target), with their
+    /// residency and series.
+    pub fn leave_out(&mut self, ranges: &[(u64, u64)]) {
+        let keep: Vec<bool> =
+            self.growing.iter().map(|g| !ranges.iter().any(|&(a, b)| a <= g.start && g.end <= b)).collect();
+        let mut k = keep.iter();
+        self.growing.retain(|_| *k.next().unwrap_or(&true));
+        let mut k = keep.iter();
+        self.region_resident.retain(|_| *k.next().unwrap_or(&true));
+        let mut k = keep.iter();
+        self.series.regions.retain(|_| *k.next().unwrap_or(&true));
+    }
+
     /// The regions' lasting growth (kB), `None` when the samples were too few to tell.
     pub fn lasting_kb(&self) -> Option<u64> {
         self.growing.iter().map(|g| g.lasting_kb).sum()
@@ -455,15 +479,20 @@ mod tests {
         let s = Stack { frames: vec![frame(0x10, "grow")], truncated: None };
         t.sample(None, vec![region(0x7000_0000, 0x7000_1000, 4)]);
         t.event(&ev(9, [0, 0x3000, 3, 0x22, u64::MAX, 0], 0x1000_0000), Some(&s));
-        t.sample(None, vec![region(0x1000_0000, 0x1000_3000, 12), region(0x7000_0000, 0x7000_1000, 4)]);
+        // syscatch's own pages (0x2000_0000: grew more, so listed first) are left out of the report.
+        let own = region(0x2000_0000, 0x2001_0000, 64);
+        t.sample(None, vec![region(0x1000_0000, 0x1000_3000, 12), own, region(0x7000_0000, 0x7000_1000, 4)]);
         assert_eq!(t.traced_ranges(), [(0x1000_0000, 0x1000_3000)]);
         t.weigh_residency(&mut |start, end, _| {
             assert_eq!((start, end), (0x1000_0000, 0x1000_3000));
             let entries = [present_own, zero_page, present_own];
             Some((entries.len() as u64, parse_resident(&entries)))
         });
-        let r = t.report();
+        let mut r = t.report();
+        assert_eq!(r.growing[0].start, 0x2000_0000);
+        r.leave_out(&[(0x2000_0000, 0x2001_0000)]);
         assert_eq!(r.resident_of(r.leaks[0].id), 2 * 4096);
+        assert_eq!((r.growing.len(), r.series.regions.len()), (1, 1));
         assert_eq!(r.region_split(0), (8, 4));
     }
 

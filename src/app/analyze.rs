@@ -89,8 +89,9 @@ pub enum Queued {
         ev: Event,
         stack_dropped: bool,
     },
-    /// A sample taken at a time (seconds since attach; `None` in older recordings).
-    Sample(Option<f64>, Vec<Span>),
+    /// A sample taken at a time (seconds since attach; `None` in older recordings); `true`: the baseline taken
+    /// right after arming (see `LeakTracker::rebaseline`).
+    Sample(Option<f64>, Vec<Span>, bool),
 }
 
 /// How many events may wait between the tracer and the output (records only: stack windows are bounded by the
@@ -204,7 +205,7 @@ fn flush_rendered(renderer: &mut dyn Renderer, unflushed: &mut bool, output_erro
 #[allow(clippy::large_enum_variant)]
 enum Staged {
     Call(Unwinding),
-    Sample(Option<f64>, Vec<Span>),
+    Sample(Option<f64>, Vec<Span>, bool),
 }
 
 /// The unwinding stage: each capture's window is walked to return addresses as soon as it arrives and then
@@ -222,8 +223,8 @@ fn unwinder(
     while let Ok(q) = lingering.recv(&rx, None, &mut || {}) {
         let (mut ev, stack_dropped) = match q {
             Queued::Call { ev, stack_dropped } => (ev, stack_dropped),
-            Queued::Sample(t, s) => {
-                if tx.send(Staged::Sample(t, s)).is_err() {
+            Queued::Sample(t, s, b) => {
+                if tx.send(Staged::Sample(t, s, b)).is_err() {
                     break;
                 }
                 continue;
@@ -270,16 +271,18 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut tracker = cfg.leaks.then(|| LeakTracker::window(cfg.window.0, cfg.window.1));
     let rec = cfg.recorder;
     // Each sample goes to the recording at its place among the events, and to the leak tracker.
-    let take_sample = |tracker: &mut Option<LeakTracker>, time: Option<f64>, spans: Vec<Span>| {
+    let take_sample = |tracker: &mut Option<LeakTracker>, time: Option<f64>, spans: Vec<Span>, baseline: bool| {
         if let Some(r) = &rec {
-            r.write(&Record::Sample { spans: spans.clone(), time });
+            r.write(&Record::Sample { spans: spans.clone(), time, baseline });
         }
-        if let Some(t) = tracker.as_mut() {
-            t.sample(time, spans);
+        match (tracker.as_mut(), time) {
+            (Some(t), Some(time)) if baseline => t.rebaseline(time, spans),
+            (Some(t), _) => t.sample(time, spans),
+            (None, _) => {}
         }
     };
     if let Some(b) = cfg.baseline {
-        take_sample(&mut tracker, Some(0.0), b);
+        take_sample(&mut tracker, Some(0.0), b, false);
     }
     let epoch = cfg.epoch;
     let (every, mut sampler) = match cfg.sampler {
@@ -332,14 +335,14 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             let traced = tracker.as_ref().map(LeakTracker::traced_ranges).unwrap_or_default();
             let time = epoch.elapsed().as_secs_f64();
             let spans = s(&traced);
-            take_sample(&mut tracker, Some(time), spans);
+            take_sample(&mut tracker, Some(time), spans, false);
             aside += crate::os::sched::thread_cpu().saturating_sub(c0);
             next_sample = Instant::now() + every;
         }
         let Some(Unwinding { ev, unwound, python, took, recorded }) = (match q {
             Some(Staged::Call(u)) => Some(u),
-            Some(Staged::Sample(time, spans)) => {
-                take_sample(&mut tracker, time, spans);
+            Some(Staged::Sample(time, spans, baseline)) => {
+                take_sample(&mut tracker, time, spans, baseline);
                 None
             }
             None => None,

@@ -69,6 +69,9 @@ pub enum Record {
         /// When it was taken, in seconds since attach (recordings before schema 3 have none).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         time: Option<f64>,
+        /// The baseline of growth, taken right after arming.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        baseline: bool,
     },
     /// Page residency of one range: how many pagemap entries were read and the resident bytes they show.
     Residency {
@@ -383,8 +386,10 @@ impl Reader {
             let bad = |e: String| anyhow!("{}: line {}: {e}", path.display(), n + 1);
             Some(match serde_json::from_str::<Record>(&line) {
                 Ok(Record::Event(e)) => e.event().map(|ev| Streamed::Event(ev, e.stack_dropped)).map_err(bad),
-                Ok(Record::Smaps { regions }) => Ok(Streamed::Sample(None, regions.iter().map(Span::of).collect())),
-                Ok(Record::Sample { spans, time }) => Ok(Streamed::Sample(time, spans)),
+                Ok(Record::Smaps { regions }) => {
+                    Ok(Streamed::Sample(None, regions.iter().map(Span::of).collect(), false))
+                }
+                Ok(Record::Sample { spans, time, baseline }) => Ok(Streamed::Sample(time, spans, baseline)),
                 Ok(_) => Err(bad("not an event".into())),
                 Err(e) => Err(bad(e.to_string())),
             })
@@ -400,7 +405,7 @@ fn truncated(path: &Path, why: &str) -> anyhow::Error {
 #[allow(clippy::large_enum_variant)]
 pub enum Streamed {
     Event(Event, bool),
-    Sample(Option<f64>, Vec<Span>),
+    Sample(Option<f64>, Vec<Span>, bool),
 }
 
 /// The recorded process's modules, read on this machine: each module file by its path, used only when its
@@ -500,7 +505,10 @@ mod tests {
         let region = crate::model::smaps::parse_smaps("1000-3000 rw-p 0 00:00 0\nRss: 8 kB\nSwap: 4 kB\n").remove(0);
         let span = Span::of(&region);
         assert_eq!((span.start, span.end, span.anon, span.rss_swap), (0x1000, 0x3000, true, 12));
-        for rec in [Record::Smaps { regions: vec![region] }, Record::Sample { spans: vec![span], time: Some(1.5) }] {
+        for rec in [
+            Record::Smaps { regions: vec![region] },
+            Record::Sample { spans: vec![span], time: Some(1.5), baseline: true },
+        ] {
             let line = serde_json::to_string(&rec).unwrap();
             assert!(STREAMED.iter().any(|p| line.starts_with(p)), "{line}");
             let back = match serde_json::from_str::<Record>(&line).unwrap() {

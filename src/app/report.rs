@@ -32,6 +32,11 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     }
     let rec = Reader::open(&args.file)?;
     say_recording(&args.file, &rec);
+    if let Some(end) = rec.summary.as_ref().map(|s| s.duration.as_secs_f64())
+        && window.0 >= end
+    {
+        return Err(trace::usage(format!("--from {:.3}s is past the end of the recording ({end:.3}s)", window.0)));
+    }
     let out = Output {
         json: args.json,
         path: args.output.clone(),
@@ -101,7 +106,7 @@ fn replay(rec: &Reader, out: &Output, renderer: Box<dyn Renderer + Send>) -> Res
     for item in rec.stream()? {
         let q = match item {
             Ok(Streamed::Event(ev, stack_dropped)) => Queued::Call { ev, stack_dropped },
-            Ok(Streamed::Sample(time, spans)) => Queued::Sample(time, spans),
+            Ok(Streamed::Sample(time, spans, baseline)) => Queued::Sample(time, spans, baseline),
             Err(e) => {
                 failed = Some(e);
                 break;

@@ -371,6 +371,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     }
     // Time zero of events and samples alike.
     let epoch = Instant::now();
+    let armed_sampler = baseline.as_ref().map(|b| crate::live::sampling::Sampler::new(pid, b));
     let acfg = analysis::Config {
         epoch,
         source,
@@ -415,6 +416,9 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     // The tick also paces the reading of `--fast`'s ring when no stop comes (512 slots: 51,200 calls a second
     // before its writers fall back to stops).
     signals::install_handlers(if plan.ring.is_empty() { 50 } else { 10 });
+    // Once every site is armed, the baseline of growth is sampled again and sent ahead of any event (then dropped,
+    // so the analysis still ends with the sink).
+    let mut armed = armed_sampler.map(|s| (s, tx.clone()));
     let mut sink = ChannelSink { tx, dropped: 0, windows_dropped: 0, stalled: false };
     // Asked to stop while getting ready (the handlers are in place from the start, see `trace`): not attached yet,
     // so nothing to undo.
@@ -446,6 +450,11 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         .map_err(|e| anyhow!("process {pid}: {e}"))?;
         tracer.summary.arm = arming.elapsed();
+        // Every site is armed: the baseline of growth is sampled now (calls made while attaching were not seen).
+        if let Some((mut sampler, tx)) = armed.take() {
+            let spans = sampler.sample(&[]);
+            let _ = tx.send(analysis::Queued::Sample(Some(epoch.elapsed().as_secs_f64()), spans, true));
+        }
         if let Some(note) = sit_with_pinned_target(pid) {
             eprintln!("syscatch: {note}");
         }
@@ -469,6 +478,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         Ok((end, summary))
     }));
+    drop(armed.take());
     let (end, mut summary) = match traced {
         Ok(r) => r?,
         Err(_) => {
@@ -519,7 +529,11 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         let last: Vec<Span> = regions.iter().map(Span::of).collect();
         end_regions = (!regions.is_empty()).then_some(regions);
         if let Some(r) = &recorder {
-            r.write(&Record::Sample { spans: last.clone(), time: Some(summary.duration.as_secs_f64()) });
+            r.write(&Record::Sample {
+                spans: last.clone(),
+                time: Some(summary.duration.as_secs_f64()),
+                baseline: false,
+            });
         }
         ending.final_sample = Some(last);
         if let Ok(pm) = crate::os::pagemap::Pagemap::open(pid) {
@@ -630,7 +644,7 @@ pub fn finish(
         let nested = tracker.nested;
         let mut report = tracker.report();
         // syscatch's own pages grew in the target, but they are not the target's.
-        report.growing.retain(|g| !summary.own_ranges.iter().any(|&(a, b)| a <= g.start && g.end <= b));
+        report.leave_out(&summary.own_ranges);
         if let (true, Some(facts)) = (out.report, &ending.facts) {
             let secs = summary.duration.as_secs_f64();
             let mut d = crate::app::findings::diagnose(facts, &report, &out.rules, secs);

@@ -90,11 +90,14 @@ impl LeakReport<'_> {
             )?;
             if self.weighed {
                 let (traced, rest) = self.region_split(i);
-                writeln!(
-                    w,
-                    "      {traced} KiB resident on traced stacks; {rest} KiB elsewhere (pages of memory mapped before \
-                     the trace or by untraced calls; the target ran on while it was read)"
-                )?;
+                let why = if g.new {
+                    "the region was born during the trace, so a call the trace did not attribute made it: a path not \
+                     watched (see Watched; ld.so maps libraries with its own mmap), an event lost (see the summary), \
+                     or pages the target mapped or unmapped while it was read"
+                } else {
+                    "pages of memory mapped before the trace or by untraced calls; the target ran on while it was read"
+                };
+                writeln!(w, "      {traced} KiB resident on traced stacks; {rest} KiB elsewhere ({why})")?;
             }
             if g.created_before_trace() {
                 writeln!(w, "      mapped before the trace started (or by a call that was not traced)")?;

@@ -131,6 +131,13 @@ fn growth_is_told_from_churn_in_any_window() {
         "{before} {attached} {ending} {after}: {pool} and {no_stack} on no stack"
     );
     let duration = summary_data(&values)["duration"].as_f64().unwrap();
+    // The regions born during the trace: their growth is on traced stacks (give or take pages the target mapped or
+    // unmapped between the last smaps and the residency read).
+    let born: Vec<&Value> = of_type(&values, "region").into_iter().filter(|r| r["new"] == true).collect();
+    let grown: u64 = born.iter().map(|r| r["growth_kb"].as_u64().unwrap()).sum();
+    let traced: u64 =
+        born.iter().map(|r| r["traced_resident_kb"].as_u64().unwrap().min(r["growth_kb"].as_u64().unwrap())).sum();
+    assert!(grown > 0 && traced * 100 >= grown * 97, "{traced} of {grown} KiB on traced stacks: {born:#?}");
     let series = of_type(&values, "series");
     assert!(series[0]["times"].as_array().unwrap().len() >= 10, "{:#?}", series[0]);
 
@@ -166,6 +173,14 @@ fn growth_is_told_from_churn_in_any_window() {
     assert!(last.contains("over --fail-over 0.00 MiB/min") && last.contains("libucx_like_lib.so"), "{err}");
     let (code, _, err) = run_syscatch(&["report", rec, "--fail-over", "10GiB/min"]);
     assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run_syscatch(&["report", rec, "--from", "1h"]);
+    assert_eq!(
+        (code, err.lines().last().unwrap_or_default().contains("past the end of the recording")),
+        (2, true),
+        "{err}"
+    );
+    let (code, _, err) = run_syscatch(&["report", rec, "--from", "2s", "--to", "1s"]);
+    assert_eq!((code, err.lines().count()), (2, 1), "{err}");
     let (code, _, err) = run_syscatch(&["report", rec, "--fail-over", "fast"]);
     assert_eq!((code, err.lines().count()), (2, 1), "{err}");
     assert!(err.contains("bad rate `fast`"), "{err}");
