@@ -98,7 +98,8 @@ pub struct TraceArgs {
     /// Syscalls to catch through libc's syscall(): names or numbers, comma-separated.
     #[arg(short, long, default_value = "mmap", value_delimiter = ',')]
     pub syscall: Vec<String>,
-    /// Stop after this long (500ms, 10s, 2m); default: until Ctrl-C or the target exits.
+    /// Stop after this long (500ms, 10s, 2m); default: until Ctrl-C or the target exits. A command started
+    /// with `-- CMD` is then detached and left running (syscatch returns 0).
     #[arg(long = "for", value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// JSON Lines output (schema in README.md).

@@ -267,9 +267,18 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
                 }
             };
             let end = run_trace(&out, plan, Start::Adopt(pid))?;
-            // The command is our child: once detached it runs on, and its own status is ours (as strace does).
+            // The command is our child: once detached it runs on, and its own status is ours (as strace does),
+            // unless --for ended the trace: then, as `timeout` ends the wait, syscatch returns and leaves the
+            // command running (never killed: it is the program being looked at).
             let end = match end {
                 End::Exited(_) | End::Killed(_) => end,
+                End::Duration => {
+                    eprintln!(
+                        "syscatch: --for ended the trace; {} (pid {pid}) was detached and runs on",
+                        args.cmd.first().map(String::as_str).unwrap_or("the command")
+                    );
+                    end
+                }
                 _ => crate::os::spawn::wait_exit(pid).map(End::Exited).unwrap_or(end),
             };
             Ok(match end {

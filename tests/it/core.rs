@@ -669,6 +669,34 @@ fn starts_a_command_under_the_tracer_and_returns_its_status() {
     assert_eq!(summary(&values)["end"], "target_exited");
 }
 
+/// `--for` on a command syscatch starts: at the end of the duration syscatch detaches and returns (as `timeout`
+/// ends the wait), and the command runs on untraced, still answering on the same stdin and stdout.
+#[test]
+fn for_duration_returns_and_leaves_a_started_command_running() {
+    require_ptrace();
+    let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cmd-for-events.jsonl");
+    let prog = testprog("target");
+    let mut cmd_line = syscatch_cmd();
+    cmd_line.args(["--json", "--for", "300ms", "-o"]).arg(&events).arg("--").arg(&prog);
+    let mut t = Target::start_cmd(cmd_line.stderr(std::process::Stdio::piped()));
+    let target = t.pid;
+    // The command holds syscatch's stderr too: read lines, not to the end.
+    let mut err = Lines::new(t.child.stderr.take().unwrap(), "syscatch stderr");
+    let said = err.until(|l| l.contains("runs on"));
+    assert!(said.last().unwrap().contains(&format!("(pid {target}) was detached and runs on")), "{said:#?}");
+    assert!(poll(|| t.child.try_wait().unwrap().is_some()), "syscatch still waits for the command after --for");
+    assert_eq!(t.child.try_wait().unwrap().unwrap().code(), Some(0), "{said:#?}");
+    assert_eq!(tracer_pid(target), Some(0), "the command is left traced");
+    // It runs on, untraced and unharmed: its mmaps work, with no event written for them.
+    assert_eq!(truth_mmaps(&cmd(&mut t, "mmap 2")).len(), 2);
+    let text = std::fs::read_to_string(&events).unwrap();
+    let values = json_lines(&text.lines().map(str::to_string).collect::<Vec<_>>());
+    assert_eq!(summary(&values)["end"], "duration");
+    assert!(captured_mmaps(&values).is_empty());
+    t.send("exit 0");
+    assert!(poll(|| tracer_pid(target).is_none() || thread_states_of(target).iter().all(|&c| c == 'Z')));
+}
+
 /// `--fast` on a command syscatch starts: its one thread is stopped at the entry point already (it used to wait
 /// for an interrupt that never came, then fall back to a breakpoint).
 #[test]
