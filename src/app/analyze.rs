@@ -228,7 +228,7 @@ fn unwinder(
             Some(c) => {
                 let (u, seen) = modules.unwind(&c, max_depth);
                 if recording {
-                    recorded = Some(Box::new(RecEvent::new(&ev, Some(&c), seen, stack_dropped)));
+                    recorded = Some(Box::new(RecEvent::new(&ev, Some(&c), &seen, stack_dropped)));
                 }
                 python = c.python;
                 Some(u)
@@ -237,7 +237,7 @@ fn unwinder(
             None => None,
         };
         if recording && recorded.is_none() {
-            recorded = Some(Box::new(RecEvent::new(&ev, None, 0, stack_dropped)));
+            recorded = Some(Box::new(RecEvent::new(&ev, None, &[], stack_dropped)));
         }
         if tx.send(Staged::Call(Unwinding { ev, unwound, python, took: t0.elapsed(), recorded })).is_err() {
             break;

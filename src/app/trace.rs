@@ -397,6 +397,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         stack_bytes: out.stack_bytes,
         deadline: out.duration.map(|d| Instant::now() + d),
         live_status: std::io::stderr().is_terminal() && !spawned,
+        restorers: crate::live::sigstack::read_restorers(pid),
     };
     // The tick also paces the reading of `--fast`'s ring when no stop comes (512 slots: 51,200 calls a second
     // before its writers fall back to stops).

@@ -15,6 +15,9 @@ pub struct StackCapture {
     pub stack: crate::model::window::Window,
     /// How many bytes were asked for.
     pub asked: usize,
+    /// Copies of other stacks taken at the same stop, (address, bytes): the stacks a handler on an alternate
+    /// signal stack interrupted (found by [`crate::model::sigframe::interrupted_stacks`]). Usually empty.
+    pub more: Vec<(u64, crate::model::window::Window)>,
     /// The thread's Python frames, innermost first, read at the same stop (empty for a thread not running
     /// CPython). Shared: a thread caught again in the same frames gets the same list (one reference count
     /// instead of two per frame while the thread is stopped).

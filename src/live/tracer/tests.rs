@@ -42,8 +42,15 @@ fn world(tids: &[Tid]) -> Script {
 /// A tracer attached to every thread of `s` and armed: `syscall()` for mmap (9) and execve (59), and a function
 /// probe on `rdi == 1` at [`FUNC`].
 fn tracer<'a>(s: &Script, sink: &'a mut Vec<Event>) -> Tracer<'a> {
-    let cfg =
-        Config { pid: PID, stack_bytes: 256, python: None, python_search: false, deadline: None, live_status: false };
+    let cfg = Config {
+        pid: PID,
+        stack_bytes: 256,
+        python: None,
+        python_search: false,
+        deadline: None,
+        live_status: false,
+        restorers: Vec::new(),
+    };
     let wrapper = Probe::new(None, None, Box::new(Numbers([9, 59].into())));
     let func = Probe::new(Some("f".into()), Some("libc.so.6:f".into()), Box::new(Numbers([1].into())));
     let func2 = Probe::new(Some("g".into()), Some("libc.so.6:g".into()), Box::new(Numbers([1].into())));
@@ -510,6 +517,7 @@ fn a_site_that_cannot_be_decoded_or_is_no_wrapper_is_named() {
         python_search: false,
         deadline: None,
         live_status: false,
+        restorers: Vec::new(),
     };
     let k: Rc<dyn Kernel> = Rc::new(s.clone());
     let cases = [
