@@ -45,6 +45,46 @@ struct RawCall {
     ret: Option<u64>,
 }
 
+/// The syscall an event's call makes: its number through `syscall()`, or the one a watched libc function
+/// (`libc.so.6:mmap`) makes; `None` for another function.
+fn call_syscall(ev: &Event) -> Option<u64> {
+    match ev.func.as_deref() {
+        None => Some(ev.nr),
+        Some(label) => crate::model::watch::parse_label_syscall(label),
+    }
+}
+
+/// Recognises one call seen twice: at a watched libc function (reported at its return) whose `syscall()` was
+/// seen on the same thread just before, with the same result (a hook reached from the function, making the real
+/// call through `syscall()`).
+#[derive(Default)]
+pub struct SeenTwice {
+    /// Per thread, the last call seen through `syscall()`.
+    last_raw: HashMap<crate::model::Tid, RawCall>,
+}
+
+impl SeenTwice {
+    /// Whether `ev` is a function's call already seen as the `syscall()` inside it (to be counted once). Every
+    /// event of the mapping family goes through here, in order.
+    pub fn is_repeat(&mut self, ev: &Event) -> bool {
+        let Some(nr) = call_syscall(ev) else { return false };
+        let call = RawCall { time: ev.time, nr, addr: ev.args[0], len: ev.args[1], ret: ev.ret };
+        if ev.func.is_none() {
+            self.last_raw.insert(ev.tid, call);
+            return false;
+        }
+        let Some(raw) = self.last_raw.remove(&ev.tid) else { return false };
+        // Events carry the time of entry: the raw call started inside the function's call. (The address argument
+        // of mmap is a hint a hook may change; the length and the result are the call's.)
+        let same_args = if nr == crate::model::consts::SYS_MMAP {
+            raw.len == call.len
+        } else {
+            (raw.addr, raw.len) == (call.addr, call.len)
+        };
+        raw.time >= call.time && raw.nr == nr && raw.ret == call.ret && same_args
+    }
+}
+
 /// Everything needed for the leak report, built while tracing.
 #[derive(Default)]
 pub struct LeakTracker {
@@ -52,10 +92,9 @@ pub struct LeakTracker {
     stacks: Stacks,
     first: Option<Vec<Span>>,
     last: Vec<Span>,
-    /// Per thread, the last call seen through `syscall()`, to recognise the same call seen again when the libc
-    /// function that made it returns.
-    last_raw: HashMap<crate::model::Tid, RawCall>,
-    /// Calls seen twice (at a libc function and at the `syscall()` inside it) and counted once.
+    /// Calls seen twice (at a libc function and at the `syscall()` inside it), counted once.
+    seen_twice: SeenTwice,
+    /// How many calls [`Self::seen_twice`] counted once.
     pub nested: u64,
     /// Resident bytes of each still-mapped anonymous range (start, end, stack, bytes), from pagemap at the end.
     resident: Vec<(u64, u64, StackId, u64)>,
@@ -86,31 +125,13 @@ impl LeakTracker {
     /// `syscall()` was already seen on the same thread, just before, with the same result, is that same call (a hook
     /// reached from the function that made the real call through `syscall()`): counted once.
     pub fn event(&mut self, ev: &Event, stack: Option<&Stack>) {
-        let nr = match ev.func.as_deref() {
-            None => ev.nr,
-            Some(label) => match crate::model::watch::parse_label_syscall(label) {
-                Some(nr) => nr,
-                None => return,
-            },
-        };
+        let Some(nr) = call_syscall(ev) else { return };
         if !crate::model::consts::MAPPING_SYSCALLS.contains(&nr) {
             return;
         }
-        let call = RawCall { time: ev.time, nr, addr: ev.args[0], len: ev.args[1], ret: ev.ret };
-        if ev.func.is_none() {
-            self.last_raw.insert(ev.tid, call);
-        } else if let Some(raw) = self.last_raw.remove(&ev.tid) {
-            // Events carry the time of entry: the raw call started inside the function's call. (The address
-            // argument of mmap is a hint a hook may change; the length and the result are the call's.)
-            let same_args = if nr == crate::model::consts::SYS_MMAP {
-                raw.len == call.len
-            } else {
-                (raw.addr, raw.len) == (call.addr, call.len)
-            };
-            if raw.time >= call.time && raw.nr == nr && raw.ret == call.ret && same_args {
-                self.nested += 1;
-                return;
-            }
+        if self.seen_twice.is_repeat(ev) {
+            self.nested += 1;
+            return;
         }
         let id = self.stacks.intern(stack);
         self.model.apply_call(nr, &ev.args, ev.ret, id);

@@ -3,7 +3,7 @@
 
 use crate::analysis::rules::ProcessFacts;
 use crate::app::placement::{cpus_away_from, sit_with_pinned_target};
-use crate::app::plans::{leak_plan, syscall_plan};
+use crate::app::plans::{leak_plan, trace_plan};
 use crate::app::record::{Record, Recorder, Recording};
 use crate::cli::TraceArgs;
 use crate::live::plan::{Plan, Wrapper};
@@ -238,7 +238,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             let plan = if out.report {
                 leak_plan(pid, numbers, &asked, site, !args.no_fast)?
             } else {
-                syscall_plan(numbers, site, args.fast)
+                trace_plan(pid, numbers, site, args.fast, args.only_syscall_wrapper)?
             };
             run_trace(&out, plan, Start::Attach(pid))?;
             Ok(0)
@@ -257,7 +257,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             let plan = if out.report {
                 leak_plan(pid, numbers, &asked, site, !args.no_fast)
             } else {
-                Ok(syscall_plan(numbers, site, args.fast))
+                trace_plan(pid, numbers, site, args.fast, args.only_syscall_wrapper)
             };
             let plan = match plan {
                 Ok(plan) => plan,
@@ -487,6 +487,12 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     summary.symbolize_first_ns_per_frame = done.costs.symbolize_first_ns_per_frame();
     summary.symbolize_cached_ns_per_frame = done.costs.symbolize_cached_ns_per_frame();
     summary.analysis_events_per_s = done.costs.events_per_s();
+    summary.nested = done.nested;
+    summary.watched = watched.paths.clone();
+    if !out.report {
+        // (The leak report says these itself.)
+        summary.warnings.extend(watched.skipped.iter().map(|s| format!("not watched: {s}")));
+    }
     // What the end of the report needs from the target, read after detach (no stop) and recorded.
     let mut ending = Ending { final_sample: None, residency: Box::new(|_, _, _| None), facts: None, watched };
     // The facts the findings look at are read beside the last sample, which reads the whole smaps again (the

@@ -90,6 +90,12 @@ pub struct Summary {
     /// growing regions of the leak report.
     #[serde(default)]
     pub own_ranges: Vec<(u64, u64)>,
+    /// The paths the trace watched (`syscall() at ADDR (mmap)`, `libc.so.6:mmap at ADDR`).
+    #[serde(default)]
+    pub watched: Vec<String>,
+    /// Calls seen at a watched libc function and at the `syscall()` inside it, reported once.
+    #[serde(default)]
+    pub nested: u64,
     pub threads_seen: u64,
     pub forks_cleaned: u64,
     pub signals_forwarded: u64,
