@@ -6,8 +6,7 @@ use std::collections::HashMap;
 
 /// The breakpoint address syscatch reports in its "attached" line.
 fn site_of(err: &[String]) -> u64 {
-    let l = err.iter().find(|l| l.contains("breakpoint on syscall() at")).expect("attached line");
-    u64::from_str_radix(l.rsplit("0x").next().unwrap().trim(), 16).unwrap()
+    attached_site(err).expect("attached line")
 }
 
 /// The first bytes of libc's syscall() in the file, found through gdb-free means: the same bytes must be in
@@ -35,7 +34,7 @@ fn captures_every_mmap_of_every_thread_exactly() {
     let prog = testprog("mmap_threads");
     let mut t = Target::start(&prog, &["8", "5"]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--only-syscall-wrapper"]);
     sc.wait_attached();
     t.send("go");
     let lines = t.out.until(|l| l == "done");
@@ -88,7 +87,8 @@ impl Session {
         require_ptrace();
         let t = Target::start(&testprog("target"), &[]);
         let pid = t.pid.to_string();
-        let mut args = vec!["--pid", pid.as_str(), "--json"];
+        // The wrapper's own mechanics (libc's mmap() entry, which thread creation also calls, is tests/it/paths.rs').
+        let mut args = vec!["--pid", pid.as_str(), "--json", "--only-syscall-wrapper"];
         args.extend_from_slice(extra);
         let mut sc = Syscatch::start(&args);
         sc.wait_attached();
@@ -298,7 +298,8 @@ fn interrupt_rounds(extra: &[&str], rounds: usize) {
     let mut rng = seed;
     for round in 0..rounds {
         cmd(&mut t, "spin 4");
-        let mut args = vec!["--pid", pid.as_str(), "--json"];
+        // The wrapper's own mechanics (libc's mmap() entry, which thread creation also calls, is tests/it/paths.rs').
+        let mut args = vec!["--pid", pid.as_str(), "--json", "--only-syscall-wrapper"];
         args.extend_from_slice(extra);
         let mut sc = Syscatch::start(&args);
         sc.wait_attached();
@@ -327,7 +328,7 @@ fn fast_mode_captures_exactly_without_stopping_other_calls() {
     let prog = testprog("mmap_threads");
     let mut t = Target::start(&prog, &["8", "5"]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast"]);
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast", "--only-syscall-wrapper"]);
     sc.wait_attached();
     t.send("go");
     let truth = truth_mmaps(&t.out.until(|l| l == "done"));
@@ -391,7 +392,7 @@ fn fast_run_end(mut t: Target) {
 }
 
 fn fast_signals_round(args: &[&str]) {
-    let (t, lines, values) = fast_run("fast_signals", args, &["--syscall", "mmap"], "go 400");
+    let (t, lines, values) = fast_run("fast_signals", args, &["--syscall", "mmap", "--only-syscall-wrapper"], "go 400");
     let truth = truth_mmaps(&lines);
     let signals: Vec<u64> = lines
         .iter()
@@ -501,7 +502,7 @@ fn fast_mode_finds_the_one_free_gap_in_a_crowded_address_space() {
     let hole = u64::from_str_radix(it.next().unwrap().trim_start_matches("0x"), 16).unwrap();
     let hole_len: u64 = it.next().unwrap().parse().unwrap();
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast"]);
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast", "--only-syscall-wrapper"]);
     sc.wait_attached();
     t.send("go");
     let truth = truth_mmaps(&t.out.until(|l| l == "done"));
@@ -820,7 +821,7 @@ fn the_tracer_thread_runs_with_the_shortest_slice() {
     require_ptrace();
     let mut t = Target::start(&testprog("mmap_threads"), &["1", "1"]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--only-syscall-wrapper"]);
     sc.wait_attached();
     let sc_pid = sc.child.id() as i32;
     let tracer = tracer_of(t.pid);

@@ -185,7 +185,8 @@ fn stack_command_agrees_with_gdb_frame_by_frame() {
 /// Traces `mmap` in a started target (args), sends "go", waits for "done", and returns the events' data.
 fn trace_events(t: &mut Target) -> Vec<Value> {
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    // The raw calls only (the targets' threads and interpreters also map through libc's mmap()).
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--only-syscall-wrapper"]);
     sc.wait_attached();
     t.send("go");
     let lines = t.out.until(|l| l == "done");
