@@ -302,6 +302,33 @@ mod tests {
         assert_eq!((stats.mmaps, stats.munmaps), (3, 2));
     }
 
+    /// What the event stream of `--syscall` drops: a libc function's call whose `syscall()` inside it was just
+    /// seen on the same thread; the same call on another thread, or with another result, is another call.
+    #[test]
+    fn a_call_seen_at_a_function_and_at_its_syscall_is_one_call() {
+        let mut seen = SeenTwice::default();
+        let args = [0, 0x2000, 3, 0x22, u64::MAX, 0];
+        let mut raw = ev(9, args, 0x1000_0000);
+        raw.time = 1.5;
+        let mut func = ev(0, args, 0x1000_0000);
+        func.func = Some("libc.so.6:mmap".into());
+        func.time = 1.0;
+        assert!(!seen.is_repeat(&raw));
+        assert!(seen.is_repeat(&func));
+        // Only once: the function's next call is a call of its own.
+        assert!(!seen.is_repeat(&func));
+        let mut other_thread = raw.clone();
+        other_thread.tid = 2;
+        assert!(!seen.is_repeat(&other_thread) && !seen.is_repeat(&func));
+        let mut other_ret = func.clone();
+        other_ret.ret = Some(0x2000_0000);
+        assert!(!seen.is_repeat(&raw) && !seen.is_repeat(&other_ret));
+        // A probe on another function never counts as a repeat.
+        let mut malloc = func.clone();
+        malloc.func = Some("libc.so.6:malloc".into());
+        assert!(!seen.is_repeat(&raw) && !seen.is_repeat(&malloc));
+    }
+
     #[test]
     fn residency_counts_own_pages_and_swap_not_the_zero_page() {
         let present_own = PM_PRESENT | PM_EXCLUSIVE | 0x1234;
