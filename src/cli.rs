@@ -96,10 +96,16 @@ pub struct TraceArgs {
     /// Process to attach to (all of its threads, none of its sibling processes).
     #[arg(short, long)]
     pub pid: Option<i32>,
-    /// Syscalls to catch through libc's syscall(): names or numbers, comma-separated.
+    /// Syscalls to catch: names or numbers, comma-separated. Caught through libc's syscall() and, for mmap,
+    /// munmap and mremap, at libc's own mmap(), munmap() and mremap() too.
     #[arg(short, long, default_value = "mmap", value_delimiter = ',')]
     pub syscall: Vec<String>,
-    /// Stop after this long (500ms, 10s, 2m); default: until Ctrl-C or the target exits.
+    /// Catch the --syscall calls only where they go through libc's syscall() wrapper (raw syscall(SYS_mmap, ...)),
+    /// not at libc's own mmap(), munmap(), mremap().
+    #[arg(long, conflicts_with = "leaks")]
+    pub only_syscall_wrapper: bool,
+    /// Stop after this long (500ms, 10s, 2m); default: until Ctrl-C or the target exits. A command started
+    /// with `-- CMD` is then detached and left running (syscatch returns 0).
     #[arg(long = "for", value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// JSON Lines output (schema in docs/guide.md).

@@ -74,6 +74,46 @@ struct RawCall {
     ret: Option<u64>,
 }
 
+/// The syscall an event's call makes: its number through `syscall()`, or the one a watched libc function
+/// (`libc.so.6:mmap`) makes; `None` for another function.
+fn call_syscall(ev: &Event) -> Option<u64> {
+    match ev.func.as_deref() {
+        None => Some(ev.nr),
+        Some(label) => crate::model::watch::parse_label_syscall(label),
+    }
+}
+
+/// Recognises one call seen twice: at a watched libc function (reported at its return) whose `syscall()` was
+/// seen on the same thread just before, with the same result (a hook reached from the function, making the real
+/// call through `syscall()`).
+#[derive(Default)]
+pub struct SeenTwice {
+    /// Per thread, the last call seen through `syscall()`.
+    last_raw: HashMap<crate::model::Tid, RawCall>,
+}
+
+impl SeenTwice {
+    /// Whether `ev` is a function's call already seen as the `syscall()` inside it (to be counted once). Every
+    /// event of the mapping family goes through here, in order.
+    pub fn is_repeat(&mut self, ev: &Event) -> bool {
+        let Some(nr) = call_syscall(ev) else { return false };
+        let call = RawCall { time: ev.time, nr, addr: ev.args[0], len: ev.args[1], ret: ev.ret };
+        if ev.func.is_none() {
+            self.last_raw.insert(ev.tid, call);
+            return false;
+        }
+        let Some(raw) = self.last_raw.remove(&ev.tid) else { return false };
+        // Events carry the time of entry: the raw call started inside the function's call. (The address argument
+        // of mmap is a hint a hook may change; the length and the result are the call's.)
+        let same_args = if nr == crate::model::consts::SYS_MMAP {
+            raw.len == call.len
+        } else {
+            (raw.addr, raw.len) == (call.addr, call.len)
+        };
+        raw.time >= call.time && raw.nr == nr && raw.ret == call.ret && same_args
+    }
+}
+
 /// Everything needed for the leak report, built while tracing.
 #[derive(Default)]
 pub struct LeakTracker {
@@ -81,10 +121,9 @@ pub struct LeakTracker {
     stacks: Stacks,
     first: Option<Vec<Span>>,
     last: Vec<Span>,
-    /// Per thread, the last call seen through `syscall()`, to recognise the same call seen again when the libc
-    /// function that made it returns.
-    last_raw: HashMap<crate::model::Tid, RawCall>,
-    /// Calls seen twice (at a libc function and at the `syscall()` inside it) and counted once.
+    /// Calls seen twice (at a libc function and at the `syscall()` inside it), counted once.
+    seen_twice: SeenTwice,
+    /// How many calls [`Self::seen_twice`] counted once.
     pub nested: u64,
     /// Resident bytes of each still-mapped anonymous range (start, end, stack, bytes), from pagemap at the end.
     resident: Vec<(u64, u64, StackId, u64)>,
@@ -146,31 +185,13 @@ impl LeakTracker {
         if self.after_window(ev.time) {
             return;
         }
-        let nr = match ev.func.as_deref() {
-            None => ev.nr,
-            Some(label) => match crate::model::watch::parse_label_syscall(label) {
-                Some(nr) => nr,
-                None => return,
-            },
-        };
+        let Some(nr) = call_syscall(ev) else { return };
         if !crate::model::consts::MAPPING_SYSCALLS.contains(&nr) {
             return;
         }
-        let call = RawCall { time: ev.time, nr, addr: ev.args[0], len: ev.args[1], ret: ev.ret };
-        if ev.func.is_none() {
-            self.last_raw.insert(ev.tid, call);
-        } else if let Some(raw) = self.last_raw.remove(&ev.tid) {
-            // Events carry the time of entry: the raw call started inside the function's call. (The address
-            // argument of mmap is a hint a hook may change; the length and the result are the call's.)
-            let same_args = if nr == crate::model::consts::SYS_MMAP {
-                raw.len == call.len
-            } else {
-                (raw.addr, raw.len) == (call.addr, call.len)
-            };
-            if raw.time >= call.time && raw.nr == nr && raw.ret == call.ret && same_args {
-                self.nested += 1;
-                return;
-            }
+        if self.seen_twice.is_repeat(ev) {
+            self.nested += 1;
+            return;
         }
         self.reach(ev.time);
         let id = self.stacks.intern(stack);
@@ -467,6 +488,33 @@ mod tests {
         assert_eq!(t.nested, 1);
         let stats = t.report().leaks[0].stats.clone();
         assert_eq!((stats.mmaps, stats.munmaps), (3, 2));
+    }
+
+    /// What the event stream of `--syscall` drops: a libc function's call whose `syscall()` inside it was just
+    /// seen on the same thread; the same call on another thread, or with another result, is another call.
+    #[test]
+    fn a_call_seen_at_a_function_and_at_its_syscall_is_one_call() {
+        let mut seen = SeenTwice::default();
+        let args = [0, 0x2000, 3, 0x22, u64::MAX, 0];
+        let mut raw = ev(9, args, 0x1000_0000);
+        raw.time = 1.5;
+        let mut func = ev(0, args, 0x1000_0000);
+        func.func = Some("libc.so.6:mmap".into());
+        func.time = 1.0;
+        assert!(!seen.is_repeat(&raw));
+        assert!(seen.is_repeat(&func));
+        // Only once: the function's next call is a call of its own.
+        assert!(!seen.is_repeat(&func));
+        let mut other_thread = raw.clone();
+        other_thread.tid = 2;
+        assert!(!seen.is_repeat(&other_thread) && !seen.is_repeat(&func));
+        let mut other_ret = func.clone();
+        other_ret.ret = Some(0x2000_0000);
+        assert!(!seen.is_repeat(&raw) && !seen.is_repeat(&other_ret));
+        // A probe on another function never counts as a repeat.
+        let mut malloc = func.clone();
+        malloc.func = Some("libc.so.6:malloc".into());
+        assert!(!seen.is_repeat(&raw) && !seen.is_repeat(&malloc));
     }
 
     #[test]

@@ -184,7 +184,8 @@ impl StackResolver {
 
     /// Return addresses of a capture.
     pub fn unwind(&mut self, c: &StackCapture) -> Unwound {
-        let window = StackWindow::new(c.regs.sp(), &c.stack, c.asked);
+        let window =
+            StackWindow::new(c.regs.sp(), &c.stack, c.asked).with_more(c.more.iter().map(|(a, w)| (*a, &w[..])));
         unwind::unwind(UnwindRegs::from_regs(&c.regs), &window, &mut self.modules, self.max_depth)
     }
 
@@ -256,11 +257,13 @@ impl SharedModules {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Return addresses of a capture, and how many bytes of its stack window the walk read.
-    pub fn unwind(&self, c: &StackCapture, max_depth: usize) -> (Unwound, usize) {
-        let window = StackWindow::new(c.regs.sp(), &c.stack, c.asked);
+    /// Return addresses of a capture, and how many bytes of each of its stack copies the walk read (the main
+    /// one, then [`StackCapture::more`] in order).
+    pub fn unwind(&self, c: &StackCapture, max_depth: usize) -> (Unwound, Vec<usize>) {
+        let window =
+            StackWindow::new(c.regs.sp(), &c.stack, c.asked).with_more(c.more.iter().map(|(a, w)| (*a, &w[..])));
         let u = unwind::unwind(UnwindRegs::from_regs(&c.regs), &window, &mut *self.lock(), max_depth);
-        (u, window.seen.get())
+        (u, window.seen_all())
     }
 }
 

@@ -20,9 +20,20 @@ pub struct Sym {
     pub start: u64,
     pub size: u64,
     pub name: String,
+    pub bind: Bind,
 }
 
-/// Function symbols of one or more ELF files of a module, sorted by address.
+/// A symbol's binding, in the order a name is preferred among aliases of one address (as elfutils'
+/// `dwfl_module_addrname` prefers them: libc's `raise` is global, `gsignal` a weak alias, `__GI_raise` local).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Bind {
+    Local,
+    Weak,
+    Global,
+}
+
+/// Function symbols of one or more ELF files of a module, sorted by address; the aliases of one address are
+/// kept together, the preferred one first.
 #[derive(Debug, Default)]
 pub struct SymTable(Vec<Sym>);
 
@@ -40,29 +51,62 @@ impl SymTable {
                 if name.is_empty() {
                     continue;
                 }
+                let bind = if s.is_weak() {
+                    Bind::Weak
+                } else if s.is_global() {
+                    Bind::Global
+                } else {
+                    Bind::Local
+                };
                 v.push(Sym {
                     start: s.address(),
                     size: s.size(),
                     name: addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned(),
+                    bind,
                 });
             }
         }
-        // Aliases (read/__libc_read/__GI___libc_read) share an address: keep one, preferring a sized global.
-        v.sort_by(|a, b| a.start.cmp(&b.start).then(b.size.cmp(&a.size)));
-        v.dedup_by_key(|s| s.start);
+        SymTable::from_syms(v)
+    }
+
+    /// A table of `v`, in any order.
+    pub fn from_syms(mut v: Vec<Sym>) -> SymTable {
+        // Aliases (raise/gsignal/__GI_raise) share an address: global before weak before local, then sized
+        // before unsized; otherwise in the files' order (the module's own tables first). A name seen twice (in
+        // .dynsym and a debug file's .symtab) is kept once, at its strongest binding.
+        v.sort_by(|a, b| a.start.cmp(&b.start).then(b.bind.cmp(&a.bind)).then((b.size > 0).cmp(&(a.size > 0))));
+        let mut seen = std::collections::HashSet::new();
+        let mut group = u64::MAX;
+        v.retain(|s| {
+            if s.start != group {
+                group = s.start;
+                seen.clear();
+            }
+            seen.insert(s.name.clone())
+        });
         SymTable(v)
     }
 
-    /// The function containing stated address `svma`.
+    /// The function containing stated address `svma`: the preferred of its aliases.
     pub fn find(&self, svma: u64) -> Option<&Sym> {
-        let i = self.0.partition_point(|s| s.start <= svma).checked_sub(1)?;
-        let s = self.0.get(i)?;
-        let end = if s.size > 0 {
-            s.start.checked_add(s.size)?
-        } else {
-            self.0.get(i + 1).map(|n| n.start).unwrap_or(u64::MAX)
+        self.aliases(svma).first()
+    }
+
+    /// Every name of the function containing stated address `svma`, the preferred first (see [`Self::parse`]).
+    pub fn aliases(&self, svma: u64) -> &[Sym] {
+        let end_of_group = self.0.partition_point(|s| s.start <= svma);
+        let Some(last) = end_of_group.checked_sub(1).and_then(|i| self.0.get(i)) else {
+            return &[];
         };
-        (svma < end).then_some(s)
+        let first = self.0[..end_of_group].partition_point(|s| s.start < last.start);
+        let group = &self.0[first..end_of_group];
+        let size = group.iter().map(|s| s.size).max().unwrap_or(0);
+        let end = if size > 0 {
+            last.start.checked_add(size)
+        } else {
+            Some(self.0.get(end_of_group).map(|n| n.start).unwrap_or(u64::MAX))
+        };
+        if end.is_some_and(|e| svma < e) { group } else { &[] }
     }
 
     pub fn len(&self) -> usize {
@@ -285,10 +329,14 @@ impl SymModule {
     pub fn resolve(&self, module: &str, bias: u64, f: &RawFrame) -> Vec<Frame> {
         let svma = f.lookup.wrapping_sub(bias);
         // A signal trampoline is entered by a return to its first byte: pc-1 falls before its symbol.
-        let sym = self
-            .syms
-            .find(svma)
-            .or_else(|| self.syms.find(f.pc.wrapping_sub(bias)).filter(|s| s.start == f.pc.wrapping_sub(bias)));
+        let mut aliases = self.syms.aliases(svma);
+        if aliases.is_empty() {
+            let pc = f.pc.wrapping_sub(bias);
+            aliases = self.syms.aliases(pc);
+            if aliases.first().is_some_and(|s| s.start != pc) {
+                aliases = &[];
+            }
+        }
         let mut dwarf = self.dwarf.as_ref().map(|d| d.frames(svma)).unwrap_or_default();
         let base = Frame { addr: f.pc, module: Some(module.to_string()), ..Frame::default() };
         let outer = dwarf.pop();
@@ -297,6 +345,14 @@ impl SymModule {
             .map(|(function, file, line)| Frame { function, file, line, inlined: true, ..base.clone() })
             .collect();
         let (dw_name, file, line) = outer.unwrap_or_default();
+        // Of the aliases with the strongest binding, the one the debug info names, if it is one of them.
+        let sym = aliases.first().map(|best| {
+            aliases
+                .iter()
+                .take_while(|s| s.bind == best.bind)
+                .find(|s| dw_name.as_deref() == Some(s.name.as_str()))
+                .unwrap_or(best)
+        });
         let last = match sym {
             Some(s) => Frame {
                 function: Some(s.name.clone()),
@@ -393,6 +449,37 @@ mod tests {
         let (name, file, line) = dwarf.frames(me.unwrap().start + 1).pop().unwrap_or_default();
         assert!(name.is_some_and(|n| n.ends_with("indexing_a_mapped_file_leaves_its_dwarf_out_of_memory")));
         assert!(file.is_some_and(|f| f.ends_with("symbolize.rs")) && line.is_some());
+    }
+
+    #[test]
+    fn a_global_name_wins_over_its_weak_and_local_aliases() {
+        let sym = |start, size, name: &str, bind| Sym { start, size, name: name.into(), bind };
+        // As libc's .dynsym and its debug file's .symtab list raise (0x3bfa0) and the mmap family (0x1019a0).
+        let t = SymTable::from_syms(vec![
+            sym(0x3bfa0, 49, "gsignal", Bind::Weak),
+            sym(0x3bfa0, 49, "raise", Bind::Global),
+            sym(0x3bfa0, 49, "__GI_raise", Bind::Local),
+            sym(0x3bfa0, 49, "gsignal", Bind::Weak),
+            sym(0x1019a0, 0, "mmap", Bind::Global),
+            sym(0x1019a0, 84, "mmap64", Bind::Weak),
+            sym(0x1019a0, 84, "__mmap", Bind::Global),
+        ]);
+        assert_eq!(t.find(0x3bfa0 + 48).map(|s| s.name.as_str()), Some("raise"));
+        let names: Vec<&str> = t.aliases(0x3bfa0).iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["raise", "gsignal", "__GI_raise"]);
+        assert_eq!(t.find(0x3bfa0 + 49), None);
+        // Sized before unsized among globals; the range is the largest size of the group.
+        assert_eq!(t.find(0x1019a0 + 83).map(|s| s.name.as_str()), Some("__mmap"));
+        assert!(t.find(0x1019a0 + 84).is_none() && t.find(0x1019a0 - 1).is_none());
+
+        // The debug info's name, when it is one of the strongest aliases; never a weaker one.
+        let m = |syms| SymModule { syms, dwarf: None };
+        let f = RawFrame { pc: 0x1000, lookup: 0x1000, how: crate::analysis::unwind::How::Regs };
+        let two = m(SymTable::from_syms(vec![
+            sym(0x1000, 8, "b_global", Bind::Global),
+            sym(0x1000, 8, "a_weak", Bind::Weak),
+        ]));
+        assert_eq!(two.resolve("m", 0, &f)[0].function.as_deref(), Some("b_global"));
     }
 
     #[test]

@@ -26,11 +26,10 @@ const NREGS: usize = 17;
 /// Preserved across calls (psABI): an unwind rule that does not mention them means "same value".
 const CALLEE_SAVED: [usize; 6] = [RBX, RBP, 12, 13, 14, 15];
 
-/// glibc's `__restore_rt`: `mov $15, %rax; syscall` (rt_sigreturn). libgcc's x86_64 fallback matches these bytes.
-pub const RESTORE_RT: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
-/// Offset of `uc_mcontext` in the kernel's `ucontext` (uc_flags, uc_link, uc_stack), and of each register
-/// in `struct sigcontext`, in DWARF numbering (`r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip`).
-const MCONTEXT: u64 = 40;
+use crate::model::sigframe::MCONTEXT;
+pub use crate::model::sigframe::RESTORE_RT;
+/// The registers of `struct sigcontext` (at [`MCONTEXT`] in the `ucontext`) in DWARF numbering
+/// (`r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip`).
 const SIGCONTEXT_SLOTS: [usize; 17] = [8, 9, 10, 11, 12, 13, 14, 15, 5, 4, RBP, RBX, 1, 0, 2, RSP, RA];
 
 /// Register values of one frame in DWARF numbering; `None` where the value is not recoverable.
@@ -56,49 +55,6 @@ impl UnwindRegs {
             "r15", "rip",
         ];
         N.get(reg).copied().unwrap_or("a register")
-    }
-}
-
-/// The copy of the stack taken at capture: `bytes` start at `base` (the thread's rsp then).
-pub struct StackWindow<'a> {
-    pub base: u64,
-    pub bytes: &'a [u8],
-    /// How many bytes were asked for: a copy as long as asked may end before the stack does.
-    pub asked: usize,
-    /// How far into `bytes` the walk has read: a recording keeps only that much.
-    pub seen: std::cell::Cell<usize>,
-}
-
-impl<'a> StackWindow<'a> {
-    pub fn new(base: u64, bytes: &'a [u8], asked: usize) -> StackWindow<'a> {
-        StackWindow { base, bytes, asked, seen: Default::default() }
-    }
-
-    /// The 8 bytes at `addr`, or why they are not known.
-    pub fn read_u64(&self, addr: u64) -> Result<u64, String> {
-        let end = self.base.saturating_add(self.bytes.len() as u64);
-        let off = addr
-            .checked_sub(self.base)
-            .ok_or_else(|| format!("stack read at {addr:#x} is below the captured stack pointer {:#x}", self.base))?;
-        let slice = usize::try_from(off).ok().and_then(|o| Some((o + 8, self.bytes.get(o..o.checked_add(8)?)?)));
-        match slice {
-            Some((upto, b)) => {
-                self.seen.set(self.seen.get().max(upto));
-                Ok(u64::from_le_bytes(b.try_into().map_err(|_| "short read".to_string())?))
-            }
-            // `--fast`'s ring keeps a call's return address only (asked for nothing more).
-            None if self.asked == 0 => Err("the call was written down without a stop: only its caller is known".into()),
-            None if self.bytes.len() >= self.asked && addr < end.saturating_add(1 << 24) => Err(format!(
-                "the stack copy ({} bytes from {:#x}) ends before the stack does (read at {addr:#x}); \
-                 raise --stack-bytes",
-                self.bytes.len(),
-                self.base
-            )),
-            None => Err(format!(
-                "stack read at {addr:#x} is outside the copied stack {:#x}-{end:#x} (unmapped, or another stack)",
-                self.base
-            )),
-        }
     }
 }
 
@@ -662,6 +618,10 @@ fn apply_row(
     }
     Ok(next)
 }
+
+#[path = "unwind_window.rs"]
+mod window;
+pub use window::{Piece, StackWindow};
 
 #[path = "unwind_expr.rs"]
 mod expr;

@@ -207,6 +207,30 @@ fn restore_rt_by_its_bytes() {
     assert!(matches!(u.end, End::Outermost(_)));
 }
 
+/// A handler on an alternate stack: the ucontext points at the interrupted stack, elsewhere; the walk reads it in
+/// the second copy taken at the same stop, and ends at the signal frame without it.
+#[test]
+fn restore_rt_onto_another_stack_reads_its_copy() {
+    let m = module_with(&eh_frame());
+    let other = SP - 0x10_0000;
+    let mut words = vec![0u64; 64];
+    words[(40 + 15 * 8) / 8] = other + 0x20;
+    words[(40 + 16 * 8) / 8] = a(0x2050);
+    let alt = bytes(&words);
+    // At the interrupted pc 0x2050, rbx is pushed: CFA = rsp+16, return address at CFA-8.
+    let interrupted = bytes(&[0, 0, 0, 0, 0x1111, a(0x3020)]);
+    let r = regs(a(0x4e00), SP, 0);
+    let w = StackWindow::new(SP, &alt, 4096).with_more([(other, &interrupted[..])]);
+    let u = unwind(r, &w, &mut One(m.clone()), 128);
+    assert_eq!(pcs(&u), [a(0x4e00), a(0x2050), a(0x3020)]);
+    assert!(matches!(u.end, End::Outermost(_)), "{:?}", u.end);
+    assert_eq!(w.seen_all(), [40 + 17 * 8, 0x30]);
+    // Without the second copy the walk stops at the interrupted frame, saying where it read.
+    let u = run(&m, r, &alt, 4096, 128);
+    assert_eq!(pcs(&u), [a(0x4e00), a(0x2050)]);
+    assert!(matches!(&u.end, End::Truncated(w) if w.contains("below the captured stack pointer")), "{:?}", u.end);
+}
+
 #[test]
 fn corrupt_or_truncated_cfi_never_panics() {
     let eh = eh_frame();

@@ -4,7 +4,7 @@
 //! the caller gives, or read back from a recording), and writes the recording (`--record`). Its memory grows with
 //! distinct stacks, not with events. It never reads the target itself: modules come from a [`ModuleSource`].
 
-use crate::analysis::leaks::LeakTracker;
+use crate::analysis::leaks::{LeakTracker, SeenTwice};
 use crate::analysis::modules::{ModuleSource, SharedModules, SharedSymbolizer};
 use crate::analysis::unwind::{End, Unwound};
 use crate::app::record::{RecEvent, Record, Recorder};
@@ -119,6 +119,8 @@ pub struct Done {
     pub output_error: Option<std::io::Error>,
     pub leaks: Option<LeakTracker>,
     pub costs: Costs,
+    /// Calls seen at a watched libc function and at the `syscall()` inside it: rendered once (as the latter).
+    pub nested: u64,
 }
 
 /// A call whose stack window has been unwound to return addresses (`None`: no stack was captured).
@@ -237,7 +239,7 @@ fn unwinder(
             Some(c) => {
                 let (u, seen) = modules.unwind(&c, max_depth);
                 if recording {
-                    recorded = Some(Box::new(RecEvent::new(&ev, Some(&c), seen, stack_dropped)));
+                    recorded = Some(Box::new(RecEvent::new(&ev, Some(&c), &seen, stack_dropped)));
                 }
                 python = c.python;
                 Some(u)
@@ -246,7 +248,7 @@ fn unwinder(
             None => None,
         };
         if recording && recorded.is_none() {
-            recorded = Some(Box::new(RecEvent::new(&ev, None, 0, stack_dropped)));
+            recorded = Some(Box::new(RecEvent::new(&ev, None, &[], stack_dropped)));
         }
         if tx.send(Staged::Call(Unwinding { ev, unwound, python, took: t0.elapsed(), recorded })).is_err() {
             break;
@@ -269,6 +271,8 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         .expect("cannot start the unwinding thread");
     crate::os::sched::batch();
     let mut tracker = cfg.leaks.then(|| LeakTracker::window(cfg.window.0, cfg.window.1));
+    let mut seen_twice = SeenTwice::default();
+    let mut nested = 0u64;
     let rec = cfg.recorder;
     // Each sample goes to the recording at its place among the events, and to the leak tracker.
     let take_sample = |tracker: &mut Option<LeakTracker>, time: Option<f64>, spans: Vec<Span>, baseline: bool| {
@@ -399,10 +403,13 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         if let Some(t) = tracker.as_mut() {
             t.event(&ev, stack.map(|(_, s)| s));
         }
-        if cfg.render_events && output_error.is_none() {
+        let repeat = seen_twice.is_repeat(&ev);
+        nested += u64::from(repeat);
+        let render = cfg.render_events && !repeat;
+        if render && output_error.is_none() {
             unflushed = true;
         }
-        if cfg.render_events
+        if render
             && output_error.is_none()
             && let Err(e) = renderer.event_interned(&ev, stack)
         {
@@ -414,5 +421,5 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     }
     costs.handling = crate::os::sched::thread_cpu().saturating_sub(aside);
     costs.unwinding = unwinding.join().unwrap_or_default();
-    Done { renderer, output_error, leaks: tracker, costs }
+    Done { renderer, output_error, leaks: tracker, costs, nested }
 }

@@ -1,5 +1,6 @@
-//! The tracer's plans for a trace: `--syscall` (the `syscall()` wrapper) and `--leaks` (it, and libc's own mapping
-//! functions; with `--fast` what goes through the trampoline and its ring).
+//! The tracer's plans for a trace: `--syscall` (the `syscall()` wrapper and libc's own entries of the named calls,
+//! or the wrapper alone) and `--leaks` (it, and libc's own mapping functions); with `--fast` what goes through the
+//! trampoline and its ring.
 
 use crate::app::trace::open_mem;
 use crate::live::plan::{Plan, Wrapper};
@@ -37,15 +38,46 @@ pub fn syscall_plan(numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Plan {
 pub fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wrapper, fast: bool) -> Result<Plan> {
     let at = site.addr;
     let mut plan = syscall_plan(numbers, site, fast);
-    if fast && !asked.contains(&SYS_MUNMAP) {
+    let ring = fast && !asked.contains(&SYS_MUNMAP);
+    if ring {
         plan.ring.push(SYS_MUNMAP);
     }
     plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap)"));
+    let all = |nr: u64| crate::model::consts::MAPPING_SYSCALLS.contains(&nr);
+    add_functions(pid, &mut plan, &all, fast, ring)?;
+    Ok(plan)
+}
+
+/// The plan of `--syscall LIST` as a user of strace means it: the calls however they are made, through
+/// `syscall()` and through libc's own entry of each that has one (mmap, mmap64, munmap, mremap). A call the
+/// function makes through `syscall()` would be seen twice: the analysis reports it once. `wrapper_only`
+/// (`--only-syscall-wrapper`): `syscall()` alone.
+pub fn trace_plan(pid: Tid, numbers: HashSet<u64>, site: Wrapper, fast: bool, wrapper_only: bool) -> Result<Plan> {
+    let at = site.addr;
+    let names: Vec<&str> = {
+        let mut n: Vec<u64> = numbers.iter().copied().collect();
+        n.sort_unstable();
+        n.iter().map(|&nr| crate::model::syscalls::name(nr).unwrap_or("?")).collect()
+    };
+    let asked = numbers.clone();
+    let mut plan = syscall_plan(numbers, site, fast);
+    plan.watched.paths.push(format!("syscall() at {at:#x} ({})", names.join(", ")));
+    if wrapper_only {
+        plan.what = format!("{} only (--only-syscall-wrapper)", plan.what);
+        return Ok(plan);
+    }
+    add_functions(pid, &mut plan, &|nr| asked.contains(&nr), fast, false)?;
+    Ok(plan)
+}
+
+/// Adds probes on libc's own functions making the syscalls `wanted` to `plan` (and with `fast`, the trampoline on
+/// mmap and munmap where they have its shape; `ring`: munmap's calls to the ring, without a stop).
+fn add_functions(pid: Tid, plan: &mut Plan, wanted: &dyn Fn(u64) -> bool, fast: bool, ring: bool) -> Result<()> {
     let mem = open_mem(pid)?;
     let maps = resolve::read_maps(pid)?;
     let libc = resolve::find_libc(&maps).ok_or_else(|| anyhow!("process {pid} has no libc mapped"))?;
     let module = resolve::read_module(pid, &libc, Some(&mem))?;
-    let specs = crate::live::mappaths::function_specs(&module, &mem, &mut plan.watched);
+    let specs = crate::live::mappaths::function_specs(&module, &mem, wanted, &mut plan.watched);
     if fast {
         // libc's munmap and mmap get the trampoline too (munmap to the ring); mremap, and any that lacks the shape,
         // keeps its int3.
@@ -57,7 +89,7 @@ pub fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wr
                 "mmap" | "mmap64" => crate::model::consts::SYS_MMAP,
                 _ => continue,
             };
-            let ring = nr == SYS_MUNMAP && !asked.contains(&SYS_MUNMAP);
+            let ring = nr == SYS_MUNMAP && ring;
             // The whole function: `plan_fixed` requires its one `syscall` and every branch inside it.
             let Some(size) = module.find_symbol(name).map(|(_, size)| size.clamp(16, 1024)) else { continue };
             let Some(code) = module.file_bytes(s.addr, size).map(<[u8]>::to_vec) else { continue };
@@ -70,5 +102,5 @@ pub fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wr
         plan.what = format!("{}; function probes on {}", plan.what, names.join(", "));
     }
     plan.specs.extend(specs);
-    Ok(plan)
+    Ok(())
 }

@@ -121,11 +121,23 @@ pub struct RecStack {
     pub len: usize,
     pub bytes: String,
     pub python: Vec<PyFrame>,
+    /// Copies of other stacks taken at the same stop ([`StackCapture::more`]), cut as `bytes` is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more: Vec<RecPiece>,
+}
+
+/// One more stack copy of a capture: its address, its length when captured, the bytes the unwinder read.
+#[derive(Serialize, Deserialize)]
+pub struct RecPiece {
+    pub addr: u64,
+    pub len: usize,
+    pub bytes: String,
 }
 
 impl RecEvent {
-    /// `seen`: how many bytes of the stack window the unwinder read (the rest is not kept).
-    pub fn new(ev: &Event, capture: Option<&StackCapture>, seen: usize, stack_dropped: bool) -> RecEvent {
+    /// `seen`: how many bytes of each stack copy the unwinder read, the main one first (the rest is not kept).
+    pub fn new(ev: &Event, capture: Option<&StackCapture>, seen: &[usize], stack_dropped: bool) -> RecEvent {
+        let seen_of = |i: usize| seen.get(i).copied().unwrap_or(0);
         RecEvent {
             time: ev.time,
             tid: ev.tid,
@@ -142,8 +154,18 @@ impl RecEvent {
                 fs_base: c.regs.0.fs_base,
                 asked: c.asked,
                 len: c.stack.len(),
-                bytes: hex(&c.stack[..seen.min(c.stack.len())]),
+                bytes: hex(&c.stack[..seen_of(0).min(c.stack.len())]),
                 python: c.python.to_vec(),
+                more: c
+                    .more
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (addr, w))| RecPiece {
+                        addr: *addr,
+                        len: w.len(),
+                        bytes: hex(&w[..seen_of(i + 1).min(w.len())]),
+                    })
+                    .collect(),
             }),
             stack_dropped,
         }
@@ -167,7 +189,22 @@ impl RecEvent {
                     return Err("an event's stack window is longer than its recorded length".into());
                 }
                 stack.resize(s.len, 0);
-                Some(StackCapture { regs, stack: stack.into(), asked: s.asked, python: s.python.as_slice().into() })
+                let mut more = Vec::new();
+                for p in &s.more {
+                    let mut b = unhex(&p.bytes).ok_or("an event's stack bytes are not hex")?;
+                    if b.len() > p.len || p.len > 1 << 30 {
+                        return Err("an event's stack window is longer than its recorded length".into());
+                    }
+                    b.resize(p.len, 0);
+                    more.push((p.addr, b.into()));
+                }
+                Some(StackCapture {
+                    regs,
+                    stack: stack.into(),
+                    asked: s.asked,
+                    python: s.python.as_slice().into(),
+                    more,
+                })
             }
         };
         Ok(Event {
@@ -493,7 +530,7 @@ mod tests {
             capture: None,
             also: Vec::new(),
         };
-        let line = serde_json::to_string(&Record::Event(Box::new(RecEvent::new(&ev, None, 0, false)))).unwrap();
+        let line = serde_json::to_string(&Record::Event(Box::new(RecEvent::new(&ev, None, &[], false)))).unwrap();
         let Ok(Record::Event(back)) = serde_json::from_str::<Record>(&line) else { panic!("{line}") };
         assert_eq!(back.event().unwrap().time.to_bits(), ev.time.to_bits(), "{line}");
     }

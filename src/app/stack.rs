@@ -144,6 +144,7 @@ fn capture_all(
     stack_bytes: usize,
     mut python: Option<&mut PythonReader>,
 ) -> (Vec<ThreadSnapshot>, Vec<SnapshotError>) {
+    let restorers = crate::live::sigstack::read_restorers(pid);
     let mut done = BTreeSet::new();
     let mut snaps = Vec::new();
     let mut errors = Vec::new();
@@ -155,7 +156,7 @@ fn capture_all(
         }
         for tid in tids {
             done.insert(tid);
-            match snapshot::read_thread_with(tid, stack_bytes, python.as_deref_mut()) {
+            match snapshot::read_thread_with(tid, stack_bytes, python.as_deref_mut(), &restorers) {
                 Ok(s) => snaps.push(s),
                 Err(SnapshotError::Gone(_)) => {}
                 Err(e) => errors.push(e),

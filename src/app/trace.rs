@@ -3,7 +3,7 @@
 
 use crate::analysis::rules::ProcessFacts;
 use crate::app::placement::{cpus_away_from, sit_with_pinned_target};
-use crate::app::plans::{leak_plan, syscall_plan};
+use crate::app::plans::{leak_plan, trace_plan};
 use crate::app::record::{Record, Recorder, Recording};
 use crate::cli::TraceArgs;
 use crate::live::plan::{Plan, Wrapper};
@@ -256,7 +256,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             let plan = if out.report {
                 leak_plan(pid, numbers, &asked, site, !args.no_fast)?
             } else {
-                syscall_plan(numbers, site, args.fast)
+                trace_plan(pid, numbers, site, args.fast, args.only_syscall_wrapper)?
             };
             run_trace(&out, plan, Start::Attach(pid))?;
             Ok(0)
@@ -275,7 +275,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             let plan = if out.report {
                 leak_plan(pid, numbers, &asked, site, !args.no_fast)
             } else {
-                Ok(syscall_plan(numbers, site, args.fast))
+                trace_plan(pid, numbers, site, args.fast, args.only_syscall_wrapper)
             };
             let plan = match plan {
                 Ok(plan) => plan,
@@ -285,9 +285,18 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
                 }
             };
             let end = run_trace(&out, plan, Start::Adopt(pid))?;
-            // The command is our child: once detached it runs on, and its own status is ours (as strace does).
+            // The command is our child: once detached it runs on, and its own status is ours (as strace does),
+            // unless --for ended the trace: then, as `timeout` ends the wait, syscatch returns and leaves the
+            // command running (never killed: it is the program being looked at).
             let end = match end {
                 End::Exited(_) | End::Killed(_) => end,
+                End::Duration => {
+                    eprintln!(
+                        "syscatch: --for ended the trace; {} (pid {pid}) was detached and runs on",
+                        args.cmd.first().map(String::as_str).unwrap_or("the command")
+                    );
+                    end
+                }
                 _ => crate::os::spawn::wait_exit(pid).map(End::Exited).unwrap_or(end),
             };
             Ok(match end {
@@ -412,6 +421,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         deadline: out.duration.map(|d| Instant::now() + d),
         epoch,
         live_status: std::io::stderr().is_terminal() && !spawned,
+        restorers: crate::live::sigstack::read_restorers(pid),
     };
     // The tick also paces the reading of `--fast`'s ring when no stop comes (512 slots: 51,200 calls a second
     // before its writers fall back to stops).
@@ -510,6 +520,12 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     summary.symbolize_first_ns_per_frame = done.costs.symbolize_first_ns_per_frame();
     summary.symbolize_cached_ns_per_frame = done.costs.symbolize_cached_ns_per_frame();
     summary.analysis_events_per_s = done.costs.events_per_s();
+    summary.nested = done.nested;
+    summary.watched = watched.paths.clone();
+    if !out.report {
+        // (The leak report says these itself.)
+        summary.warnings.extend(watched.skipped.iter().map(|s| format!("not watched: {s}")));
+    }
     // What the end of the report needs from the target, read after detach (no stop) and recorded.
     let mut ending = Ending { final_sample: None, residency: Box::new(|_, _, _| None), facts: None, watched };
     // The facts the findings look at are read beside the last sample, which reads the whole smaps again (the

@@ -22,11 +22,20 @@ impl Condition for Always {
     }
 }
 
-/// Function-probe sites on libc's mapping functions whose entries in memory are still the file's.
-pub fn function_specs(libc: &Module, mem: &ProcMem, watched: &mut Watched) -> Vec<SiteSpec> {
+/// Function-probe sites on libc's mapping functions that make one of the syscalls `wanted`, whose entries in memory
+/// are still the file's.
+pub fn function_specs(
+    libc: &Module,
+    mem: &ProcMem,
+    wanted: &dyn Fn(u64) -> bool,
+    watched: &mut Watched,
+) -> Vec<SiteSpec> {
     let lib = modules::file_name(&libc.map.path).to_string();
     let mut specs: Vec<SiteSpec> = Vec::new();
-    for (func, _) in FUNCTIONS {
+    for (func, nr) in FUNCTIONS {
+        if !crate::model::syscalls::parse(nr).is_some_and(wanted) {
+            continue;
+        }
         let Some((addr, _)) = libc.find_symbol(func) else { continue };
         if specs.iter().any(|s| s.addr == addr) {
             // mmap64 is an alias of mmap in 64-bit glibc: one site.

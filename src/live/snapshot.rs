@@ -43,14 +43,17 @@ pub enum SnapshotError {
 
 /// Captures thread `tid` and lets it go. `stack_bytes` of stack are copied from its stack pointer.
 pub fn read_thread(tid: Tid, stack_bytes: usize) -> Result<ThreadSnapshot, SnapshotError> {
-    read_thread_with(tid, stack_bytes, None)
+    read_thread_with(tid, stack_bytes, None, &[])
 }
 
-/// [`read_thread`], also reading the thread's Python frames while it is stopped when `python` is given.
+/// [`read_thread`], also reading the thread's Python frames while it is stopped when `python` is given, and the
+/// stacks interrupted by a handler on an alternate signal stack (see [`crate::live::sigstack`]) with the
+/// process's signal `restorers`.
 pub fn read_thread_with(
     tid: Tid,
     stack_bytes: usize,
     python: Option<&mut PythonReader>,
+    restorers: &[u64],
 ) -> Result<ThreadSnapshot, SnapshotError> {
     use nix::errno::Errno;
     let gone = |e: Errno| match e {
@@ -85,6 +88,16 @@ pub fn read_thread_with(
         Ok(r) if stack_bytes > 0 => mem::read_upto(tid, r.sp(), stack_bytes),
         _ => Vec::new(),
     };
+    let more = match &regs {
+        Ok(r) => crate::live::sigstack::read_interrupted(
+            |at, len, buf| buf.extend(mem::read_upto(tid, at, len)),
+            restorers,
+            r.sp(),
+            &stack,
+            stack_bytes,
+        ),
+        Err(_) => Vec::new(),
+    };
     let py = match (&regs, python) {
         (Ok(r), Some(p)) => p.read_frames(tid, r, &stack),
         _ => Default::default(),
@@ -98,7 +111,7 @@ pub fn read_thread_with(
     detached.map_err(gone)?;
     Ok(ThreadSnapshot {
         tid,
-        capture: StackCapture { regs, stack: stack.into(), asked: stack_bytes, python: py },
+        capture: StackCapture { regs, stack: stack.into(), asked: stack_bytes, python: py, more },
         seen,
     })
 }

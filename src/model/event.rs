@@ -15,6 +15,9 @@ pub struct StackCapture {
     pub stack: crate::model::window::Window,
     /// How many bytes were asked for.
     pub asked: usize,
+    /// Copies of other stacks taken at the same stop, (address, bytes): the stacks a handler on an alternate
+    /// signal stack interrupted (found by [`crate::model::sigframe::interrupted_stacks`]). Usually empty.
+    pub more: Vec<(u64, crate::model::window::Window)>,
     /// The thread's Python frames, innermost first, read at the same stop (empty for a thread not running
     /// CPython). Shared: a thread caught again in the same frames gets the same list (one reference count
     /// instead of two per frame while the thread is stopped).
@@ -87,6 +90,12 @@ pub struct Summary {
     /// growing regions of the leak report.
     #[serde(default)]
     pub own_ranges: Vec<(u64, u64)>,
+    /// The paths the trace watched (`syscall() at ADDR (mmap)`, `libc.so.6:mmap at ADDR`).
+    #[serde(default)]
+    pub watched: Vec<String>,
+    /// Calls seen at a watched libc function and at the `syscall()` inside it, reported once.
+    #[serde(default)]
+    pub nested: u64,
     pub threads_seen: u64,
     pub forks_cleaned: u64,
     pub signals_forwarded: u64,

@@ -11,6 +11,7 @@ pub mod maps;
 pub mod modules;
 pub mod regs;
 pub mod schedstat;
+pub mod sigframe;
 pub mod smaps;
 pub mod stack;
 pub mod status;

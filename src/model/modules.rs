@@ -104,6 +104,26 @@ impl Module {
         self.data.get(start..start.checked_add(bytes.len())?)
     }
 
+    /// Run-time addresses of the signal restorers in the module's code (glibc's `__restore_rt`, found by its
+    /// bytes: libc's own tables do not name it), for [`crate::model::sigframe::interrupted_stacks`].
+    pub fn restorers(&self) -> Vec<u64> {
+        use object::read::elf::ProgramHeader;
+        let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness>::parse(&*self.data) else {
+            return Vec::new();
+        };
+        let e = elf.endian();
+        let mut out = Vec::new();
+        for ph in elf.elf_program_headers() {
+            if ph.p_type(e) != object::elf::PT_LOAD || !ph.p_flags(e).contains(object::elf::PF_X) {
+                continue;
+            }
+            let Ok(code) = ph.data(e, &*self.data) else { continue };
+            let at = self.bias.wrapping_add(ph.p_vaddr(e));
+            out.extend(crate::model::sigframe::find_restorers(at, code));
+        }
+        out
+    }
+
     /// The unused tail of the page that ends an executable segment: (run-time address, length). No section of
     /// the file lies there (past the segment's last byte, before the next page, where no other segment starts),
     /// so nothing reads or runs those bytes; the call gate (`crate::x86::gate`) is written there. The largest

@@ -222,6 +222,8 @@ impl<W: Write> Renderer for Json<W> {
                 "forks_cleaned": s.forks_cleaned,
                 "signals_forwarded": s.signals_forwarded,
                 "warnings": s.warnings,
+                "watched": s.watched,
+                "nested_calls": s.nested,
             }),
         )?;
         self.out.flush()

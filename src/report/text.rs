@@ -22,10 +22,14 @@ impl<W: Write, E: Write> Text<W, E> {
     fn event_line(&mut self, ev: &Event) -> std::io::Result<()> {
         let probe = ev.probe.as_deref().map(|p| format!("[{p}] ")).unwrap_or_default();
         let call = match &ev.func {
-            Some(label) => {
-                let args: Vec<String> = ev.args.iter().map(|a| format!("{a:#x}")).collect();
-                format!("{label}({})", args.join(", "))
-            }
+            // libc's own mmap, munmap, mremap take the syscall's arguments in its order: decoded as it is.
+            Some(label) => match crate::model::watch::parse_label_syscall(label) {
+                Some(nr) => format!("{label}({})", decode::args(nr, &ev.args)),
+                None => {
+                    let args: Vec<String> = ev.args.iter().map(|a| format!("{a:#x}")).collect();
+                    format!("{label}({})", args.join(", "))
+                }
+            },
             None => format!("{}({})", syscall_name(ev.nr), decode::args(ev.nr, &ev.args)),
         };
         let regs: String =
@@ -174,6 +178,16 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
                 String::new()
             },
         )?;
+        if !s.watched.is_empty() {
+            writeln!(self.err, "syscatch: watched {}", s.watched.join("; "))?;
+        }
+        if s.nested > 0 {
+            writeln!(
+                self.err,
+                "syscatch: {} calls were seen both at a libc function and at the syscall() inside it: reported once",
+                s.nested
+            )?;
+        }
         for w in &s.warnings {
             writeln!(self.err, "syscatch: WARNING: {w}")?;
         }

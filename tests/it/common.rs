@@ -414,7 +414,9 @@ impl Lines {
 /// The breakpoint address syscatch printed in its "attached to ... breakpoint on syscall() at 0x..." line.
 pub fn attached_site(err: &[String]) -> Option<u64> {
     let l = err.iter().find(|l| l.contains("breakpoint on syscall() at"))?;
-    u64::from_str_radix(l.rsplit("0x").next()?.trim(), 16).ok()
+    let hex = l.split("breakpoint on syscall() at 0x").nth(1)?;
+    let end = hex.find(|c: char| !c.is_ascii_hexdigit()).unwrap_or(hex.len());
+    u64::from_str_radix(&hex[..end], 16).ok()
 }
 
 /// TracerPid of `pid` (None once it is gone).

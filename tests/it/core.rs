@@ -6,8 +6,7 @@ use std::collections::HashMap;
 
 /// The breakpoint address syscatch reports in its "attached" line.
 fn site_of(err: &[String]) -> u64 {
-    let l = err.iter().find(|l| l.contains("breakpoint on syscall() at")).expect("attached line");
-    u64::from_str_radix(l.rsplit("0x").next().unwrap().trim(), 16).unwrap()
+    attached_site(err).expect("attached line")
 }
 
 /// The first bytes of libc's syscall() in the file, found through gdb-free means: the same bytes must be in
@@ -35,7 +34,7 @@ fn captures_every_mmap_of_every_thread_exactly() {
     let prog = testprog("mmap_threads");
     let mut t = Target::start(&prog, &["8", "5"]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--only-syscall-wrapper"]);
     sc.wait_attached();
     t.send("go");
     let lines = t.out.until(|l| l == "done");
@@ -88,7 +87,8 @@ impl Session {
         require_ptrace();
         let t = Target::start(&testprog("target"), &[]);
         let pid = t.pid.to_string();
-        let mut args = vec!["--pid", pid.as_str(), "--json"];
+        // The wrapper's own mechanics (libc's mmap() entry, which thread creation also calls, is tests/it/paths.rs').
+        let mut args = vec!["--pid", pid.as_str(), "--json", "--only-syscall-wrapper"];
         args.extend_from_slice(extra);
         let mut sc = Syscatch::start(&args);
         sc.wait_attached();
@@ -298,7 +298,8 @@ fn interrupt_rounds(extra: &[&str], rounds: usize) {
     let mut rng = seed;
     for round in 0..rounds {
         cmd(&mut t, "spin 4");
-        let mut args = vec!["--pid", pid.as_str(), "--json"];
+        // The wrapper's own mechanics (libc's mmap() entry, which thread creation also calls, is tests/it/paths.rs').
+        let mut args = vec!["--pid", pid.as_str(), "--json", "--only-syscall-wrapper"];
         args.extend_from_slice(extra);
         let mut sc = Syscatch::start(&args);
         sc.wait_attached();
@@ -327,7 +328,7 @@ fn fast_mode_captures_exactly_without_stopping_other_calls() {
     let prog = testprog("mmap_threads");
     let mut t = Target::start(&prog, &["8", "5"]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast"]);
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast", "--only-syscall-wrapper"]);
     sc.wait_attached();
     t.send("go");
     let truth = truth_mmaps(&t.out.until(|l| l == "done"));
@@ -391,7 +392,7 @@ fn fast_run_end(mut t: Target) {
 }
 
 fn fast_signals_round(args: &[&str]) {
-    let (t, lines, values) = fast_run("fast_signals", args, &["--syscall", "mmap"], "go 400");
+    let (t, lines, values) = fast_run("fast_signals", args, &["--syscall", "mmap", "--only-syscall-wrapper"], "go 400");
     let truth = truth_mmaps(&lines);
     let signals: Vec<u64> = lines
         .iter()
@@ -501,7 +502,7 @@ fn fast_mode_finds_the_one_free_gap_in_a_crowded_address_space() {
     let hole = u64::from_str_radix(it.next().unwrap().trim_start_matches("0x"), 16).unwrap();
     let hole_len: u64 = it.next().unwrap().parse().unwrap();
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast"]);
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast", "--only-syscall-wrapper"]);
     sc.wait_attached();
     t.send("go");
     let truth = truth_mmaps(&t.out.until(|l| l == "done"));
@@ -669,6 +670,34 @@ fn starts_a_command_under_the_tracer_and_returns_its_status() {
     assert_eq!(summary(&values)["end"], "target_exited");
 }
 
+/// `--for` on a command syscatch starts: at the end of the duration syscatch detaches and returns (as `timeout`
+/// ends the wait), and the command runs on untraced, still answering on the same stdin and stdout.
+#[test]
+fn for_duration_returns_and_leaves_a_started_command_running() {
+    require_ptrace();
+    let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cmd-for-events.jsonl");
+    let prog = testprog("target");
+    let mut cmd_line = syscatch_cmd();
+    cmd_line.args(["--json", "--for", "300ms", "-o"]).arg(&events).arg("--").arg(&prog);
+    let mut t = Target::start_cmd(cmd_line.stderr(std::process::Stdio::piped()));
+    let target = t.pid;
+    // The command holds syscatch's stderr too: read lines, not to the end.
+    let mut err = Lines::new(t.child.stderr.take().unwrap(), "syscatch stderr");
+    let said = err.until(|l| l.contains("runs on"));
+    assert!(said.last().unwrap().contains(&format!("(pid {target}) was detached and runs on")), "{said:#?}");
+    assert!(poll(|| t.child.try_wait().unwrap().is_some()), "syscatch still waits for the command after --for");
+    assert_eq!(t.child.try_wait().unwrap().unwrap().code(), Some(0), "{said:#?}");
+    assert_eq!(tracer_pid(target), Some(0), "the command is left traced");
+    // It runs on, untraced and unharmed: its mmaps work, with no event written for them.
+    assert_eq!(truth_mmaps(&cmd(&mut t, "mmap 2")).len(), 2);
+    let text = std::fs::read_to_string(&events).unwrap();
+    let values = json_lines(&text.lines().map(str::to_string).collect::<Vec<_>>());
+    assert_eq!(summary(&values)["end"], "duration");
+    assert!(captured_mmaps(&values).is_empty());
+    t.send("exit 0");
+    assert!(poll(|| tracer_pid(target).is_none() || thread_states_of(target).iter().all(|&c| c == 'Z')));
+}
+
 /// `--fast` on a command syscatch starts: its one thread is stopped at the entry point already (it used to wait
 /// for an interrupt that never came, then fall back to a breakpoint).
 #[test]
@@ -792,7 +821,7 @@ fn the_tracer_thread_runs_with_the_shortest_slice() {
     require_ptrace();
     let mut t = Target::start(&testprog("mmap_threads"), &["1", "1"]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--only-syscall-wrapper"]);
     sc.wait_attached();
     let sc_pid = sc.child.id() as i32;
     let tracer = tracer_of(t.pid);

@@ -14,6 +14,7 @@ mod guardian;
 mod hooks;
 mod leaks;
 mod mem;
+mod paths;
 mod probe;
 mod probe_run;
 mod python;

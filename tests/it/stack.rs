@@ -185,7 +185,8 @@ fn stack_command_agrees_with_gdb_frame_by_frame() {
 /// Traces `mmap` in a started target (args), sends "go", waits for "done", and returns the events' data.
 fn trace_events(t: &mut Target) -> Vec<Value> {
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    // The raw calls only (the targets' threads and interpreters also map through libc's mmap()).
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--only-syscall-wrapper"]);
     sc.wait_attached();
     t.send("go");
     let lines = t.out.until(|l| l == "done");
@@ -467,5 +468,127 @@ fn stack_of_a_stopped_process_leaves_it_stopped() {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(t.pid, libc::SIGCONT) };
     t.send("exit");
+    assert_eq!(t.wait().code(), Some(0));
+}
+
+/// eu-stack's frames of thread `tid`: (address, function name without a symbol version).
+pub(crate) fn eu_stack_frames(pid: i32, tid: i32) -> Vec<(u64, String)> {
+    let out = std::process::Command::new("eu-stack")
+        .args(["-p", &pid.to_string()])
+        .output()
+        .expect("eu-stack runs (CI installs elfutils)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut frames = Vec::new();
+    let mut cur = None;
+    for l in text.lines() {
+        if let Some(t) = l.strip_prefix("TID ") {
+            cur = t.trim_end_matches(':').trim().parse::<i32>().ok();
+            continue;
+        }
+        let (Some(t), Some(rest)) = (cur, l.strip_prefix('#')) else { continue };
+        if t != tid {
+            continue;
+        }
+        let mut w = rest.split_whitespace().skip(1);
+        let addr = w.next().and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
+        let name = w.next().unwrap_or("?").split('@').next().unwrap_or("?").to_string();
+        frames.push((addr.unwrap_or_else(|| panic!("eu-stack line without address: {l}")), name));
+    }
+    assert!(!frames.is_empty(), "eu-stack shows no thread {tid}: {text}");
+    frames
+}
+
+/// (address, function) of the real (not inlined) frames of a JSON stack.
+fn real_frames(stack: &Value) -> Vec<(u64, String)> {
+    stack
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["inlined"] != true)
+        .map(|f| (hex(&f["addr"]), f["function"].as_str().unwrap_or("?").to_string()))
+        .collect()
+}
+
+/// The stack of a call made inside nested handlers on an alternate signal stack crosses back to the normal stack
+/// at the outer signal frame (the copy of the interrupted stack taken at the same stop), and names libc's `raise`
+/// and the program's `handler_maps` by their global names, not their weak aliases (gsignal,
+/// handler_maps_alias). Compared with eu-stack's and gdb's view of the same frames: the target then blocks in
+/// read() inside the same handler frame, so from `on_usr2` outwards every return address is the same.
+#[test]
+fn alternate_signal_stack_unwinds_back_to_main_as_gdb_and_eu_stack_do() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("alt_stack"), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    sc.wait_attached();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    let truth = truth_mmaps(&lines);
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "syscatch failed: {err:#?}");
+    let values = json_lines(&out);
+    assert_eq!(captured_mmaps(&values), truth);
+    let ev = &values.iter().find(|v| v["type"] == "event").unwrap()["data"];
+    assert!(ev["stack_truncated"].is_null(), "{}", ev["stack_truncated"]);
+    let f = functions(&ev["stack"]);
+    let ours = real_frames(&ev["stack"]);
+    let names: Vec<&str> = ours.iter().map(|(_, n)| n.as_str()).collect();
+    let on_usr2 = names.iter().position(|n| *n == "on_usr2").unwrap_or_else(|| panic!("{f:#?}"));
+    assert_eq!(names[..on_usr2], ["syscall", "handler_maps"], "{f:#?}");
+    let restore = names.iter().filter(|n| **n == "__restore_rt").count();
+    let raises = names.iter().filter(|n| **n == "raise").count();
+    assert_eq!((restore, raises), (2, 2), "two signal frames, each under libc's raise (not gsignal): {f:#?}");
+    assert!(!names.contains(&"gsignal") && !names.contains(&"handler_maps_alias"), "{f:#?}");
+    assert_consecutive(&f, &["on_usr1", "__restore_rt"]);
+    assert_consecutive(&f, &["thrower", "outer", "main", "__libc_start_call_main"]);
+    let thrower = names.iter().position(|n| *n == "thrower").unwrap();
+    assert_eq!(names[thrower - 1], "raise", "{f:#?}");
+    assert_eq!(f.last().map(String::as_str), Some("_start"), "{f:#?}");
+
+    // The same frames, seen by eu-stack and gdb while the target waits in read() in handler_maps.
+    wait_blocked_in_read(t.pid, t.pid, 0);
+    let eu = eu_stack_frames(t.pid, t.pid);
+    let eu_usr2 = eu.iter().position(|(_, n)| n == "on_usr2").unwrap_or_else(|| panic!("eu-stack: {eu:#?}"));
+    assert_eq!(ours[on_usr2..], eu[eu_usr2..], "ours {ours:#?}\neu-stack {eu:#?}");
+    let gdb = gdb_backtraces(t.pid).remove(&t.pid).expect("gdb shows the main thread");
+    let g_usr2 = gdb.iter().position(|(_, s)| s.contains(" on_usr2 ")).unwrap_or_else(|| panic!("gdb: {gdb:#?}"));
+    // gdb also shows frames it infers from DWARF call-site records for libc's tail calls
+    // (__pthread_kill_internal, which no return address on the stack stands for; eu-stack and syscatch show
+    // none): every frame of ours, up to main, is gdb's next one with its address, or its next
+    // `<signal handler called>` for __restore_rt; gdb's others are only such inferred libc frames.
+    let all: Vec<&Value> = ev["stack"].as_array().unwrap().iter().collect();
+    let o_usr2 = all.iter().position(|fr| fr["function"] == "on_usr2").unwrap();
+    let o_main = all.iter().position(|fr| fr["function"] == "main").unwrap();
+    let mut g = gdb[g_usr2..].iter();
+    let mut inferred = Vec::new();
+    for o in &all[o_usr2..=o_main] {
+        let sig = o["function"] == "__restore_rt";
+        loop {
+            let (addr, text) = g.next().unwrap_or_else(|| panic!("gdb has no frame for ours {o}: {gdb:#?}"));
+            // gdb prints no address for a pc at the start of a line (the interrupted frame here): its name then.
+            let named = addr.is_none() && o["function"].as_str().is_some_and(|f| text.starts_with(&format!("{f} (")));
+            if (sig && text.contains("<signal handler called>")) || (!sig && (*addr == Some(hex(&o["addr"])) || named))
+            {
+                break;
+            }
+            inferred.push(text.clone());
+        }
+    }
+    assert!(
+        inferred.len() <= 2 && inferred.iter().all(|t| t.contains("pthread_kill")),
+        "gdb frames syscatch lacks: {inferred:#?}\ngdb {gdb:#?}"
+    );
+    // syscatch's own one-shot view agrees with it, across both signal frames.
+    let (code, out, err) = run_syscatch(&["stack", "--pid", &pid, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let snap = json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>());
+    let main = &snap.iter().find(|v| v["type"] == "thread" && v["data"]["tid"] == t.pid).unwrap()["data"];
+    let theirs = real_frames(&main["stack"]);
+    let s_usr2 = theirs.iter().position(|(_, n)| n == "on_usr2").unwrap_or_else(|| panic!("{theirs:#?}"));
+    assert_eq!(theirs[s_usr2..], eu[eu_usr2..], "syscatch stack {theirs:#?}\neu-stack {eu:#?}");
+    t.send("bye");
+    // No tool cut the target's read short (gdb, eu-stack and syscatch stack all restart it).
+    assert_eq!(t.out.next(), "bye 0");
     assert_eq!(t.wait().code(), Some(0));
 }

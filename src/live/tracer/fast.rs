@@ -17,6 +17,7 @@ use super::error::Error;
 use super::kernel::Mem;
 use super::ring::Ring;
 use crate::live::guardian::Msg;
+use crate::live::sigstack;
 use crate::model::consts::MAP_FIXED_NOREPLACE;
 use crate::model::event::{Event, StackCapture};
 use crate::model::regs::Regs;
@@ -530,8 +531,12 @@ impl Tracer<'_> {
             capture: if stack.is_empty() {
                 None
             } else {
+                let k = &*self.k;
+                let (sp, restorers) = (regs.sp(), &self.cfg.restorers);
+                let more =
+                    sigstack::read_interrupted(|a, n, b| k.read_into(tid, a, n, b), restorers, sp, &stack, asked);
                 let python = self.cfg.python.as_mut().map(|p| p.read_frames(tid, regs, &stack)).unwrap_or_default();
-                Some(StackCapture { regs: at_entry, stack, asked, python })
+                Some(StackCapture { regs: at_entry, stack, asked, python, more })
             },
             also: Vec::new(),
         }

@@ -4,6 +4,7 @@
 
 use super::fast::FastStop;
 use super::*;
+use crate::live::sigstack;
 
 impl Tracer<'_> {
     /// `guess`: the stack pointer of the thread's last trampoline event and the stack read there, if nothing has
@@ -197,8 +198,11 @@ impl Tracer<'_> {
         let capture = if stack.is_empty() {
             None
         } else {
+            let k = &*self.k;
+            let more =
+                sigstack::read_interrupted(|a, n, b| k.read_into(tid, a, n, b), &self.cfg.restorers, sp, &stack, len);
             let python = self.cfg.python.as_mut().map(|p| p.read_frames(tid, &regs, &stack)).unwrap_or_default();
-            Some(StackCapture { regs, stack, asked, python })
+            Some(StackCapture { regs, stack, asked, python, more })
         };
         let first = matched[0];
         let p = &site.probes[first];

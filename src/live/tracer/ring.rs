@@ -373,7 +373,13 @@ fn ring_event(
         }
         regs.0.rip = entry;
         regs.0.rsp = x.sp;
-        StackCapture { regs, stack: Window::from(x.ra.to_le_bytes().to_vec()), asked: 0, python: Default::default() }
+        StackCapture {
+            regs,
+            stack: Window::from(x.ra.to_le_bytes().to_vec()),
+            asked: 0,
+            python: Default::default(),
+            more: Vec::new(),
+        }
     });
     Event {
         time: start.elapsed().as_secs_f64(),

@@ -89,4 +89,7 @@ pub struct Config {
     pub epoch: Instant,
     /// Print a one-line live status to stderr (only when stderr is a terminal).
     pub live_status: bool,
+    /// The target's signal restorers ([`crate::live::sigstack::read_restorers`]): a capture inside a handler on
+    /// an alternate signal stack copies the interrupted stack too.
+    pub restorers: Vec<u64>,
 }

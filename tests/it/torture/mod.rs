@@ -26,7 +26,7 @@ struct Tool {
 }
 
 const TOOLS: &[Tool] = &[
-    Tool { name: "trace", args: &["--syscall", "mmap", "--json"], events: true },
+    Tool { name: "trace", args: &["--syscall", "mmap", "--only-syscall-wrapper", "--json"], events: true },
     // One line each once they land, e.g.:
     // Tool { name: "stack", args: &["stack", "--json"], events: false },
     // Tool { name: "mem", args: &["mem", "--json"], events: false },
