@@ -433,7 +433,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     // Asked to stop while getting ready (the handlers are in place from the start, see `trace`): not attached yet,
     // so nothing to undo.
     if signals::stop_requested() != 0 && !spawned {
-        drop(sink);
+        drop((sink, armed));
         let _ = worker.join();
         return Ok(stopped_before_attaching(pid));
     }

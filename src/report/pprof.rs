@@ -66,7 +66,8 @@ struct Builder {
     functions: Vec<u8>,
     function_ids: HashMap<(u64, u64), u64>,
     locations: Vec<u8>,
-    location_ids: HashMap<u64, u64>,
+    /// By (native, address) for a native frame, (python, its name and line) for a Python frame (address 0).
+    location_ids: HashMap<(bool, u64), u64>,
 }
 
 impl Builder {
@@ -109,11 +110,12 @@ impl Builder {
     /// The location of one real frame and the frames inlined into it at its address (innermost first).
     fn location(&mut self, group: &[&Frame]) -> u64 {
         let Some(last) = group.last() else { return 0 };
-        if let Some(&id) = self.location_ids.get(&last.addr) {
+        let key = (last.kind == crate::model::stack::FrameKind::Native, crate::analysis::leaks::frame_key(last));
+        if let Some(&id) = self.location_ids.get(&key) {
             return id;
         }
         let id = self.location_ids.len() as u64 + 1;
-        self.location_ids.insert(last.addr, id);
+        self.location_ids.insert(key, id);
         let mut m = Vec::new();
         uint(&mut m, 1, id);
         uint(&mut m, 3, last.addr);
@@ -203,5 +205,22 @@ mod tests {
         assert_eq!(b.function_ids.len(), 3);
         let p = encode(&[Sample { frames: &frames, values: [4096, 4096, 4096, 1, 4096, 1] }], 1);
         assert!(p.windows(6).any(|w| w == b"caller"));
+    }
+
+    #[test]
+    fn python_frames_are_locations_of_their_own() {
+        use crate::model::stack::FrameKind;
+        let py = |name: &str, line: u32| Frame {
+            kind: FrameKind::Python,
+            function: Some(name.into()),
+            file: Some("app.py".into()),
+            line: Some(line),
+            ..Frame::default()
+        };
+        let frames =
+            vec![py("temporary", 42), py("run", 48), py("temporary", 42), Frame { addr: 0x20, ..Frame::default() }];
+        let mut b = Builder::default();
+        // All Python frames have address 0: each is known by its name and line.
+        assert_eq!(b.stack(&frames), [1, 2, 1, 3]);
     }
 }

@@ -141,15 +141,30 @@ fn growth_is_told_from_churn_in_any_window() {
     let series = of_type(&values, "series");
     assert!(series[0]["times"].as_array().unwrap().len() >= 10, "{:#?}", series[0]);
 
-    let top = Command::new("go").args(["tool", "pprof", "-top"]).arg(&profile).output();
-    let top = top.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    let first_row = top.lines().skip_while(|l| !l.trim_start().starts_with("flat")).nth(1).unwrap_or_default();
-    assert!(top.contains("Type: growth") && !first_row.is_empty(), "{top}");
-    // The top row by growth is a frame of the pool's stack (flat: its innermost frame, libc's syscall).
-    let cum =
-        Command::new("go").args(["tool", "pprof", "-top", "-cum", "-focus=ucs_mpool_grow"]).arg(&profile).output();
-    let cum = cum.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    assert!(cum.contains("ucs_mpool_grow"), "{cum}");
+    // pprof's default sample is growth, and its heaviest trace is the pool's, with its Python frames.
+    let traces = Command::new("go").args(["tool", "pprof", "-traces"]).arg(&profile).output();
+    let traces = traces.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    assert!(traces.contains("Type: growth"), "{traces}");
+    let heaviest = traces
+        .split("-----------+")
+        .skip(1)
+        .filter_map(|block| {
+            let value = block.lines().nth(1)?.split_whitespace().next()?;
+            let (num, unit) = value.split_at(value.find(|c: char| c.is_ascii_alphabetic())?);
+            let scale = match unit {
+                "B" => 1.0,
+                "kB" => 1e3,
+                "MB" => 1e6,
+                "GB" => 1e9,
+                _ => return None,
+            };
+            Some((num.parse::<f64>().ok()? * scale, block))
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, b)| b)
+        .unwrap_or_else(|| panic!("no trace: {traces}"));
+    assert!(heaviest.contains("ucs_mpool_grow") && heaviest.contains("temporary"), "{heaviest}");
+    assert!(heaviest.lines().any(|l| l.trim() == "run"), "the Python caller is a frame of its own: {heaviest}");
 
     let rec = rec.to_str().unwrap();
     // Three windows, each half the trace.
