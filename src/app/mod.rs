@@ -8,6 +8,7 @@ pub mod demo;
 pub mod findings;
 pub mod hooks;
 pub mod mem;
+pub mod outputs;
 pub mod placement;
 pub mod plans;
 pub mod probe;

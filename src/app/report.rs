@@ -3,8 +3,9 @@
 //! `--from`/`--to` report a part of it; `--diff BASE` compares the growth of each stack with another recording's.
 
 use crate::app::analyze::{self as analysis, Queued};
+use crate::app::outputs::{self, Ending};
 use crate::app::record::{Reader, Replay, Streamed};
-use crate::app::trace::{self, Ending, Output};
+use crate::app::trace::{self, Output};
 use crate::cli::ReportArgs;
 use crate::model::event::Summary;
 use crate::report::Renderer;
@@ -55,7 +56,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         record: None,
         smaps_every: std::time::Duration::ZERO,
     };
-    let (renderer, files) = trace::open_outputs(&out, false)?;
+    let (renderer, files) = outputs::open_outputs(&out, false)?;
     let (done, mut summary, ending) = replay(&rec, &out, renderer)?;
     if let (Some(from), Some(to)) = (args.from, args.to.or(Some(summary.duration))) {
         summary.warnings.push(format!(
@@ -65,7 +66,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
             to.as_secs_f64().min(summary.duration.as_secs_f64())
         ));
     }
-    trace::finish(&out, done, &mut summary, ending, files, false)?;
+    outputs::finish(&out, done, &mut summary, ending, files, false)?;
     Ok(0)
 }
 

@@ -93,7 +93,7 @@ impl LeakReport<'_> {
                 let why = if g.new {
                     "the region was born during the trace, so a call the trace did not attribute made it: a path not \
                      watched (see Watched; ld.so maps libraries with its own mmap), an event lost (see the summary), \
-                     or pages the target mapped or unmapped while it was read"
+                     or pages the target mapped or unmapped after the trace, while it was read"
                 } else {
                     "pages of memory mapped before the trace or by untraced calls; the target ran on while it was read"
                 };

@@ -131,9 +131,20 @@ fn growth_is_told_from_churn_in_any_window() {
         "{before} {attached} {ending} {after}: {pool} and {no_stack} on no stack"
     );
     let duration = summary_data(&values)["duration"].as_f64().unwrap();
-    // The regions born during the trace: their growth is on traced stacks (give or take pages the target mapped or
-    // unmapped between the last smaps and the residency read).
-    let born: Vec<&Value> = of_type(&values, "region").into_iter().filter(|r| r["new"] == true).collect();
+    // The regions the pool's chunks make, born during the trace: their growth is on traced stacks. (Give or take the
+    // chunks mapped after detaching and before the last reading of smaps; the temporaries' regions come and go
+    // between that reading and the residency's.)
+    let pool_ids: Vec<&Value> = of_type(&values, "leak")
+        .into_iter()
+        .filter(|l| names(l).iter().any(|n| n == "ucs_mpool_grow"))
+        .map(|l| &l["stack_id"])
+        .collect();
+    let born: Vec<&Value> = of_type(&values, "region")
+        .into_iter()
+        .filter(|r| {
+            r["new"] == true && r["stacks"].as_array().unwrap().iter().any(|s| pool_ids.contains(&&s["stack_id"]))
+        })
+        .collect();
     let grown: u64 = born.iter().map(|r| r["growth_kb"].as_u64().unwrap()).sum();
     let traced: u64 =
         born.iter().map(|r| r["traced_resident_kb"].as_u64().unwrap().min(r["growth_kb"].as_u64().unwrap())).sum();

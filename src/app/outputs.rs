@@ -1,0 +1,147 @@
+//! What a trace writes once the analysis is done: the event stream's writer, the report files (`--folded`,
+//! `--flamegraph`, `--pprof`), and the end of the report (the last sample, residency, findings, the gate), for a
+//! live trace and for `syscatch report` alike.
+
+use crate::app::analyze as analysis;
+use crate::app::trace::{GateFailed, Output};
+use crate::model::event::Summary;
+use crate::model::smaps::Span;
+use crate::report::Renderer;
+use crate::report::json::Json;
+use crate::report::text::Text;
+use anyhow::{Context, Result, bail};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Where events are rendered: stdout, or stderr when a spawned command owns stdout, or a file.
+pub(crate) fn event_writer(path: Option<&std::path::Path>, spawned: bool) -> Result<Box<dyn Write + Send>> {
+    Ok(match path {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None if spawned => Box::new(std::io::stderr()),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+    })
+}
+
+/// Where the report goes in report mode: stdout, or stderr when a spawned command owns stdout.
+fn report_writer(spawned: bool) -> Box<dyn Write + Send> {
+    if spawned { Box::new(std::io::stderr()) } else { Box::new(std::io::BufWriter::new(std::io::stdout())) }
+}
+
+/// In report mode the event stream is wanted only in a file: without one, events are not rendered at all.
+pub(crate) fn render_events(out: &Output) -> bool {
+    !out.report || out.path.is_some()
+}
+
+/// The files a report writes besides its main output.
+pub struct ReportFiles {
+    folded: Option<std::io::BufWriter<std::fs::File>>,
+    flame: Option<std::io::BufWriter<std::fs::File>>,
+    pprof: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+/// Creates every output of `out` (refusing a bad path before anything else happens): the event renderer and
+/// the report files.
+pub fn open_outputs(out: &Output, spawned: bool) -> Result<(Box<dyn Renderer + Send>, ReportFiles)> {
+    let w: Box<dyn Write + Send> =
+        if render_events(out) { event_writer(out.path.as_deref(), spawned)? } else { Box::new(std::io::sink()) };
+    let create = |p: &PathBuf| {
+        std::fs::File::create(p).map(std::io::BufWriter::new).with_context(|| format!("cannot create {}", p.display()))
+    };
+    let files = ReportFiles {
+        folded: out.folded.as_ref().map(create).transpose()?,
+        flame: out.flamegraph.as_ref().map(create).transpose()?,
+        pprof: out.pprof.as_ref().map(create).transpose()?,
+    };
+    let renderer: Box<dyn Renderer + Send> =
+        if out.json { Box::new(Json::new(w)) } else { Box::new(Text::new(w, std::io::stderr())) };
+    Ok((renderer, files))
+}
+
+/// Pagemap entries read and resident bytes of a range `(start, end, max_pages)`.
+pub type Residency = dyn FnMut(u64, u64, u64) -> Option<(u64, u64)>;
+
+/// What the end of a report needs from the target (read after detach) or from a recording.
+pub struct Ending {
+    /// The last sample, of the whole smaps (a recording has it among its events already).
+    pub final_sample: Option<Vec<Span>>,
+    /// Pagemap entries read and resident bytes of a range (see `LeakTracker::weigh_residency`).
+    pub residency: Box<Residency>,
+    pub facts: Option<crate::analysis::rules::ProcessFacts>,
+    pub watched: crate::model::watch::Watched,
+}
+
+/// After the analysis: the leak report with its findings, the report files, and the summary.
+pub fn finish(
+    out: &Output,
+    done: analysis::Done,
+    summary: &mut Summary,
+    mut ending: Ending,
+    mut files: ReportFiles,
+    spawned: bool,
+) -> Result<()> {
+    if let Some(e) = done.output_error {
+        bail!("cannot write the events ({e}); the trace was stopped, and the target detached with its original bytes");
+    }
+    let mut renderer = done.renderer;
+    if out.report {
+        // The event file is complete; the report and the summary go to the terminal's stream.
+        renderer.flush()?;
+        renderer = if out.json {
+            Box::new(Json::new(report_writer(spawned)))
+        } else {
+            Box::new(Text::new(report_writer(spawned), std::io::stderr()))
+        };
+    }
+    let mut gate = None;
+    if let Some(mut tracker) = done.leaks {
+        if let Some(last) = ending.final_sample.take() {
+            tracker.sample(Some(summary.duration.as_secs_f64()), last);
+        }
+        tracker.weigh_residency(&mut *ending.residency);
+        let nested = tracker.nested;
+        let mut report = tracker.report();
+        // syscatch's own pages grew in the target, but they are not the target's.
+        report.leave_out(&summary.own_ranges);
+        if let (true, Some(facts)) = (out.report, &ending.facts) {
+            let secs = summary.duration.as_secs_f64();
+            let mut d = crate::app::findings::diagnose(facts, &report, &out.rules, secs);
+            d.watched = ending.watched;
+            d.nested = nested;
+            report.diagnosis = Some(d);
+        }
+        if out.leaks.is_some() {
+            renderer.leaks(&report)?;
+        }
+        if let (Some(f), Some(path)) = (files.folded.as_mut(), &out.folded) {
+            let text: String = report.folded(out.weight).iter().map(|l| format!("{l}\n")).collect();
+            f.write_all(text.as_bytes())
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let (Some(f), Some(path)) = (files.flame.as_mut(), &out.flamegraph) {
+            report
+                .flamegraph(f, out.weight)
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let (Some(f), Some(path)) = (files.pprof.as_mut(), &out.pprof) {
+            let ns = u64::try_from(summary.duration.as_nanos()).unwrap_or(u64::MAX);
+            report.pprof(f, ns).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let Some(limit) = out.fail_over {
+            gate = crate::report::leaks::gate(&report, limit);
+        }
+    }
+    renderer.summary(summary)?;
+    if out.json {
+        // People still want the one-line summary on stderr.
+        Text::new(std::io::sink(), std::io::stderr()).summary(summary)?;
+    }
+    renderer.flush()?;
+    match gate {
+        Some(line) => Err(GateFailed(line).into()),
+        None => Ok(()),
+    }
+}
