@@ -17,6 +17,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         || args.folded.is_some()
         || args.flamegraph.is_some()
         || args.pprof.is_some()
+        || args.html.is_some()
         || args.fail_over.is_some()
         || args.from.is_some()
         || args.to.is_some();
@@ -42,6 +43,8 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         folded: args.folded.clone(),
         flamegraph: args.flamegraph.clone(),
         pprof: args.pprof.clone(),
+        html: args.html.clone(),
+        label: format!("recording {}", args.file.display()),
         weight: args.weight,
         fail_over: args.fail_over,
         window,
@@ -155,6 +158,8 @@ fn diff(args: &ReportArgs, base: &std::path::Path, window: (f64, Option<f64>)) -
             folded: None,
             flamegraph: None,
             pprof: None,
+            html: None,
+            label: String::new(),
             weight: args.weight,
             fail_over: None,
             window,

@@ -178,6 +178,10 @@ pub struct Output {
     pub folded: Option<PathBuf>,
     pub flamegraph: Option<PathBuf>,
     pub pprof: Option<PathBuf>,
+    /// `--html FILE`: the report as one self-contained page.
+    pub html: Option<PathBuf>,
+    /// What the report is of (`pid 1234`, the command, the recording), for the page's title.
+    pub label: String,
     /// What `folded` and `flamegraph` weigh stacks by.
     pub weight: crate::analysis::leaks::Weight,
     /// `--fail-over`: the most growth on traced stacks allowed, in bytes per minute.
@@ -201,6 +205,7 @@ impl Output {
             || args.folded.is_some()
             || args.flamegraph.is_some()
             || args.pprof.is_some()
+            || args.html.is_some()
             || args.fail_over.is_some();
         if args.rules.is_some() && !leaks {
             return Err(usage("--rules goes with --leaks (the findings of the leak report)"));
@@ -216,6 +221,11 @@ impl Output {
             folded: args.folded.clone(),
             flamegraph: args.flamegraph.clone(),
             pprof: args.pprof.clone(),
+            html: args.html.clone(),
+            label: match args.pid {
+                Some(pid) => format!("pid {pid}"),
+                None => args.cmd.join(" "),
+            },
             weight: args.weight,
             fail_over: args.fail_over,
             window: (0.0, None),
@@ -566,6 +576,7 @@ pub struct ReportFiles {
     folded: Option<std::io::BufWriter<std::fs::File>>,
     flame: Option<std::io::BufWriter<std::fs::File>>,
     pprof: Option<std::io::BufWriter<std::fs::File>>,
+    html: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 /// Creates every output of `out` (refusing a bad path before anything else happens): the event renderer and
@@ -580,6 +591,7 @@ pub fn open_outputs(out: &Output, spawned: bool) -> Result<(Box<dyn Renderer + S
         folded: out.folded.as_ref().map(create).transpose()?,
         flame: out.flamegraph.as_ref().map(create).transpose()?,
         pprof: out.pprof.as_ref().map(create).transpose()?,
+        html: out.html.as_ref().map(create).transpose()?,
     };
     let renderer: Box<dyn Renderer + Send> =
         if out.json { Box::new(Json::new(w)) } else { Box::new(Text::new(w, std::io::stderr())) };
@@ -656,6 +668,12 @@ pub fn finish(
         if let (Some(f), Some(path)) = (files.pprof.as_mut(), &out.pprof) {
             let ns = u64::try_from(summary.duration.as_nanos()).unwrap_or(u64::MAX);
             report.pprof(f, ns).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let (Some(f), Some(path)) = (files.html.as_mut(), &out.html) {
+            report
+                .html(f, &out.label)
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
         if let Some(limit) = out.fail_over {
             gate = crate::report::leaks::gate(&report, limit);
