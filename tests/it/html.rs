@@ -1,8 +1,8 @@
 //! `--html FILE` in a real browser: a page written from a real target's trace, whose Python function that leaks
 //! is named as markup (`<img src=x onerror=...>`, a file name with quotes), opened in headless Chromium through
 //! chromedriver: the findings and the Python line render as text, nothing of the target runs, the timeline is
-//! drawn, a click on a flame graph frame zooms to it, and the console has no error. The screenshot is kept in
-//! Cargo's test tmp dir (html-report.png).
+//! drawn, a click on a flame graph frame zooms to it, and the console has no error; `report REC --html` writes
+//! the same page from the recording. The screenshot is kept in Cargo's test tmp dir (html-report.png).
 
 use crate::common::*;
 use crate::webdriver::Browser;
@@ -67,6 +67,14 @@ const start = performance.now();
 })();
 "#;
 
+/// The data block of a page, parsed.
+fn page_data(html: &str) -> Value {
+    let open = r#"<script type="application/json" id="report-data">"#;
+    let start = html.find(open).expect("a data block") + open.len();
+    let end = start + html[start..].find("</script>").expect("the block ends");
+    serde_json::from_str(&html[start..end]).expect("the data block is JSON")
+}
+
 #[test]
 fn html_report_renders_the_findings_and_zooms_in_a_browser() {
     require_ptrace();
@@ -77,14 +85,15 @@ fn html_report_renders_the_findings_and_zooms_in_a_browser() {
         return;
     };
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let page = dir.join("html-report.html");
+    let (page, rec, offline) = (dir.join("html-report.html"), dir.join("html.rec"), dir.join("html-offline.html"));
     let lib = shared_lib("ucx_like_lib");
     let mut cmd = Command::new("python3");
     cmd.arg(repo().join("testprogs/hostile_names.py")).arg(&lib);
     cmd.env("UCXLIKE_HOOK", "inline").env_remove("PYTHONMALLOC");
     let mut t = Target::start_cmd(&mut cmd);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--smaps-every", "200ms", "--html", page.to_str().unwrap()]);
+    let (page_s, rec_s) = (page.to_str().unwrap(), rec.to_str().unwrap());
+    let mut sc = Syscatch::start(&["--pid", &pid, "--smaps-every", "200ms", "--html", page_s, "--record", rec_s]);
     sc.wait_attached();
     t.send("wait 300");
     assert_eq!(t.out.next(), "waited");
@@ -96,6 +105,15 @@ fn html_report_renders_the_findings_and_zooms_in_a_browser() {
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(!html.contains(HOSTILE), "the hostile name is in the page as markup");
     assert!(html.len() < 1536 << 10, "{} bytes", html.len());
+    // The same page from the recording, offline: the same findings and stacks.
+    let (code, report, err) = run_syscatch(&["report", rec_s, "--html", offline.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(report.contains("ucx-rcache-invalidation"), "{report}");
+    let (live, replayed) = (page_data(&html), page_data(&std::fs::read_to_string(&offline).unwrap()));
+    assert_eq!(live["schema"], 1);
+    assert_eq!(live["findings"]["findings"][0]["where"], replayed["findings"]["findings"][0]["where"]);
+    let callers = |d: &Value| d["stacks"].as_array().unwrap().iter().map(|s| s["caller"].clone()).collect::<Vec<_>>();
+    assert_eq!(callers(&live), callers(&replayed));
 
     let profile = dir.join("html-chromium-profile");
     let browser = Browser::start(&chromium, &driver, &profile);
