@@ -129,6 +129,20 @@
     new uPlot(opts, data, host);
   }
 
+  // Memory classes are measured at the start and the end of the trace only: a table beside the timeline.
+  function classes() {
+    const host = $("classes");
+    if (!D.classes.length) return;
+    const kb = (v) => (v === null || v === undefined ? "-" : v + " KiB");
+    const body = el("tbody", null, ...D.classes.map((c) => el("tr", null, el("td", { text: c.class }),
+      el("td", { class: "num", text: kb(c.before_kb) }), el("td", { class: "num", text: kb(c.after_kb) }),
+      el("td", { class: "num", text: c.before_kb === null ? "-" : (c.after_kb - c.before_kb >= 0 ? "+" : "") +
+        (c.after_kb - c.before_kb) + " KiB" }))));
+    host.append(el("p", { class: "muted", text: "Rss+Swap by memory class, at the start of the trace and at its end:" }),
+      el("table", { class: "classes" }, el("thead", null, el("tr", null, ...["class", "start", "end", "change"].map(
+        (t, i) => el("th", { class: i ? "num" : "", text: t })))), body));
+  }
+
   function tree(weight) {
     const f = weigh(weight);
     const root = { name: "all", value: 0, kind: "root", children: [] };
@@ -279,7 +293,7 @@
     table("regions", columns, rows);
   }
 
-  for (const part of [header, findings, timeline, flameControls, stacks, regions]) {
+  for (const part of [header, findings, timeline, classes, flameControls, stacks, regions]) {
     try {
       part();
     } catch (e) {

@@ -29,6 +29,9 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         return Err(trace::usage("--to must be later than --from"));
     }
     if let Some(base) = &args.diff {
+        if args.html.is_some() {
+            return Err(trace::usage("--html writes one recording's report: leave out --diff"));
+        }
         return diff(args, base, window);
     }
     let rec = Reader::open(&args.file)?;

@@ -137,6 +137,19 @@ fn timeline(report: &LeakReport) -> Value {
     json!({"times": report.series.times, "regions": regions, "stacks": stacks})
 }
 
+/// Rss+Swap (KiB) by memory class at the start of the trace and at its end, where the findings read them (the
+/// classes are measured twice, not at every sample): name, before (or null), after.
+fn classes(report: &LeakReport) -> Vec<Value> {
+    let Some(process) = report.diagnosis.as_ref().map(|d| &d.facts.process) else { return Vec::new() };
+    let Some(now) = &process.class_kb else { return Vec::new() };
+    now.iter()
+        .map(|(class, kb)| {
+            let before = process.class_before.as_ref().and_then(|b| b.get(class));
+            json!({"class": class, "before_kb": before, "after_kb": kb})
+        })
+        .collect()
+}
+
 /// The page's data: everything the page shows, as plain values (the golden test compares this).
 pub fn page_data(report: &LeakReport, title: &str) -> Value {
     let mut frames = FrameTable::default();
@@ -178,6 +191,7 @@ pub fn page_data(report: &LeakReport, title: &str) -> Value {
         "frames": frames.rows,
         "regions": regions,
         "timeline": timeline(report),
+        "classes": classes(report),
     })
 }
 

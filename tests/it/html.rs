@@ -26,6 +26,7 @@ return {
   regions_rows: document.querySelectorAll('#regions tbody tr.row').length,
   canvas: document.querySelectorAll('#timeline canvas').length,
   legend: document.getElementById('timeline').innerText,
+  classes: document.querySelectorAll('#classes tbody tr').length,
   frames: document.querySelectorAll('#flame g.frame').length,
   svg_width: svg ? svg.getBoundingClientRect().width : 0,
 };
@@ -114,6 +115,8 @@ fn html_report_renders_the_findings_and_zooms_in_a_browser() {
     assert_eq!(live["findings"]["findings"][0]["where"], replayed["findings"]["findings"][0]["where"]);
     let callers = |d: &Value| d["stacks"].as_array().unwrap().iter().map(|s| s["caller"].clone()).collect::<Vec<_>>();
     assert_eq!(callers(&live), callers(&replayed));
+    let (code, _, err) = run_syscatch(&["report", rec_s, "--diff", rec_s, "--html", offline.to_str().unwrap()]);
+    assert_eq!((code, err.trim()), (2, "syscatch: --html writes one recording's report: leave out --diff"));
 
     let profile = dir.join("html-chromium-profile");
     let browser = Browser::start(&chromium, &driver, &profile);
@@ -136,6 +139,8 @@ fn html_report_renders_the_findings_and_zooms_in_a_browser() {
     // The timeline is drawn (uPlot: a canvas), its legend naming the series.
     assert!(state["canvas"].as_u64().unwrap() >= 1, "{state:#}");
     assert!(state["legend"].as_str().unwrap().contains("Rss+Swap"), "{state:#}");
+    // The memory classes, measured at the start and the end, beside it.
+    assert!(state["classes"].as_u64().unwrap() >= 3, "{state:#}");
 
     // The weight switch: still-mapped bytes, where the pool's stacks part.
     browser.eval(
