@@ -153,6 +153,14 @@ fn html_report_renders_the_findings_and_zooms_in_a_browser() {
     let zoomed = browser.eval_async(ZOOMED);
     let (w, full) = (zoomed["width"].as_f64().unwrap(), zoomed["full"].as_f64().unwrap());
     assert!(w > full * 0.98, "the frame {picked} did not zoom to the chart's width: {zoomed}");
+    // Search highlights the frames whose name matches (a Python function's, by its name).
+    let found = browser.eval(
+        "const i = document.getElementById('search'); i.value = 'KEEP (hostile'; i.dispatchEvent(new Event('input')); \
+         return Array.from(document.querySelectorAll('#flame g.frame')).filter(g => \
+           g.querySelector('rect').getAttribute('fill') === '#e600e6').map(g => g.getAttribute('name'));",
+    );
+    let found: Vec<&str> = found.as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(found.len() == 1 && found[0].starts_with("keep (hostile_names.py:"), "{found:?}");
     // A row opens its full stack.
     browser.click("#stacks tbody tr.row");
     let shown = browser.eval("return document.querySelector('#stacks tbody tr.detail:not([hidden])').innerText");
