@@ -4,7 +4,8 @@
 # 1. Installs what the tests need and a fresh machine lacks (Debian/Ubuntu, as root): gcc and binutils (the test
 #    programs, dist.sh's checks), gdb and elfutils (stacks compared with gdb's and eu-stack's), libjemalloc2 (the
 #    allocator detection), libc6-dbg at exactly libc6's version (its build-id must match the mapped libc),
-#    python3 with venv (Python targets, the wheel test), golang-go once a test runs `go tool pprof`, and Python
+#    python3 with venv (Python targets, the wheel test), golang-go once a test runs `go tool pprof`, chromium and
+#    chromium-driver once a test opens a page in the browser (the HTML report's), and Python
 #    packages listed in tests/requirements.txt, if that exists, into a venv of its own (target/test-venv) put
 #    first on the PATH. Without root it prints the command to run instead and stops.
 # 2. Checks formatting and clippy, builds the release artifacts (scripts/dist.sh: the static binary and the
@@ -27,6 +28,11 @@ if command -v dpkg-query >/dev/null; then
         missing+=("libc6-dbg=$libc_version")
     if grep -rqsE 'go tool pprof|Command::new\("go"\)' tests; then
         installed golang-go || missing+=(golang-go)
+    fi
+    if grep -rqs 'optional_tool("chromium"' tests; then
+        for pkg in chromium chromium-driver; do
+            installed "$pkg" || missing+=("$pkg")
+        done
     fi
     if [ ${#missing[@]} -gt 0 ]; then
         install="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"

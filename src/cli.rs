@@ -150,6 +150,10 @@ pub struct TraceArgs {
     /// calls and all calls by stack; growth the default) to FILE (implies --leaks).
     #[arg(long)]
     pub pprof: Option<PathBuf>,
+    /// Write the report as one self-contained HTML page to FILE: findings, a timeline, a flame graph to zoom
+    /// and search, the tables of stacks and regions (implies --leaks).
+    #[arg(long)]
+    pub html: Option<PathBuf>,
     /// In-process filter: non-matching calls never stop (a trampoline page near libc; falls back to int3). The
     /// default with --leaks.
     #[arg(long, conflicts_with = "no_fast")]
@@ -271,6 +275,9 @@ pub struct ReportArgs {
     /// Write a gzipped pprof profile to FILE (implies --leaks).
     #[arg(long)]
     pub pprof: Option<PathBuf>,
+    /// Write the report as one self-contained HTML page to FILE (implies --leaks).
+    #[arg(long)]
+    pub html: Option<PathBuf>,
     /// With --leaks: more findings rules (JSON, format in docs/guide.md).
     #[arg(long)]
     pub rules: Option<PathBuf>,

@@ -39,6 +39,7 @@ pub struct ReportFiles {
     folded: Option<std::io::BufWriter<std::fs::File>>,
     flame: Option<std::io::BufWriter<std::fs::File>>,
     pprof: Option<std::io::BufWriter<std::fs::File>>,
+    html: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 /// Creates every output of `out` (refusing a bad path before anything else happens): the event renderer and
@@ -53,6 +54,7 @@ pub fn open_outputs(out: &Output, spawned: bool) -> Result<(Box<dyn Renderer + S
         folded: out.folded.as_ref().map(create).transpose()?,
         flame: out.flamegraph.as_ref().map(create).transpose()?,
         pprof: out.pprof.as_ref().map(create).transpose()?,
+        html: out.html.as_ref().map(create).transpose()?,
     };
     let renderer: Box<dyn Renderer + Send> =
         if out.json { Box::new(Json::new(w)) } else { Box::new(Text::new(w, std::io::stderr())) };
@@ -129,6 +131,12 @@ pub fn finish(
         if let (Some(f), Some(path)) = (files.pprof.as_mut(), &out.pprof) {
             let ns = u64::try_from(summary.duration.as_nanos()).unwrap_or(u64::MAX);
             report.pprof(f, ns).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let (Some(f), Some(path)) = (files.html.as_mut(), &out.html) {
+            report
+                .html(f, &out.label)
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
         if let Some(limit) = out.fail_over {
             gate = crate::report::leaks::gate(&report, limit);

@@ -31,6 +31,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
         folded: None,
         flamegraph: None,
         pprof: None,
+        html: None,
+        label: format!("pid {pid}"),
         weight: Default::default(),
         fail_over: None,
         window: (0.0, None),

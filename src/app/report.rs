@@ -18,6 +18,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         || args.folded.is_some()
         || args.flamegraph.is_some()
         || args.pprof.is_some()
+        || args.html.is_some()
         || args.fail_over.is_some()
         || args.from.is_some()
         || args.to.is_some();
@@ -29,6 +30,9 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         return Err(trace::usage("--to must be later than --from"));
     }
     if let Some(base) = &args.diff {
+        if args.html.is_some() {
+            return Err(trace::usage("--html writes one recording's report: leave out --diff"));
+        }
         return diff(args, base, window);
     }
     let rec = Reader::open(&args.file)?;
@@ -48,6 +52,8 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         folded: args.folded.clone(),
         flamegraph: args.flamegraph.clone(),
         pprof: args.pprof.clone(),
+        html: args.html.clone(),
+        label: format!("recording {}", args.file.display()),
         weight: args.weight,
         fail_over: args.fail_over,
         window,
@@ -161,6 +167,8 @@ fn diff(args: &ReportArgs, base: &std::path::Path, window: (f64, Option<f64>)) -
             folded: None,
             flamegraph: None,
             pprof: None,
+            html: None,
+            label: String::new(),
             weight: args.weight,
             fail_over: None,
             window,

@@ -160,6 +160,10 @@ pub struct Output {
     pub folded: Option<PathBuf>,
     pub flamegraph: Option<PathBuf>,
     pub pprof: Option<PathBuf>,
+    /// `--html FILE`: the report as one self-contained page.
+    pub html: Option<PathBuf>,
+    /// What the report is of (`pid 1234`, the command, the recording), for the page's title.
+    pub label: String,
     /// What `folded` and `flamegraph` weigh stacks by.
     pub weight: crate::analysis::leaks::Weight,
     /// `--fail-over`: the most growth on traced stacks allowed, in bytes per minute.
@@ -183,6 +187,7 @@ impl Output {
             || args.folded.is_some()
             || args.flamegraph.is_some()
             || args.pprof.is_some()
+            || args.html.is_some()
             || args.fail_over.is_some();
         if args.rules.is_some() && !leaks {
             return Err(usage("--rules goes with --leaks (the findings of the leak report)"));
@@ -198,6 +203,11 @@ impl Output {
             folded: args.folded.clone(),
             flamegraph: args.flamegraph.clone(),
             pprof: args.pprof.clone(),
+            html: args.html.clone(),
+            label: match args.pid {
+                Some(pid) => format!("pid {pid}"),
+                None => args.cmd.join(" "),
+            },
             weight: args.weight,
             fail_over: args.fail_over,
             window: (0.0, None),

@@ -134,52 +134,84 @@ fn weight(f: &Finding, report: &LeakReport) -> u64 {
     }
 }
 
-/// The findings, first in the text report.
-pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::Result<()> {
+/// The findings' first line: what was checked and how much grew.
+fn headline(d: &Diagnosis, report: &LeakReport) -> String {
     let (lasting, change, traced) = growth_and_traced(report);
     let lasting_text = match lasting {
         Some(b) => format!("lasting growth {} ({:.2} MiB/min)", kib(b), report.window.per_min(b) / (1u64 << 20) as f64),
         None => "lasting growth unknown (too few samples)".into(),
     };
     let on_traced = change_traced(report);
-    writeln!(
-        w,
-        "\nFindings ({} rules checked; {:.2}s traced; anonymous memory: {lasting_text}, {}{} from start to end, {} \
-         of that on traced stacks; traced stacks grew {}):",
+    format!(
+        "Findings ({} rules checked; {:.2}s traced; anonymous memory: {lasting_text}, {}{} from start to end, {} of \
+         that on traced stacks; traced stacks grew {}):",
         d.rules_checked,
         report.window.len(),
         if change > 0 { "+" } else { "" },
         kib(change),
         kib(on_traced.min(change.max(on_traced))),
         kib(traced),
-    )?;
+    )
+}
+
+/// A finding's "what": the bytes it explains, and its growth with its share.
+fn what_line(f: &Finding, d: &Diagnosis, report: &LeakReport) -> String {
+    let (lasting, _, traced) = growth_and_traced(report);
     let growth = lasting.unwrap_or(traced);
+    let weight = weight(f, report);
+    let what = match (f.stacks.is_empty(), report.weighed) {
+        (true, _) => String::new(),
+        (false, true) => format!(" still mapped by its stacks, {} of it resident", kib(weight)),
+        (false, false) => " still mapped by its stacks".into(),
+    };
+    let grew = match (f.growth, finding_rate(f, report, d)) {
+        (Some(g), Some(rate)) => {
+            let total = growth.max(traced);
+            let share = match g {
+                Growth::Stacks(b) if total > 0 => {
+                    format!(", {:.0}% of the growth", 100.0 * b as f64 / total as f64)
+                }
+                _ => String::new(),
+            };
+            format!("; grew {} ({rate:.2} MiB/min{share})", kib(g.bytes()))
+        }
+        _ => String::new(),
+    };
+    format!("{}{what}{grew}", kib(f.bytes))
+}
+
+/// The notes after the findings: what was watched, what was counted once, where untraced growth may come from.
+fn notes(d: &Diagnosis, report: &LeakReport) -> (Vec<String>, Option<String>) {
+    let mut out = Vec::new();
+    if !d.watched.paths.is_empty() {
+        out.push(format!("Watched: {}", d.watched.paths.join("; ")));
+    }
+    if !d.watched.skipped.is_empty() {
+        out.push(format!("Not watched: {}", d.watched.skipped.join("; ")));
+    }
+    if d.nested > 0 {
+        out.push(format!(
+            "{} calls were seen both at a libc function and at the syscall() inside it: counted once",
+            d.nested
+        ));
+    }
+    let (_, change, _) = growth_and_traced(report);
+    let on_traced = change_traced(report);
+    let untraced = untraced_worth_saying(change, on_traced)
+        .then(|| format!("{} of the growth is on no traced stack. Next:", kib(change - on_traced)));
+    (out, untraced)
+}
+
+/// The findings, first in the text report.
+pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::Result<()> {
+    writeln!(w, "\n{}", headline(d, report))?;
     if d.findings.is_empty() {
         writeln!(w, "  Nothing known matches. Growth by stack is ranked below (leak candidates).")?;
     }
     let hooks = hook_modules(d);
     for (rank, f) in d.findings.iter().enumerate() {
         writeln!(w, "\n  #{} {}  [{}]", rank + 1, f.title, f.rule)?;
-        let weight = weight(f, report);
-        let what = match (f.stacks.is_empty(), report.weighed) {
-            (true, _) => String::new(),
-            (false, true) => format!(" still mapped by its stacks, {} of it resident", kib(weight)),
-            (false, false) => " still mapped by its stacks".into(),
-        };
-        let grew = match (f.growth, finding_rate(f, report, d)) {
-            (Some(g), Some(rate)) => {
-                let total = growth.max(traced);
-                let share = match g {
-                    Growth::Stacks(b) if total > 0 => {
-                        format!(", {:.0}% of the growth", 100.0 * b as f64 / total as f64)
-                    }
-                    _ => String::new(),
-                };
-                format!("; grew {} ({rate:.2} MiB/min{share})", kib(g.bytes()))
-            }
-            _ => String::new(),
-        };
-        writeln!(w, "     what:  {}{what}{grew}", kib(f.bytes))?;
+        writeln!(w, "     what:  {}", what_line(f, d, report))?;
         if let Some(&id) = f.stacks.first()
             && let Some(stack) = report.stack(StackId(id))
         {
@@ -203,26 +235,51 @@ pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
             }
         }
     }
-    if !d.watched.paths.is_empty() {
-        writeln!(w, "\n  Watched: {}", d.watched.paths.join("; "))?;
+    let (notes, untraced) = notes(d, report);
+    for (i, n) in notes.iter().enumerate() {
+        writeln!(w, "{}  {n}", if i == 0 && !d.watched.paths.is_empty() { "\n" } else { "" })?;
     }
-    if !d.watched.skipped.is_empty() {
-        writeln!(w, "  Not watched: {}", d.watched.skipped.join("; "))?;
-    }
-    if d.nested > 0 {
-        writeln!(
-            w,
-            "  {} calls were seen both at a libc function and at the syscall() inside it: counted once",
-            d.nested
-        )?;
-    }
-    if untraced_worth_saying(change, on_traced) {
-        writeln!(w, "  {} of the growth is on no traced stack. Next:", kib(change - on_traced))?;
+    if let Some(line) = untraced {
+        writeln!(w, "  {line}")?;
         for s in next_steps(d) {
             writeln!(w, "    - {s}")?;
         }
     }
     Ok(())
+}
+
+/// The findings as the HTML page shows them (the text report's lines, as data): the headline, each finding's
+/// what, where (the condensed frames), why and fixes, and the notes.
+pub fn page(d: &Diagnosis, report: &LeakReport) -> serde_json::Value {
+    let hooks = hook_modules(d);
+    let findings: Vec<_> = d
+        .findings
+        .iter()
+        .enumerate()
+        .map(|(rank, f)| {
+            let place: Vec<_> = f
+                .stacks
+                .first()
+                .and_then(|&id| report.stack(StackId(id)))
+                .map(|s| condensed(&s.frames, &f.frames, &hooks))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|fr| json!({"text": frame_text(fr), "python": fr.kind != crate::model::stack::FrameKind::Native}))
+                .collect();
+            json!({
+                "rank": rank + 1, "rule": f.rule, "title": f.title, "what": what_line(f, d, report),
+                "stack_ids": f.stacks, "where": place, "why": f.why, "evidence": f.evidence, "fix": f.fix,
+            })
+        })
+        .collect();
+    let (notes, untraced) = notes(d, report);
+    json!({
+        "headline": headline(d, report),
+        "findings": findings,
+        "notes": notes,
+        "untraced": untraced,
+        "next": if untraced.is_some() { next_steps(d) } else { Vec::new() },
+    })
 }
 
 /// `finding` lines (most bytes first) and one `coverage` line.

@@ -1,7 +1,7 @@
 //! Golden tests of every renderer: fixed events, stacks (native, inlined, Python, truncated), a summary with
-//! warnings and a leak report with a finding, rendered as text and JSON Lines and compared byte for byte with
-//! `tests/golden/`. An intended change of the output is accepted with `SYSCATCH_BLESS=1 cargo test --lib
-//! golden`, which rewrites the files (review the diff before committing it).
+//! warnings and a leak report with a finding, rendered as text and JSON Lines (and the HTML page's data) and
+//! compared byte for byte with `tests/golden/`. An intended change of the output is accepted with
+//! `SYSCATCH_BLESS=1 cargo test --lib golden`, which rewrites the files (review the diff before committing it).
 
 use super::Renderer;
 use super::json::Json;
@@ -112,12 +112,9 @@ fn region(start: u64, end: u64, rss_kb: u64) -> Span {
     Span { start, end, anon: true, rss_swap: rss_kb }
 }
 
-/// Renders everything through `r`: the events, the leak report with its diagnosis, the summary.
-fn render(r: &mut dyn Renderer) {
+/// The leak report of the events with its diagnosis, given to `f`.
+fn with_report(f: impl FnOnce(&crate::analysis::leaks::LeakReport)) {
     let st = stacks();
-    for (ev, id) in events() {
-        r.event_interned(&ev, id.map(|i| (i, &st[i]))).unwrap();
-    }
     let mut t = LeakTracker::default();
     t.sample(Some(0.0), vec![region(0x7f00_5000_0000, 0x7f00_5000_1000, 4)]);
     let mut events = events().into_iter().peekable();
@@ -139,7 +136,16 @@ fn render(r: &mut dyn Renderer) {
         ..ProcessFacts::default()
     };
     report.diagnosis = Some(crate::analysis::findings::diagnose(&facts, &report, &rules, 2.5));
-    r.leaks(&report).unwrap();
+    f(&report);
+}
+
+/// Renders everything through `r`: the events, the leak report with its diagnosis, the summary.
+fn render(r: &mut dyn Renderer) {
+    let st = stacks();
+    for (ev, id) in events() {
+        r.event_interned(&ev, id.map(|i| (i, &st[i]))).unwrap();
+    }
+    with_report(|report| r.leaks(report).unwrap());
     r.summary(&summary()).unwrap();
     r.flush().unwrap();
 }
@@ -184,4 +190,13 @@ fn golden_json() {
     let mut r = Json::new(Vec::new());
     render(&mut r);
     golden("report.jsonl", &String::from_utf8(r.out).unwrap());
+}
+
+/// The HTML page's data (not its bytes: the template and the libraries around it may change freely).
+#[test]
+fn golden_page_data() {
+    with_report(|report| {
+        let data = crate::report::html::page_data(report, "pid 4242");
+        golden("report.page.json", &format!("{}\n", serde_json::to_string_pretty(&data).unwrap()));
+    });
 }

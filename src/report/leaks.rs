@@ -16,7 +16,7 @@ const TEXT_CHURN: usize = 3;
 
 /// The innermost frame worth naming: the first real (not inlined) frame outside libc (its `syscall()` wrapper,
 /// its `mmap`).
-fn caller(stack: Option<&Stack>) -> String {
+pub(crate) fn caller(stack: Option<&Stack>) -> String {
     let Some(stack) = stack else { return "(no stack)".into() };
     let in_libc = |f: &Frame| f.module.as_deref().is_some_and(crate::model::modules::is_libc);
     let f = stack.frames.iter().find(|f| !in_libc(f) && !f.inlined).or(stack.frames.first());
@@ -35,7 +35,7 @@ pub fn size(bytes: u64) -> String {
 }
 
 /// What a candidate's memory did, in one phrase.
-fn verdict_text(c: &crate::analysis::leaks::Candidate, per_min: f64) -> String {
+pub(crate) fn verdict_text(c: &crate::analysis::leaks::Candidate, per_min: f64) -> String {
     use crate::analysis::growth::Verdict;
     let s = &c.stats;
     match c.verdict {
@@ -172,7 +172,7 @@ impl LeakReport<'_> {
     }
 
     /// Stacks that hold nothing but mapped memory during the trace, most bytes mapped first.
-    fn churned(&self) -> Vec<&crate::analysis::leaks::Candidate> {
+    pub(crate) fn churned(&self) -> Vec<&crate::analysis::leaks::Candidate> {
         let mut out: Vec<_> = self.quiet.iter().filter(|c| c.stats.mapped > 0).collect();
         out.sort_by(|a, b| b.stats.mapped.cmp(&a.stats.mapped).then(a.id.cmp(&b.id)));
         out

@@ -3,6 +3,7 @@
 pub mod decode;
 pub mod diff;
 pub mod findings;
+pub mod html;
 pub mod json;
 pub mod leaks;
 pub mod memplot;
