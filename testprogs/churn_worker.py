@@ -7,7 +7,8 @@
 #   - pymalloc arena churn: about 1.5 MiB of small objects made and freed (whole arenas mapped and unmapped).
 # Prints "pid N"; on "mark" prints "pool BYTES temps N" (the pool's size, and the temporaries mapped so far); on
 # "hook after N" loads the library once N more temporaries were mapped, and prints "hooked"; on "wait N" prints
-# "waited" once N more temporaries were mapped; "quit" or end of input exits.
+# "waited" once N more temporaries were mapped; on "pause" prints "paused" once every thread has stopped between
+# two steps (nothing is mapped or unmapped until "go on"); "quit" or end of input exits.
 import ctypes
 import mmap
 import os
@@ -20,6 +21,8 @@ TEMP = 256 << 10
 late = sys.argv[3:] == ["late"]
 threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
 temps = [0] * threads
+parked = [False] * threads
+pause = False
 lib = None
 
 
@@ -44,6 +47,10 @@ def temporary():
 
 def run(i):
     while True:
+        while pause:
+            parked[i] = True
+            time.sleep(0.01)
+        parked[i] = False
         for _ in range(2):
             temporary()
             temps[i] += 1
@@ -59,6 +66,13 @@ for line in sys.stdin:
     words = line.split()
     if words == ["mark"]:
         print("pool", pool_bytes(), "temps", sum(temps), flush=True)
+    elif words == ["pause"]:
+        pause = True
+        while not all(parked):
+            time.sleep(0.01)
+        print("paused", flush=True)
+    elif words == ["go", "on"]:
+        pause = False
     elif words[:1] == ["wait"]:
         until = sum(temps) + int(words[1])
         while sum(temps) < until:

@@ -115,7 +115,10 @@ struct Kept {
 #[derive(Debug, Default, Clone)]
 pub struct History {
     pub times: Vec<f64>,
-    /// By region start: (sample index, the region then, or `None`: no region starts there any more).
+    /// The regions of the first sample, sorted by start: a process with 30,000 mappings keeps 24 bytes each.
+    base: Vec<SampledRegion>,
+    /// By region start, what changed since the first sample: (sample index, the region then, or `None`: no
+    /// region starts there any more).
     regions: BTreeMap<u64, Vec<(u32, Option<Kept>)>>,
     /// By stack id: (sample index, bytes still mapped).
     stacks: HashMap<u32, Vec<(u32, u64)>>,
@@ -129,18 +132,25 @@ impl History {
     pub fn push(&mut self, time: f64, regions: impl Iterator<Item = SampledRegion>, stacks: &BTreeMap<u32, u64>) {
         let k = self.times.len() as u32;
         self.times.push(time);
-        let mut seen = std::collections::HashSet::new();
-        for (start, end, rss_kb) in regions {
-            seen.insert(start);
-            let now = Some(Kept { end, rss_kb });
-            let h = self.regions.entry(start).or_default();
-            if h.last().map(|x| x.1) != Some(now) {
-                h.push((k, now));
+        if k == 0 {
+            self.base = regions.collect();
+            self.base.sort_unstable();
+        } else {
+            let mut seen = std::collections::HashSet::new();
+            for (start, end, rss_kb) in regions {
+                seen.insert(start);
+                let now = Some(Kept { end, rss_kb });
+                if self.current(start) != now {
+                    self.regions.entry(start).or_default().push((k, now));
+                }
             }
-        }
-        for (start, h) in self.regions.iter_mut() {
-            if !seen.contains(start) && h.last().is_some_and(|x| x.1.is_some()) {
-                h.push((k, None));
+            let base_starts = self.base.iter().map(|r| r.0);
+            let gone: Vec<u64> = base_starts
+                .chain(self.regions.keys().copied())
+                .filter(|s| !seen.contains(s) && self.current(*s).is_some())
+                .collect();
+            for start in gone {
+                self.regions.entry(start).or_default().push((k, None));
             }
         }
         for (id, h) in self.stacks.iter_mut() {
@@ -156,16 +166,36 @@ impl History {
         }
     }
 
+    /// The first sample's region at `start`.
+    fn in_base(&self, start: u64) -> Option<Kept> {
+        let i = self.base.binary_search_by_key(&start, |r| r.0).ok()?;
+        self.base.get(i).map(|&(_, end, rss_kb)| Kept { end, rss_kb })
+    }
+
+    /// The region at `start` as the last sample left it.
+    fn current(&self, start: u64) -> Option<Kept> {
+        match self.regions.get(&start).and_then(|h| h.last()) {
+            Some(&(_, r)) => r,
+            None => self.in_base(start),
+        }
+    }
+
+    /// The region at `start` in sample `k`.
+    fn at(&self, start: u64, k: u32) -> Option<Kept> {
+        let h = self.regions.get(&start).map(Vec::as_slice).unwrap_or_default();
+        let i = h.partition_point(|x| x.0 <= k);
+        match i.checked_sub(1).and_then(|i| h.get(i)) {
+            Some(&(_, r)) => r,
+            None => self.in_base(start),
+        }
+    }
+
     /// The regions of sample `k`, sorted by address.
     fn regions_at(&self, k: u32) -> Vec<SampledRegion> {
-        let mut out = Vec::new();
-        for (&start, h) in &self.regions {
-            let i = h.partition_point(|x| x.0 <= k);
-            if let Some((_, Some(r))) = i.checked_sub(1).and_then(|i| h.get(i)) {
-                out.push((start, r.end, r.rss_kb));
-            }
-        }
-        out
+        let mut starts: Vec<u64> = self.base.iter().map(|r| r.0).collect();
+        starts.extend(self.regions.keys().copied().filter(|s| self.in_base(*s).is_none()));
+        starts.sort_unstable();
+        starts.into_iter().filter_map(|s| self.at(s, k).map(|r| (s, r.end, r.rss_kb))).collect()
     }
 
     /// For each of `regions` (sorted by address), its Rss+Swap at every sample: the regions of that sample it
@@ -254,10 +284,14 @@ mod tests {
         // The first region grows downwards (merged with a new mapping below it); the second is gone.
         h.push(1.0, [(0x0000, 0x3000, 12)].into_iter(), &stacks(&[(1, 8192), (2, 4096)]));
         h.push(2.0, [(0x0000, 0x3000, 12)].into_iter(), &stacks(&[(2, 4096)]));
-        assert_eq!(h.region_series(&[(0x0000, 0x3000)]), [vec![8, 12, 12]]);
-        assert_eq!(h.region_series(&[(0x9000, 0xa000)]), [vec![4, 0, 0]]);
-        assert_eq!(h.stack_series(1), [4096, 8192, 0]);
-        assert_eq!(h.stack_series(2), [0, 4096, 4096]);
-        assert_eq!(h.stack_series(7), [0, 0, 0]);
+        // The second region comes back as it was.
+        h.push(3.0, [(0x0000, 0x3000, 12), (0x9000, 0xa000, 4)].into_iter(), &stacks(&[(2, 4096)]));
+        assert_eq!(h.region_series(&[(0x0000, 0x3000)]), [vec![8, 12, 12, 12]]);
+        assert_eq!(h.region_series(&[(0x9000, 0xa000)]), [vec![4, 0, 0, 4]]);
+        assert_eq!(h.stack_series(1), [4096, 8192, 0, 0]);
+        assert_eq!(h.stack_series(2), [0, 4096, 4096, 4096]);
+        assert_eq!(h.stack_series(7), [0, 0, 0, 0]);
+        // Only changes are kept (a new region, two gone, one back): the first sample is not copied.
+        assert_eq!(h.regions.values().map(Vec::len).sum::<usize>(), 4);
     }
 }

@@ -105,15 +105,20 @@ fn growth_is_told_from_churn_in_any_window() {
     let attached = mark(&mut t);
     t.send("wait 2400");
     assert_eq!(t.out.next(), "waited");
+    // The worker stops between two steps before the trace ends: what it holds at the end is what it held then.
+    t.send("pause");
+    assert_eq!(t.out.next(), "paused");
     let ending = mark(&mut t);
     sc.signal(libc::SIGINT);
     let (status, out, err) = sc.finish();
     assert!(status.success(), "{err:#?}");
     let after = mark(&mut t);
+    assert_eq!(after, ending, "paused");
     let values = json_lines(&out);
     assert_pool_first(&values, Some(&std::fs::read_to_string(&folded).unwrap()), "live");
     // Every chunk the pool mapped while syscatch was attached, and none before it: on its stack, or on none where
-    // the analysis was behind and dropped the stack (said in the summary).
+    // the analysis was behind and dropped the stack (said in the summary). (The pool is the leak's: a chunk the
+    // worker mapped between the marks around attaching may be on either side.)
     // (The pool grows from every path to munmap: the temporaries' close, the arenas' free; a stack each.)
     let pool: u64 = of_type(&values, "leak")
         .iter()
@@ -131,9 +136,8 @@ fn growth_is_told_from_churn_in_any_window() {
         "{before} {attached} {ending} {after}: {pool} and {no_stack} on no stack"
     );
     let duration = summary_data(&values)["duration"].as_f64().unwrap();
-    // The regions the pool's chunks make, born during the trace: their growth is on traced stacks. (Give or take the
-    // chunks mapped after detaching and before the last reading of smaps; the temporaries' regions come and go
-    // between that reading and the residency's.)
+    // The regions the pool's chunks make, born during the trace: their growth is on traced stacks. (The worker is
+    // paused: nothing changes between the last reading of smaps and the residency's.)
     let pool_ids: Vec<&Value> = of_type(&values, "leak")
         .into_iter()
         .filter(|l| names(l).iter().any(|n| n == "ucs_mpool_grow"))
@@ -148,7 +152,7 @@ fn growth_is_told_from_churn_in_any_window() {
     let grown: u64 = born.iter().map(|r| r["growth_kb"].as_u64().unwrap()).sum();
     let traced: u64 =
         born.iter().map(|r| r["traced_resident_kb"].as_u64().unwrap().min(r["growth_kb"].as_u64().unwrap())).sum();
-    assert!(grown > 0 && traced * 100 >= grown * 97, "{traced} of {grown} KiB on traced stacks: {born:#?}");
+    assert!(grown > 0 && traced * 100 >= grown * 99, "{traced} of {grown} KiB on traced stacks: {born:#?}");
     let series = of_type(&values, "series");
     assert!(series[0]["times"].as_array().unwrap().len() >= 10, "{:#?}", series[0]);
 
