@@ -2,16 +2,15 @@
 //! detach, no harm done.
 
 use crate::common::*;
-use std::collections::HashMap;
 
 /// The breakpoint address syscatch reports in its "attached" line.
-fn site_of(err: &[String]) -> u64 {
+pub(crate) fn site_of(err: &[String]) -> u64 {
     attached_site(err).expect("attached line")
 }
 
 /// The first bytes of libc's syscall() in the file, found through gdb-free means: the same bytes must be in
 /// memory after detach. We compare against a second, untraced process's memory at the same libc offset.
-fn libc_bytes_untraced(addr: u64, pid: i32, len: usize) -> Vec<u8> {
+pub(crate) fn libc_bytes_untraced(addr: u64, pid: i32, len: usize) -> Vec<u8> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     let base = maps
         .lines()
@@ -77,13 +76,13 @@ fn captures_every_mmap_of_every_thread_exactly() {
 }
 
 /// A target of testprogs/target.c under `syscatch --json`, attached and armed.
-struct Session {
+pub(crate) struct Session {
     t: Target,
     sc: Syscatch,
 }
 
 impl Session {
-    fn start(extra: &[&str]) -> Session {
+    pub(crate) fn start(extra: &[&str]) -> Session {
         require_ptrace();
         let t = Target::start(&testprog("target"), &[]);
         let pid = t.pid.to_string();
@@ -96,32 +95,32 @@ impl Session {
     }
 
     /// Sends a command and returns the target's answer lines (without the final "ok").
-    fn cmd(&mut self, c: &str) -> Vec<String> {
+    pub(crate) fn cmd(&mut self, c: &str) -> Vec<String> {
         cmd(&mut self.t, c)
     }
 
     /// Stops syscatch with `sig`; returns its JSON lines and stderr.
-    fn stop(self, sig: i32) -> (Target, Vec<serde_json::Value>, Vec<String>, i32) {
+    pub(crate) fn stop(self, sig: i32) -> (Target, Vec<serde_json::Value>, Vec<String>, i32) {
         self.sc.signal(sig);
         let (status, out, err) = self.sc.finish();
         (self.t, json_lines(&out), err, status.code().unwrap_or(-1))
     }
 }
 
-fn cmd(t: &mut Target, c: &str) -> Vec<String> {
+pub(crate) fn cmd(t: &mut Target, c: &str) -> Vec<String> {
     t.send(c);
     let mut lines = t.out.until(|l| l == "ok");
     lines.pop();
     lines
 }
 
-fn summary(values: &[serde_json::Value]) -> &serde_json::Value {
+pub(crate) fn summary(values: &[serde_json::Value]) -> &serde_json::Value {
     let last = values.last().expect("some output");
     assert_eq!(last["type"], "summary");
     &last["data"]
 }
 
-fn tracer_of(pid: i32) -> i32 {
+pub(crate) fn tracer_of(pid: i32) -> i32 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     s.lines().find_map(|l| l.strip_prefix("TracerPid:")).unwrap().trim().parse().unwrap()
 }
@@ -320,229 +319,6 @@ fn interrupt_rounds(extra: &[&str], rounds: usize) {
     }
     t.send("exit 4");
     assert_eq!(t.wait().code(), Some(4));
-}
-
-#[test]
-fn fast_mode_captures_exactly_without_stopping_other_calls() {
-    require_ptrace();
-    let prog = testprog("mmap_threads");
-    let mut t = Target::start(&prog, &["8", "5"]);
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast", "--only-syscall-wrapper"]);
-    sc.wait_attached();
-    t.send("go");
-    let truth = truth_mmaps(&t.out.until(|l| l == "done"));
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
-    let values = json_lines(&out);
-    let mut got = captured_mmaps(&values);
-    let mut want = truth.clone();
-    got.sort();
-    want.sort();
-    assert_eq!(got, want);
-    let sum = summary(&values);
-    assert_eq!(sum["matching"], 40);
-    assert_eq!(sum["hits"], 40, "getpid and futex through syscall() never stopped");
-    let site = site_of(&err);
-    assert_eq!(read_mem(t.pid, site, 32), libc_bytes_untraced(site, t.pid, 32), "the wrapper is restored");
-    assert_eq!(tracer_of(t.pid), 0);
-    t.send("exit");
-    assert_eq!(t.wait().code(), Some(7));
-}
-
-/// `--fast` reads a thread's registers from the trampoline's record at the stack pointer of its last event. Calls
-/// from two sites at different depths, from a signal handler that interrupts them, and SIGTRAPs sent to the same
-/// thread: every call is reported once with its own result, arguments and stack, and every signal arrives.
-#[test]
-fn fast_mode_reads_each_call_right_among_sites_handlers_and_sigtraps() {
-    fast_signals_round(&[]);
-}
-
-/// As above, in a target that leaves SIGTRAP alone: each stop's siginfo is not read there.
-#[test]
-fn fast_mode_reads_each_call_right_among_sites_and_handlers() {
-    fast_signals_round(&["notrap"]);
-}
-
-/// `prog args` traced by `syscatch --pid P --json --fast` and `sc_args`: sends `go`, and returns the target (still
-/// running, past its "done" line), its lines up to "done", and syscatch's JSON values once it ended on SIGINT,
-/// having installed `--fast` and detached.
-fn fast_run(prog: &str, args: &[&str], sc_args: &[&str], go: &str) -> (Target, Vec<String>, Vec<serde_json::Value>) {
-    require_ptrace();
-    let mut t = Target::start(&testprog(prog), args);
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&[&["--pid", pid.as_str(), "--json", "--fast"], sc_args].concat());
-    sc.wait_attached();
-    t.send(go);
-    let lines = t.out.until(|l| l == "done");
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
-    assert_eq!(tracer_of(t.pid), 0);
-    (t, lines, json_lines(&out))
-}
-
-/// Ends a target of [`fast_run`]: it exits 0 on its next line.
-fn fast_run_end(mut t: Target) {
-    t.send("exit");
-    assert_eq!(t.wait().code(), Some(0));
-}
-
-fn fast_signals_round(args: &[&str]) {
-    let (t, lines, values) = fast_run("fast_signals", args, &["--syscall", "mmap", "--only-syscall-wrapper"], "go 400");
-    let truth = truth_mmaps(&lines);
-    let signals: Vec<u64> = lines
-        .iter()
-        .find_map(|l| l.strip_prefix("signals "))
-        .expect("signals line")
-        .split_whitespace()
-        .map(|n| n.parse().unwrap())
-        .collect();
-    assert_eq!(signals[0], signals[1], "every SIGUSR1 handled: {signals:?}");
-    // A SIGTRAP sent in the microsecond between a thread's int3 and its stop finds the int3's SIGTRAP pending
-    // and is merged with it by the kernel (as for any debugger's breakpoint): measured, 1 in 30-100 of these sends.
-    // Before the record's sequence numbers, one sent while the thread was stopped at the int3 was taken for a
-    // second hit of it (30-50 % of them lost, and the call reported twice).
-    assert!(signals[3] <= signals[2] && (signals[2] - signals[3]) * 10 <= signals[2], "SIGTRAPs: {signals:?}");
-    assert!(signals[0] > 0 && (signals[2] > 0) == args.is_empty(), "{signals:?}");
-    let mut got = captured_mmaps(&values);
-    let mut want = truth.clone();
-    got.sort();
-    want.sort();
-    if got != want {
-        let extra: Vec<_> =
-            got.iter().filter(|c| got.iter().filter(|d| d == c).count() > 1 || !want.contains(c)).collect();
-        let missing: Vec<_> = want.iter().filter(|c| !got.contains(c)).collect();
-        panic!("each call once, with its result and length: extra {extra:x?}, missing {missing:x?}");
-    }
-    // The stack of each event is its caller's: the length it asked for names the function. (Under pressure the
-    // tracer drops stack windows, never the calls: those are left out here.)
-    let events: Vec<&serde_json::Value> = values.iter().filter(|v| v["type"] == "event").collect();
-    let with_stacks: Vec<&&serde_json::Value> =
-        events.iter().filter(|v| !v["data"]["stack"].as_array().unwrap().is_empty()).collect();
-    assert!(with_stacks.len() * 2 > events.len(), "{} of {} with stacks", with_stacks.len(), events.len());
-    for v in &events {
-        assert_eq!(v["data"]["tid"].as_i64(), Some(t.pid as i64), "every call is the main thread's");
-    }
-    for v in with_stacks {
-        let len = u64::from_str_radix(v["data"]["args"][1].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
-        let caller = match len {
-            4096 => "site_a",
-            8192 => "site_b_inner",
-            _ => "handler_inner",
-        };
-        let funcs: Vec<&str> =
-            v["data"]["stack"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
-        // Past the wrapper and `map`, inlined into each caller.
-        assert_eq!(funcs.iter().find(|&&f| f != "syscall" && f != "map"), Some(&caller), "{funcs:?}");
-        let outer = if len == 3 * 4096 { "on_usr1" } else { "main" };
-        assert!(funcs.contains(&outer), "{funcs:?}");
-    }
-    let sum = summary(&values);
-    assert_eq!(sum["matching"].as_u64(), Some(truth.len() as u64));
-    let from_record = sum["from_record"].as_u64().unwrap();
-    // Of every four calls, the two site_a calls after a site_a call are read at the guessed stack pointer (fewer
-    // where a signal's stop came between: 33-50 % measured).
-    assert!(from_record * 5 > truth.len() as u64, "events from the record: {from_record} of {}", truth.len());
-    fast_run_end(t);
-}
-
-/// A coroutine's stack moves between two threads: at one thread's next stop, the record at its last event's
-/// stack pointer is the other thread's. Each call is reported once, under the thread that made it.
-#[test]
-fn fast_mode_tells_a_moving_coroutines_calls_apart() {
-    let (t, lines, values) = fast_run("fast_coro", &[], &["--syscall", "getppid", "--stack-bytes", "0"], "go");
-    let mut want: Vec<(i64, u64)> = lines
-        .iter()
-        .filter_map(|l| {
-            let mut it = l.strip_prefix("call ")?.split_whitespace();
-            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
-        })
-        .collect();
-    let mut got: Vec<(i64, u64)> = values
-        .iter()
-        .filter(|v| v["type"] == "event")
-        .map(|v| {
-            let d = &v["data"];
-            (
-                d["tid"].as_i64().unwrap(),
-                u64::from_str_radix(d["args"][0].as_str().unwrap().trim_start_matches("0x"), 16).unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(want.len(), 600);
-    want.sort();
-    got.sort();
-    assert_eq!(got, want, "each call once, under its own thread");
-    fast_run_end(t);
-}
-
-/// Under PR_SET_MDWE (kernel 6.3+: the target prints "no mdwe" instead of its pid before that), a mapping cannot
-/// gain exec: the trampoline's pages are mapped executable and the counter's page made writable, not the reverse.
-#[test]
-fn fast_mode_engages_in_a_target_that_denies_write_then_execute() {
-    let (t, lines, values) = fast_run("mdwe", &[], &["--syscall", "mmap"], "go");
-    let truth = truth_mmaps(&lines);
-    assert_eq!(captured_mmaps(&values), truth);
-    assert_eq!(truth.len(), 3);
-    fast_run_end(t);
-}
-
-/// A process whose address space is crowded around libc (as one with hundreds of modules): the only free page
-/// within jump range is in a 64 KiB hole far below libc. `--fast` finds it from the maps' gaps and engages.
-#[test]
-fn fast_mode_finds_the_one_free_gap_in_a_crowded_address_space() {
-    require_ptrace();
-    let mut t = Target::start(&testprog("crowded"), &["6"]);
-    let hole_line = t.out.next();
-    let mut it = hole_line.strip_prefix("hole ").expect("hole line").split_whitespace();
-    let hole = u64::from_str_radix(it.next().unwrap().trim_start_matches("0x"), 16).unwrap();
-    let hole_len: u64 = it.next().unwrap().parse().unwrap();
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--fast", "--only-syscall-wrapper"]);
-    sc.wait_attached();
-    t.send("go");
-    let truth = truth_mmaps(&t.out.until(|l| l == "done"));
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
-    let values = json_lines(&out);
-    assert_eq!(captured_mmaps(&values), truth);
-    let sum = summary(&values);
-    assert_eq!(sum["matching"], 6);
-    assert_eq!(sum["hits"], 6, "getpid through syscall() never stopped");
-    let left = sum["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find_map(|w| w.as_str()?.split("trampoline page mapped at 0x").nth(1)?.split(' ').next())
-        .expect("the page is named in the summary");
-    let page = u64::from_str_radix(left, 16).unwrap();
-    assert!(page > hole && page + 8192 < hole + hole_len, "pages {page:#x} in the hole {hole:#x}+{hole_len:#x}");
-    let site = site_of(&err);
-    assert_eq!(read_mem(t.pid, site, 32), libc_bytes_untraced(site, t.pid, 32), "the wrapper is restored");
-    assert_eq!(tracer_of(t.pid), 0);
-    t.send("exit");
-    assert_eq!(t.wait().code(), Some(7));
-}
-
-#[test]
-fn fast_mode_fork_vfork_and_spawn_children_run_normally() {
-    let mut s = Session::start(&["--fast", "--syscall", "mmap,getpid"]);
-    let before = truth_mmaps(&s.cmd("mmap 2"));
-    assert_eq!(s.cmd("fork 4"), (0..4).map(|i| format!("child {i} status {}", 40 + i)).collect::<Vec<_>>());
-    assert_eq!(s.cmd("vfork"), ["vfork status 0"]);
-    assert_eq!(s.cmd("spawn 3"), (0..3).map(|i| format!("spawn {i} status 0")).collect::<Vec<_>>());
-    let after = truth_mmaps(&s.cmd("mmap 2"));
-    let (t, values, _, code) = s.stop(libc::SIGINT);
-    assert_eq!(code, 0);
-    assert_eq!(captured_mmaps(&values), [before, after].concat());
-    assert_eq!(summary(&values)["forks_cleaned"], 4);
-    assert_eq!(tracer_of(t.pid), 0);
 }
 
 #[test]
@@ -880,336 +656,4 @@ fn shows_each_event_while_the_trace_runs() {
     t.send("exit 0");
     let (status, _, err) = sc.finish();
     assert!(status.success(), "syscatch failed: {err:#?}");
-}
-
-/// `--leaks --fast` writes munmap calls to the trampoline's ring without a stop. Four threads map and unmap
-/// (reusing addresses, so order matters), and one unmaps 3,000 pages in a burst: every call is reported once,
-/// each thread's in its own order with its exact arguments and result, the mmaps with their stacks, and in an
-/// order in which every munmap finds its mapping. `lazy`: the ring is read only every 200 ms, so the burst fills
-/// it and most of its munmaps take the stop instead (the full ring's path). `libc`: the calls are libc's own mmap()
-/// and munmap() (patched by `--fast` too: munmap to the ring). glibc's own mappings (thread stacks, malloc arenas,
-/// through libc's mmap) are in the trace as well and are left out of the comparison.
-/// `syscatch --pid T --leaks --fast --json -o EVENTS` (with test fault `fault`) while target `t` runs from "go" to
-/// "done"; ended with SIGINT. Returns the target's lines, syscatch's stdout and stderr; it must have succeeded.
-fn leaks_fast_run(
-    t: &mut Target,
-    events: &std::path::Path,
-    fault: Option<&str>,
-) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let mut cmd = syscatch_cmd();
-    if let Some(f) = fault {
-        cmd.env("SYSCATCH_TEST_FAULT", f);
-    }
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start_cmd(cmd.args(["--pid", &pid, "--leaks", "--fast", "--json", "-o"]).arg(events));
-    sc.wait_attached();
-    t.send("go");
-    let lines = t.out.until(|l| l == "done");
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    (lines, out, err)
-}
-
-fn ring_round(lazy: bool, libc: bool) {
-    require_ptrace();
-    // With the ring read every 200 ms, the events of 200 ms go to the analysis at once: a smaller run keeps them
-    // within its queue (4,096 records; past it a loaded machine's analysis drops events, and says so).
-    let args: &[&str] = match (lazy, libc) {
-        (true, _) => &["4", "100", "1800"],
-        (false, true) => &["4", "200", "3000", "libc"],
-        (false, false) => &["4", "200", "3000"],
-    };
-    let mut t = Target::start(&testprog("ring_churn"), args);
-    let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("ring-{lazy}-{libc}.jsonl"));
-    let (lines, out, err) = leaks_fast_run(&mut t, &events, lazy.then_some("ring-slow"));
-    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
-    assert!(!err.iter().any(|l| l.contains("events were dropped:")), "no event dropped: {err:#?}");
-    assert_eq!(tracer_of(t.pid), 0);
-    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
-    let mut truth: HashMap<i64, Vec<(String, u64, u64, u64)>> = HashMap::new();
-    for l in &lines {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        if w.first() == Some(&"call") {
-            truth.entry(w[1].parse().unwrap()).or_default().push((
-                w[2].to_string(),
-                hex(w[3]),
-                w[4].parse().unwrap(),
-                hex(w[5]),
-            ));
-        }
-    }
-    let text = std::fs::read_to_string(&events).unwrap();
-    let values = json_lines(&text.lines().map(str::to_string).collect::<Vec<_>>());
-    let mut got: HashMap<i64, Vec<(String, u64, u64, u64)>> = HashMap::new();
-    let mut live: HashMap<u64, u64> = HashMap::new();
-    let (mut with_stack, mut mmaps, mut munmap_stacks) = (0, 0, 0);
-    let ours: std::collections::HashSet<(i64, u64, u64)> =
-        truth.iter().flat_map(|(&tid, calls)| calls.iter().map(move |c| (tid, c.1, c.2))).collect();
-    for v in values.iter().filter(|v| v["type"] == "event") {
-        let d = &v["data"];
-        let name = match d["location"].as_str() {
-            Some(l) => l.rsplit(':').next().unwrap().to_string(),
-            None => d["syscall"].as_str().unwrap().to_string(),
-        };
-        let (a, len, ret) =
-            (hex(d["args"][0].as_str().unwrap()), hex(d["args"][1].as_str().unwrap()), hex(d["ret"].as_str().unwrap()));
-        let addr = if name == "mmap" { ret } else { a };
-        if !ours.contains(&(d["tid"].as_i64().unwrap(), addr, len)) {
-            continue;
-        }
-        assert_eq!(d["location"].is_string(), libc, "{d}");
-        if name == "mmap" {
-            mmaps += 1;
-            with_stack += d["stack"].as_array().is_some_and(|s| !s.is_empty()) as u32;
-            assert!(live.insert(addr, len).is_none(), "mmap of a mapped range reported: {d}");
-        } else {
-            // From the ring: the function and its caller (the slot's return address), no further; from a full
-            // ring's stop: none.
-            if let Some(frames) = d["stack"].as_array().filter(|f| !f.is_empty()) {
-                let names: Vec<&str> = frames.iter().filter_map(|f| f["function"].as_str()).collect();
-                assert!(names.iter().any(|n| ["unmap", "run"].contains(n)) && frames.len() <= 4, "{names:?}");
-                munmap_stacks += 1;
-            }
-            assert_eq!(live.remove(&addr), Some(len), "a munmap reported before its mmap: {d}");
-        }
-        got.entry(d["tid"].as_i64().unwrap()).or_default().push((name, addr, len, ret));
-    }
-    assert_eq!(truth.len(), 4);
-    for (tid, calls) in &truth {
-        let mine = got.get(tid).map(Vec::as_slice).unwrap_or_default();
-        let first_diff = calls.iter().zip(mine).position(|(a, b)| a != b);
-        assert!(
-            first_diff.is_none() && mine.len() == calls.len(),
-            "thread {tid}: {} calls reported of {}, first difference at {first_diff:?}: {:?} against {:?}",
-            mine.len(),
-            calls.len(),
-            first_diff.and_then(|i| mine.get(i)),
-            first_diff.and_then(|i| calls.get(i)),
-        );
-    }
-    assert_eq!(got.len(), 4, "no call under another thread: {:?}", got.keys());
-    // The mmaps stop for their stacks (but those the analysis was behind on, which go without their window: many
-    // on a loaded machine, and with the ring read every 200 ms the stop events reach the analysis hundreds at a
-    // time); the munmaps read from the ring name their caller.
-    assert!(with_stack > 0, "{with_stack} of {mmaps} mmaps with a stack");
-    assert!(munmap_stacks > 0);
-    let out = json_lines(&out);
-    let sum = summary_data(&out);
-    // syscatch's own pages (the trampoline's and its ring, which the munmaps filled) are not growth of the target.
-    let page = err
-        .iter()
-        .find_map(|l| l.split("trampoline page mapped at 0x").nth(1))
-        .and_then(|r| u64::from_str_radix(r.split_whitespace().next()?, 16).ok())
-        .expect("the trampoline's page is named");
-    for r in out.iter().filter(|v| v["type"] == "region") {
-        let start = hex(r["data"]["start"].as_str().unwrap());
-        assert!(!(page..page + 0x12000).contains(&start), "{r}");
-    }
-    let munmaps = truth.values().flatten().filter(|c| c.0 == "munmap").count() as u64;
-    let ring = sum["from_ring"].as_u64().unwrap();
-    if lazy {
-        assert!(ring > 0 && ring + 800 <= munmaps, "{ring} of {munmaps} munmaps through the ring: {sum}");
-    } else {
-        assert!(ring * 10 >= munmaps * 9, "{ring} of {munmaps} munmaps without a stop: {sum}");
-    }
-    t.send("exit");
-    assert_eq!(t.wait().code(), Some(0));
-}
-
-#[test]
-fn fast_leaks_ring_reports_every_call_in_order() {
-    ring_round(false, false);
-}
-
-#[test]
-fn fast_leaks_full_ring_falls_back_to_stops() {
-    ring_round(true, false);
-}
-
-#[test]
-fn fast_leaks_patches_libc_mmap_and_munmap_too() {
-    ring_round(false, true);
-}
-
-/// A uprobe on `syscall()` (bpftrace, perf probe) puts an int3 there that is not ours; the kernel also installs it
-/// in syscatch's own read-only mapping of the file, where it once passed for the file's byte: syscatch planted its
-/// int3 over the uprobe's and reported nothing at all. The uprobe is set on a copy of libc that only this target
-/// maps (through LD_LIBRARY_PATH), so no other process on the machine meets it.
-#[test]
-fn refuses_a_uprobed_syscall_wrapper_and_leaves_the_target_alone() {
-    require_ptrace();
-    let events = std::path::Path::new("/sys/kernel/tracing/uprobe_events");
-    if !events.exists() {
-        // A fresh machine may not have it mounted (root may mount it).
-        let _ = std::process::Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
-    }
-    assert!(events.exists(), "tracefs is not mounted at /sys/kernel/tracing: this test sets a uprobe through it");
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("uprobed-libc");
-    std::fs::create_dir_all(&dir).unwrap();
-    let libc = dir.join("libc.so.6");
-    let _ = std::fs::remove_file(&libc);
-    std::fs::copy("/lib/x86_64-linux-gnu/libc.so.6", &libc).unwrap();
-    let nm = std::process::Command::new("nm").args(["-D", "--defined-only"]).arg(&libc).output().unwrap();
-    let off = String::from_utf8_lossy(&nm.stdout)
-        .lines()
-        .find_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            (w.len() == 3 && w[2].split('@').next() == Some("syscall")).then(|| u64::from_str_radix(w[0], 16).unwrap())
-        })
-        .expect("syscall in libc's dynamic symbols");
-    let name = format!("syscatch_it_{}", std::process::id());
-    let append = |line: String| {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().append(true).open(events).unwrap();
-        f.write_all(line.as_bytes())
-    };
-    append(format!("p:{name}/wrapper {}:{off:#x}\n", libc.display())).expect("uprobe registered");
-    let enable = std::path::PathBuf::from(format!("/sys/kernel/tracing/events/{name}/wrapper/enable"));
-    std::fs::write(&enable, "1").unwrap();
-    let prog = testprog("target");
-    let mut t = Target::start_cmd(std::process::Command::new(&prog).env("LD_LIBRARY_PATH", &dir));
-    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        assert!(maps.contains(&libc.display().to_string()), "the target maps the copy");
-        for fast in [false, true] {
-            let pid = t.pid.to_string();
-            let mut args = vec!["--pid", pid.as_str(), "--syscall", "mmap", "--for", "1s"];
-            if fast {
-                args.push("--fast");
-            }
-            let (status, _, err) = Syscatch::start(&args).finish();
-            assert_eq!(status.code(), Some(1), "fast {fast}: {err:#?}");
-            let line = err.iter().find(|l| l.contains("uprobe")).unwrap_or_else(|| panic!("fast {fast}: {err:#?}"));
-            assert!(line.contains("0xcc in memory"), "{line}");
-            assert_eq!(tracer_of(t.pid), 0);
-        }
-    }));
-    let _ = std::fs::write(&enable, "0");
-    let _ = append(format!("-:{name}/wrapper\n"));
-    if let Err(e) = result {
-        std::panic::resume_unwind(e);
-    }
-    // Still running as before: it maps and unmaps on request.
-    t.send("mmap 1");
-    assert!(t.out.next().starts_with("mmap "));
-    t.send("exit");
-    let _ = t.wait();
-}
-
-/// A target pinned to one CPU: the tracer moves there (stops wake it where the target runs), and the analysis
-/// threads (unwinding, symbolizing, the symbol prefetch, smaps samples) move to the other CPUs, so they take no
-/// CPU time from the target.
-#[test]
-fn analysis_stays_off_a_pinned_targets_cpus() {
-    require_ptrace();
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    assert!(cpus >= 2, "this test needs two CPUs (one for the target, one for the analysis)");
-    let last = (cpus - 1).to_string();
-    let prog = testprog("target");
-    let mut t = Target::start_cmd(std::process::Command::new("taskset").args(["-c", &last]).arg(&prog));
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--leaks", "--for", "60s"]);
-    sc.wait_attached();
-    let task = format!("/proc/{}/task", sc.child.id());
-    let mut seen = HashMap::new();
-    // The unwinding thread is started by the analysis thread once it is running: looked for until it is there.
-    let started = std::time::Instant::now();
-    while !seen.contains_key("syscatch-unwind") && started.elapsed() < std::time::Duration::from_secs(30) {
-        seen.clear();
-        for e in std::fs::read_dir(&task).unwrap().flatten() {
-            let dir = e.path();
-            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default().trim().to_string();
-            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
-            let list =
-                status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or("").trim().to_string();
-            seen.insert(comm, list);
-        }
-        std::thread::yield_now();
-    }
-    sc.signal(libc::SIGINT);
-    let (status, _, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    assert!(err.iter().any(|l| l.contains("the tracer runs there too; the analysis on CPUs")), "{err:#?}");
-    assert_eq!(seen.get("syscatch").map(String::as_str), Some(last.as_str()), "the tracer: {seen:?}");
-    let others = if cpus == 2 { "0".to_string() } else { format!("0-{}", cpus - 2) };
-    for name in ["analysis", "syscatch-unwind"] {
-        assert_eq!(seen.get(name), Some(&others), "{name}: {seen:?}");
-    }
-    t.send("exit 0");
-    let _ = t.wait();
-}
-
-/// The ring's last calls when the target exits or execs right after them: read from syscatch's own mapping of the
-/// ring's pages, every munmap is reported (through `/proc/PID/mem` the last tick's were lost with the address
-/// space), and the report shows nothing still mapped.
-#[test]
-fn fast_leaks_reads_the_ring_after_the_target_exits_or_execs() {
-    require_ptrace();
-    for how in ["exit", "exec"] {
-        let mut t = Target::start(&testprog("ring_exit"), &[how]);
-        let pid = t.pid.to_string();
-        let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("ring-exit-{how}.jsonl"));
-        let mut sc = Syscatch::start_cmd(
-            syscatch_cmd().args(["--pid", &pid, "--leaks", "--fast", "--json", "--for", "60s", "-o"]).arg(&events),
-        );
-        sc.wait_attached();
-        t.send("go");
-        assert_eq!(t.out.next(), "calls 2050");
-        let (status, out, err) = sc.finish();
-        assert!(status.success(), "{how}: {err:#?}");
-        assert!(!err.iter().any(|l| l.contains("read through the target's memory")), "{how}: {err:#?}");
-        let text = std::fs::read_to_string(&events).unwrap();
-        let munmaps = text.lines().filter(|l| l.contains("\"syscall\":\"munmap\"")).count();
-        assert_eq!(munmaps, 2050, "{how}: every munmap, the last ones too");
-        let out = json_lines(&out);
-        let leaked: u64 = out
-            .iter()
-            .filter(|v| v["type"] == "leak")
-            .filter(|v| v["data"]["stack"].to_string().contains("ring_exit"))
-            .map(|v| v["data"]["still_mapped"].as_u64().unwrap_or(0))
-            .sum();
-        assert_eq!(leaked, 0, "{how}: nothing of the program's is still mapped");
-        let _ = t.wait();
-    }
-}
-
-/// Each call read from the ring is reported under the thread that made it, also when glibc gives a new thread the
-/// fs base of the one before (its cached stack): 300 short threads in turn, each unmapping one page, beside two
-/// busy ones.
-#[test]
-fn fast_ring_names_the_thread_of_each_call() {
-    require_ptrace();
-    let mut t = Target::start(&testprog("ring_threads"), &["300"]);
-    let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ring-threads.jsonl");
-    let (lines, out, _) = leaks_fast_run(&mut t, &events, None);
-    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
-    let truth: HashMap<u64, i64> = lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("unmap "))
-        .map(|l| {
-            let (a, t) = l.split_once(' ').unwrap();
-            (hex(a), t.parse().unwrap())
-        })
-        .collect();
-    assert_eq!(truth.len(), 300);
-    let text = std::fs::read_to_string(&events).unwrap();
-    let mut seen = 0;
-    for v in json_lines(&text.lines().map(str::to_string).collect::<Vec<_>>()) {
-        let d = &v["data"];
-        if v["type"] != "event" || d["syscall"] != "munmap" {
-            continue;
-        }
-        let Some(&tid) = truth.get(&hex(d["args"][0].as_str().unwrap())) else { continue };
-        if d["args"][1] != "0x1000" {
-            continue;
-        }
-        assert_eq!(d["tid"].as_i64(), Some(tid), "{d}");
-        seen += 1;
-    }
-    assert_eq!(seen, 300);
-    let out = json_lines(&out);
-    assert!(summary_data(&out)["from_ring"].as_u64().unwrap() >= 300);
-    t.send("exit");
-    assert_eq!(t.wait().code(), Some(0));
 }
