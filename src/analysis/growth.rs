@@ -50,6 +50,11 @@ impl Window {
         let half = self.len() / 2.0;
         if half > 0.0 { bytes as f64 * 60.0 / half } else { 0.0 }
     }
+
+    /// The same in MiB per minute, as every output shows it.
+    pub fn mib_per_min(&self, bytes: u64) -> f64 {
+        self.per_min(bytes) / (1u64 << 20) as f64
+    }
 }
 
 /// How a stack's memory behaved over the window.

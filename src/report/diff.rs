@@ -101,7 +101,7 @@ pub fn write_text(
     new_path: &std::path::Path,
     w: &mut dyn Write,
 ) -> io::Result<()> {
-    let total = |r: &LeakReport| r.window.per_min(r.growth()) / MIB;
+    let total = |r: &LeakReport| r.window.mib_per_min(r.growth());
     writeln!(
         w,
         "Growth on traced stacks: {:.2} MiB/min in {} ({:.1}s), {:.2} MiB/min in {} ({:.1}s); by stack, largest \
@@ -155,7 +155,7 @@ pub fn write_json(rows: &[Row], base: &LeakReport, new: &LeakReport, w: &mut dyn
             }),
         )?;
     }
-    let total = |r: &LeakReport| r.window.per_min(r.growth()) / MIB;
+    let total = |r: &LeakReport| r.window.mib_per_min(r.growth());
     line(
         &mut &mut *w,
         "diff_summary",

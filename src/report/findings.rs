@@ -85,7 +85,7 @@ fn per_min(bytes: u64, secs: f64) -> f64 {
 /// none for a size.
 fn finding_rate(f: &Finding, report: &LeakReport, d: &Diagnosis) -> Option<f64> {
     match f.growth? {
-        Growth::Stacks(b) => Some(report.window.per_min(b) / (1u64 << 20) as f64),
+        Growth::Stacks(b) => Some(report.window.mib_per_min(b)),
         Growth::Class(b) => Some(per_min(b, d.duration_s)),
     }
 }
@@ -138,7 +138,7 @@ fn weight(f: &Finding, report: &LeakReport) -> u64 {
 fn headline(d: &Diagnosis, report: &LeakReport) -> String {
     let (lasting, change, traced) = growth_and_traced(report);
     let lasting_text = match lasting {
-        Some(b) => format!("lasting growth {} ({:.2} MiB/min)", kib(b), report.window.per_min(b) / (1u64 << 20) as f64),
+        Some(b) => format!("lasting growth {} ({:.2} MiB/min)", kib(b), report.window.mib_per_min(b)),
         None => "lasting growth unknown (too few samples)".into(),
     };
     let on_traced = change_traced(report);
@@ -327,7 +327,7 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
             "from": report.window.from,
             "to": report.window.to,
             "growth_bytes": lasting,
-            "growth_mib_per_min": lasting.map(|b| report.window.per_min(b) / (1u64 << 20) as f64),
+            "growth_mib_per_min": lasting.map(|b| report.window.mib_per_min(b)),
             "change_bytes": change,
             "traced_bytes": change_traced(report),
             "traced_is_resident": report.weighed,

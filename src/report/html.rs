@@ -78,7 +78,7 @@ fn candidate(report: &LeakReport, c: &Candidate, kind: &str, frames: &mut FrameT
     let ids: Vec<usize> = stack.map(|st| st.frames.iter().map(|f| frames.intern(f)).collect()).unwrap_or_default();
     json!({
         "id": c.id.0, "kind": kind, "verdict": c.verdict.name(),
-        "verdict_text": verdict_text(c, report.window.per_min(c.growth)),
+        "verdict_text": verdict_text(c, report.window.mib_per_min(c.growth)),
         "growth": c.growth, "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
         "resident": report.weighed.then(|| report.resident_of(c.id)), "vanished": s.vanished,
         "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "failed": s.failed, "calls": s.calls(),

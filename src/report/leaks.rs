@@ -35,18 +35,18 @@ pub fn size(bytes: u64) -> String {
 }
 
 /// What a candidate's memory did, in one phrase.
-pub(crate) fn verdict_text(c: &crate::analysis::leaks::Candidate, per_min: f64) -> String {
+pub(crate) fn verdict_text(c: &crate::analysis::leaks::Candidate, mib_per_min: f64) -> String {
     use crate::analysis::growth::Verdict;
     let s = &c.stats;
     match c.verdict {
-        Verdict::Growth => format!("grew {} ({:.2} MiB/min)", size(c.growth), per_min / MIB),
+        Verdict::Growth => format!("grew {} ({:.2} MiB/min)", size(c.growth), mib_per_min),
         Verdict::WorkingSet if c.growth > 0 => format!(
             "working set: mapped {}, unmapped {}, holds {}; grew {} ({:.2} MiB/min)",
             size(s.mapped),
             size(s.unmapped),
             size(s.still_mapped),
             size(c.growth),
-            per_min / MIB
+            mib_per_min
         ),
         Verdict::WorkingSet => format!(
             "working set, not growth: mapped {}, unmapped {}, holds {}",
@@ -80,7 +80,7 @@ impl LeakReport<'_> {
         for (i, g) in self.growing.iter().enumerate().take(shown_regions) {
             let how = if g.new { "new" } else { "grew" };
             let lasting = match g.lasting_kb {
-                Some(kb) => format!("lasting growth {kb} KiB ({:.2} MiB/min)", self.window.per_min(kb * 1024) / MIB),
+                Some(kb) => format!("lasting growth {kb} KiB ({:.2} MiB/min)", self.window.mib_per_min(kb * 1024)),
                 None => "lasting growth unknown (too few samples)".into(),
             };
             writeln!(
@@ -127,7 +127,7 @@ impl LeakReport<'_> {
         }
         for (rank, c) in self.leaks.iter().take(shown).enumerate() {
             let (id, s) = (&c.id, &c.stats);
-            writeln!(w, "  #{} {}", rank + 1, verdict_text(c, self.window.per_min(c.growth)))?;
+            writeln!(w, "  #{} {}", rank + 1, verdict_text(c, self.window.mib_per_min(c.growth)))?;
             writeln!(
                 w,
                 "      still mapped {}{} of {} mapped ({} unmapped, {} gone unseen); {} mmap, {} munmap, {} mremap, \
@@ -193,7 +193,7 @@ impl LeakReport<'_> {
                 "region",
                 json!({
                     "start": hex(g.start), "end": hex(g.end), "growth_kb": g.growth_kb, "lasting_kb": g.lasting_kb,
-                    "lasting_mib_per_min": g.lasting_kb.map(|kb| self.window.per_min(kb * 1024) / MIB),
+                    "lasting_mib_per_min": g.lasting_kb.map(|kb| self.window.mib_per_min(kb * 1024)),
                     "rss_swap_kb": g.rss_swap_kb,
                     "new": g.new, "before_trace": g.created_before_trace(), "stacks": stacks,
                     "traced_resident_kb": self.weighed.then_some(traced),
@@ -207,7 +207,7 @@ impl LeakReport<'_> {
                 &mut &mut *w,
                 "leak",
                 json!({
-                    "stack_id": id.0, "growth": c.growth, "growth_mib_per_min": self.window.per_min(c.growth) / MIB,
+                    "stack_id": id.0, "growth": c.growth, "growth_mib_per_min": self.window.mib_per_min(c.growth),
                     "verdict": c.verdict.name(),
                     "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
                     "resident": self.weighed.then(|| self.resident_of(*id)),
