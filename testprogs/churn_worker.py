@@ -3,7 +3,7 @@
 # Loading the library (at start, or with `late` on "hook after N") installs its munmap hook (testprogs/ucx_like_lib.c, inline mode): every unmap of the process
 # queues a 4 KiB entry of a pool that is never given back, which grows by 64 KiB chunks through
 # syscall(SYS_mmap): the leak. THREADS threads (default 2) run steps until the process exits, 100 a second each:
-#   - numpy-like temporaries: two anonymous maps of 256 KiB (mmap.mmap), every page written, then unmapped;
+#   - numpy-like temporaries: eight anonymous maps of 256 KiB (mmap.mmap), every page written, then unmapped;
 #   - pymalloc arena churn: about 1.5 MiB of small objects made and freed (whole arenas mapped and unmapped).
 # Prints "pid N"; on "mark" prints "pool BYTES temps N" (the pool's size, and the temporaries mapped so far); on
 # "hook after N" loads the library once N more temporaries were mapped, and prints "hooked"; on "wait N" prints
@@ -51,7 +51,7 @@ def run(i):
             parked[i] = True
             time.sleep(0.01)
         parked[i] = False
-        for _ in range(2):
+        for _ in range(8):
             temporary()
             temps[i] += 1
         keep = [(k, str(k)) for k in range(12000)]

@@ -76,7 +76,7 @@ fn assert_pool_first(values: &[Value], folded: Option<&str>, what: &str) {
     }
 }
 
-/// A trace of the worker (about 6 s: ended once it mapped 2,400 temporaries more), recorded: the live report, and
+/// A trace of the worker (about 6 s: ended once it mapped 9,600 temporaries more), recorded: the live report, and
 /// the reports of three windows of the recording, all rank the pool first; the pool holds what it grew by in the
 /// trace; the pprof profile's default sample is growth, the pool's; `--fail-over` gates on the growth rate.
 #[test]
@@ -103,7 +103,7 @@ fn growth_is_told_from_churn_in_any_window() {
     ]);
     sc.wait_attached();
     let attached = mark(&mut t);
-    t.send("wait 2400");
+    t.send("wait 9600");
     assert_eq!(t.out.next(), "waited");
     // The worker stops between two steps before the trace ends: what it holds at the end is what it held then.
     t.send("pause");
@@ -243,8 +243,8 @@ fn a_window_and_a_diff_name_the_leak_that_started_halfway() {
         events.to_str().unwrap(),
     ]);
     sc.wait_attached();
-    // About 400 temporaries a second: hooked a second or two into the trace.
-    t.send("hook after 600");
+    // About 1,600 temporaries a second: hooked a second or two into the trace.
+    t.send("hook after 2400");
     assert_eq!(t.out.next(), "hooked");
     let (status, _, err) = sc.finish();
     assert!(status.success(), "{err:#?}");
