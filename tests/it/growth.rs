@@ -232,8 +232,6 @@ fn a_window_and_a_diff_name_the_leak_that_started_halfway() {
         "--pid",
         &pid,
         "--leaks",
-        "--for",
-        "5s",
         "--smaps-every",
         "250ms",
         "--record",
@@ -246,6 +244,10 @@ fn a_window_and_a_diff_name_the_leak_that_started_halfway() {
     // About 1,600 temporaries a second: hooked a second or two into the trace.
     t.send("hook after 2400");
     assert_eq!(t.out.next(), "hooked");
+    // As long again with the hook, then the trace ends (whatever the machine's speed).
+    t.send("wait 2400");
+    assert_eq!(t.out.next(), "waited");
+    sc.signal(libc::SIGINT);
     let (status, _, err) = sc.finish();
     assert!(status.success(), "{err:#?}");
     // When the pool's first chunk was mapped, from the events.
@@ -255,7 +257,7 @@ fn a_window_and_a_diff_name_the_leak_that_started_halfway() {
         .filter(|e| e["syscall"] == "mmap" && names(e).iter().any(|n| n == "ucs_mpool_grow"))
         .map(|e| e["time"].as_f64().unwrap())
         .fold(f64::INFINITY, f64::min);
-    assert!((0.5..4.0).contains(&hooked), "the pool started at {hooked}s of 5s");
+    assert!(hooked > 0.2 && hooked.is_finite(), "the pool started at {hooked}s");
     let rec = rec.to_str().unwrap();
     let at = |s: f64| format!("{:.3}s", s.max(0.001));
     let (code, early, err) = run_syscatch(&["report", rec, "--json", "--to", &at(hooked - 0.05)]);
