@@ -7,6 +7,7 @@ use std::process::Command;
 
 fn main() {
     build_demo();
+    build_known();
     println!("cargo:rustc-env=SYSCATCH_BUILD_INFO={}", build_info());
 }
 
@@ -23,6 +24,51 @@ fn build_demo() {
         .status()
         .expect("the C compiler runs");
     assert!(status.success(), "compiling {src} failed");
+}
+
+/// The known-stack matcher of `--fast` (src/x86/known.c) as the bytes copied into the trampoline page: compiled
+/// freestanding and position-independent, its `.text` taken whole. It must have no relocations (nothing is
+/// linked), which is checked here, nor data (only `.text` is taken).
+fn build_known() {
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let (src, obj, bin) = ("src/x86/known.c", out_dir.join("known.o"), out_dir.join("known.bin"));
+    println!("cargo:rerun-if-changed={src}");
+    let compiler = cc::Build::new().opt_level(2).get_compiler();
+    let flags = [
+        "-O2",
+        "-fPIC",
+        "-fno-stack-protector",
+        "-fno-asynchronous-unwind-tables",
+        "-fno-unwind-tables",
+        "-ffreestanding",
+        "-fno-builtin",
+        "-nostdlib",
+        "-mgeneral-regs-only",
+        "-fno-jump-tables",
+        "-fcf-protection=none",
+        "-mno-red-zone",
+        "-fno-plt",
+        "-g0",
+        "-fno-function-sections",
+        "-fno-data-sections",
+        "-c",
+        "-o",
+    ];
+    let status = compiler.to_command().args(flags).arg(&obj).arg(src).status().expect("the C compiler runs");
+    assert!(status.success(), "compiling {src} failed");
+    let relocs = Command::new("readelf").arg("-r").arg(&obj).output().expect("readelf (binutils) runs");
+    let text = String::from_utf8_lossy(&relocs.stdout);
+    assert!(
+        relocs.status.success() && !text.contains("Relocation section '.rela.text"),
+        "{src} needs relocations:\n{text}"
+    );
+    let status = Command::new("objcopy")
+        .args(["-O", "binary", "-j", ".text"])
+        .arg(&obj)
+        .arg(&bin)
+        .status()
+        .expect("objcopy (binutils) runs");
+    assert!(status.success(), "objcopy of {src} failed");
 }
 
 /// `commit 1a2b3c4d5e6f, features: static, release, x86_64-unknown-linux-gnu`.

@@ -161,6 +161,10 @@ pub struct TraceArgs {
     /// With --leaks: breakpoints only, no trampoline (every watched call stops).
     #[arg(long)]
     pub no_fast: bool,
+    /// With --fast: stop at every matching call, even one whose stack (native and Python) was unwound before;
+    /// by default such a call is written down without a stop and reported with that stack.
+    #[arg(long)]
+    pub no_known_stacks: bool,
     /// Also write everything captured to FILE (gzipped), to analyse later with `syscatch report FILE`.
     #[arg(long)]
     pub record: Option<PathBuf>,

@@ -5,6 +5,7 @@
 pub mod correlate;
 pub mod findings;
 pub mod growth;
+pub mod known;
 pub mod leaks;
 pub mod memclass;
 pub mod modules;

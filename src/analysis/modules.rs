@@ -265,6 +265,28 @@ impl SharedModules {
         let u = unwind::unwind(UnwindRegs::from_regs(&c.regs), &window, &mut *self.lock(), max_depth);
         (u, window.seen_all())
     }
+
+    /// What makes capture `c` (unwound to `u`) a known stack, if it can be one (see [`crate::analysis::known`]).
+    pub fn propose(
+        &self,
+        c: &StackCapture,
+        u: &Unwound,
+        max_depth: usize,
+        id: u32,
+    ) -> Option<crate::model::known::Proposal> {
+        crate::analysis::known::propose(c, u, &mut NoReload(&mut self.lock()), max_depth, id)
+    }
+}
+
+/// The modules loaded so far, never reloaded: the unwinds a proposal runs over changed copies of a stack look up
+/// made-up addresses, which must not make the maps be read again (a recording keeps each reading, and its replay
+/// reads them back one by one).
+struct NoReload<'a>(&'a mut Modules);
+
+impl ModuleLookup for NoReload<'_> {
+    fn find(&mut self, addr: u64) -> Option<MappedCfi> {
+        self.0.search(addr).map(|l| MappedCfi { bias: l.bias, cfi: l.info.cfi.clone() })
+    }
 }
 
 /// Symbolizes on [`SharedModules`]; symbol tables and names are cached, as in [`StackResolver`].

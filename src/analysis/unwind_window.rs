@@ -12,6 +12,8 @@ pub struct StackWindow<'a> {
     /// How far into `bytes` the walk has read: a recording keeps only that much.
     pub seen: std::cell::Cell<usize>,
     pub more: Vec<Piece<'a>>,
+    /// Every address read from `bytes`, when asked for ([`StackWindow::logged`]).
+    pub log: Option<std::cell::RefCell<Vec<u64>>>,
 }
 
 /// A copy of another stack: `bytes` from `base`, and how far into them the walk has read.
@@ -31,7 +33,13 @@ fn read_in(base: u64, bytes: &[u8], seen: &std::cell::Cell<usize>, addr: u64) ->
 
 impl<'a> StackWindow<'a> {
     pub fn new(base: u64, bytes: &'a [u8], asked: usize) -> StackWindow<'a> {
-        StackWindow { base, bytes, asked, seen: Default::default(), more: Vec::new() }
+        StackWindow { base, bytes, asked, seen: Default::default(), more: Vec::new(), log: None }
+    }
+
+    /// Keeping every address read from the main copy in `log`.
+    pub fn logged(mut self) -> StackWindow<'a> {
+        self.log = Some(Default::default());
+        self
     }
 
     /// With copies of other stacks, (base, bytes) each.
@@ -48,6 +56,9 @@ impl<'a> StackWindow<'a> {
     /// The 8 bytes at `addr`, or why they are not known.
     pub fn read_u64(&self, addr: u64) -> Result<u64, String> {
         if let Some(v) = read_in(self.base, self.bytes, &self.seen, addr) {
+            if let Some(log) = &self.log {
+                log.borrow_mut().push(addr);
+            }
             return Ok(v);
         }
         if let Some(v) = self.more.iter().find_map(|p| read_in(p.base, p.bytes, &p.seen, addr)) {

@@ -39,6 +39,10 @@ pub struct Config {
     /// Render each event (report mode without `-o FILE` renders none: only the report is wanted).
     pub render_events: bool,
     pub recorder: Option<Arc<Recorder>>,
+    /// Where stacks that can be made known go (the tracer, see `crate::x86::known`).
+    pub known: Option<Sender<crate::model::known::Proposal>>,
+    /// Stack windows queued by the tracer's sink: counted down as the unwinding takes them.
+    pub windows: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Time spent unwinding and symbolizing, for the summary.
@@ -218,13 +222,25 @@ fn unwinder(
     modules: SharedModules,
     max_depth: usize,
     recording: bool,
+    known: Option<Sender<crate::model::known::Proposal>>,
+    windows: Arc<std::sync::atomic::AtomicUsize>,
 ) -> Duration {
     crate::os::sched::batch();
+    // Proposed already (thread, stack pointer, int3 and the frames): a stop of a known stack that came before its
+    // entry was installed proposes it again.
+    let mut proposed: HashSet<(u64, u64, u64, Vec<u64>)> = HashSet::new();
+    // The unwind of each known stack proposed, by its number: its calls come with that stack's capture.
+    let mut unwinds: Vec<Unwound> = Vec::new();
     let cpu0 = crate::os::sched::thread_cpu();
     let mut lingering = Lingering::default();
     while let Ok(q) = lingering.recv(&rx, None, &mut || {}) {
         let (mut ev, stack_dropped) = match q {
-            Queued::Call { ev, stack_dropped } => (ev, stack_dropped),
+            Queued::Call { ev, stack_dropped } => {
+                if ev.capture.as_ref().is_some_and(|c| c.known_id.is_none()) {
+                    windows.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                (ev, stack_dropped)
+            }
             Queued::Sample(t, s, b) => {
                 if tx.send(Staged::Sample(t, s, b)).is_err() {
                     break;
@@ -237,7 +253,23 @@ fn unwinder(
         let mut recorded = None;
         let unwound = match ev.capture.take() {
             Some(c) => {
-                let (u, seen) = modules.unwind(&c, max_depth);
+                let (u, seen) = match c.known_id.and_then(|k| unwinds.get(k as usize)) {
+                    Some(u) => (u.clone(), vec![c.stack.len()]),
+                    None => modules.unwind(&c, max_depth),
+                };
+                if let (Some(tx), Some(h)) = (&known, c.known.as_deref()) {
+                    let seen = u.frames.iter().map(|f| f.pc).chain(h.python.iter().map(|o| o.expect)).collect();
+                    let key = (h.thread, c.regs.sp(), h.int3, seen);
+                    if !proposed.contains(&key)
+                        && proposed.len() < 4096
+                        && let Some(p) = modules.propose(&c, &u, max_depth, unwinds.len() as u32)
+                    {
+                        proposed.insert(key);
+                        if tx.try_send(p).is_ok() {
+                            unwinds.push(u.clone());
+                        }
+                    }
+                }
                 if recording {
                     recorded = Some(Box::new(RecEvent::new(&ev, Some(&c), &seen, stack_dropped)));
                 }
@@ -265,9 +297,10 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let (utx, urx) = crossbeam_channel::bounded(QUEUED_RECORDS);
     let depth = cfg.stack_depth;
     let recording = cfg.recorder.is_some();
+    let (known, windows) = (cfg.known, cfg.windows);
     let unwinding = std::thread::Builder::new()
         .name("syscatch-unwind".into())
-        .spawn(move || unwinder(rx, utx, modules, depth, recording))
+        .spawn(move || unwinder(rx, utx, modules, depth, recording, known, windows))
         .expect("cannot start the unwinding thread");
     crate::os::sched::batch();
     let mut tracker = cfg.leaks.then(|| LeakTracker::window(cfg.window.0, cfg.window.1));

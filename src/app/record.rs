@@ -204,6 +204,8 @@ impl RecEvent {
                     asked: s.asked,
                     python: s.python.as_slice().into(),
                     more,
+                    known: None,
+                    known_id: None,
                 })
             }
         };

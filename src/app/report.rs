@@ -61,6 +61,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         rules: if leaks { crate::app::findings::load_rules(args.rules.as_deref())? } else { Vec::new() },
         record: None,
         smaps_every: std::time::Duration::ZERO,
+        stop_every_call: false,
     };
     let (renderer, files) = outputs::open_outputs(&out, false)?;
     let (done, mut summary, ending) = replay(&rec, &out, renderer)?;
@@ -93,6 +94,8 @@ fn replay(rec: &Reader, out: &Output, renderer: Box<dyn Renderer + Send>) -> Res
     let missing = replay.missing.clone();
     let (depths, watched) = rec.plan.clone().unwrap_or_default();
     let acfg = analysis::Config {
+        known: None,
+        windows: Default::default(),
         epoch: std::time::Instant::now(),
         source: Box::new(replay),
         stack_depth: out.stack_depth,
@@ -176,6 +179,7 @@ fn diff(args: &ReportArgs, base: &std::path::Path, window: (f64, Option<f64>)) -
             rules: Vec::new(),
             record: None,
             smaps_every: std::time::Duration::ZERO,
+            stop_every_call: false,
         };
         let sink: Box<dyn Renderer + Send> = Box::new(crate::report::json::Json::new(std::io::sink()));
         let (done, summary, mut ending) = replay(&rec, &out, sink)?;

@@ -102,8 +102,9 @@ pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Wrapper> 
 }
 
 /// Sends events to the analysis thread without making the target wait on it. While the analysis keeps up, each
-/// event goes with its stack window; when [`Self::WINDOWS`] events are already queued, the record goes without
-/// its window (counted, and the event says so): a burst never waits on unwinding and rendering. Only when
+/// event goes with its stack window; when [`Self::WINDOWS`] windows are already queued, the record goes without
+/// its window (counted, and the event says so): a burst never waits on unwinding and rendering. (A call of a
+/// known stack keeps its capture: a few KiB, never unwound again.) Only when
 /// [`Self::RECORDS`] records are queued (nobody reads our output: a pager not scrolled, a stopped consumer) does
 /// the tracer wait, a second at most; then events are dropped and counted: blocking on would leave every thread
 /// of the target stopped at its next hit, and Ctrl-C unheard.
@@ -114,6 +115,8 @@ struct ChannelSink {
     windows_dropped: u64,
     /// The queue stayed full for [`Self::STALL`]: the output is stuck; don't wait again until it moves.
     stalled: bool,
+    /// Stack windows queued and not yet taken by the unwinding (which counts them down).
+    windows: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ChannelSink {
@@ -126,24 +129,47 @@ impl ChannelSink {
 }
 
 impl Sink for ChannelSink {
+    fn behind(&self) -> bool {
+        self.tx.len() * 2 >= Self::RECORDS
+    }
+
     fn event(&mut self, mut ev: Event) {
-        let stack_dropped = ev.capture.is_some() && self.tx.len() >= Self::WINDOWS;
+        // A known stack's capture is cut to what its unwind read, and the unwinding has that unwind already: kept,
+        // and not counted.
+        let window = ev.capture.as_ref().is_some_and(|c| c.known_id.is_none());
+        let stack_dropped = window && self.windows.load(std::sync::atomic::Ordering::Relaxed) >= Self::WINDOWS;
         if stack_dropped {
             ev.capture = None;
             self.windows_dropped += 1;
+        } else if window {
+            self.windows.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let q = analysis::Queued::Call { ev, stack_dropped };
-        if self.stalled {
+        let sent = if self.stalled {
             match self.tx.try_send(q) {
-                Ok(()) => self.stalled = false,
-                Err(crossbeam_channel::TrySendError::Full(_)) => self.dropped += 1,
-                Err(crossbeam_channel::TrySendError::Disconnected(_)) => {}
+                Ok(()) => {
+                    self.stalled = false;
+                    true
+                }
+                Err(crossbeam_channel::TrySendError::Full(_)) => {
+                    self.dropped += 1;
+                    false
+                }
+                Err(crossbeam_channel::TrySendError::Disconnected(_)) => false,
             }
-            return;
-        }
-        if let Err(crossbeam_channel::SendTimeoutError::Timeout(_)) = self.tx.send_timeout(q, Self::STALL) {
-            self.dropped += 1;
-            self.stalled = true;
+        } else {
+            match self.tx.send_timeout(q, Self::STALL) {
+                Ok(()) => true,
+                Err(crossbeam_channel::SendTimeoutError::Timeout(_)) => {
+                    self.dropped += 1;
+                    self.stalled = true;
+                    false
+                }
+                Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => false,
+            }
+        };
+        if window && !stack_dropped && !sent {
+            self.windows.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -179,6 +205,8 @@ pub struct Output {
     pub record: Option<PathBuf>,
     /// How often smaps is sampled when leaks are tracked or a recording is made.
     pub smaps_every: Duration,
+    /// `--no-known-stacks`: with `--fast`, every matching call stops, even one whose stack is known.
+    pub stop_every_call: bool,
 }
 
 impl Output {
@@ -215,6 +243,7 @@ impl Output {
             rules,
             record: args.record.clone(),
             smaps_every: args.smaps_every,
+            stop_every_call: args.no_known_stacks,
         })
     }
 }
@@ -373,7 +402,18 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     // Time zero of events and samples alike.
     let epoch = Instant::now();
     let armed_sampler = baseline.as_ref().map(|b| crate::live::sampling::Sampler::new(pid, b));
+    // Stacks made known (unwound before: their calls go to the ring, see `crate::x86::known`), with `--fast`.
+    let (known_tx, known_rx) = match plan.fast.is_some() && !out.stop_every_call {
+        true => {
+            let (tx, rx) = crossbeam_channel::bounded(256);
+            (Some(tx), Some(rx))
+        }
+        false => (None, None),
+    };
+    let windows = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let acfg = analysis::Config {
+        known: known_tx,
+        windows: windows.clone(),
         epoch,
         source,
         stack_depth: out.stack_depth,
@@ -414,6 +454,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         epoch,
         live_status: std::io::stderr().is_terminal() && !spawned,
         restorers: crate::live::sigstack::read_restorers(pid),
+        known: known_rx,
     };
     // The tick also paces the reading of `--fast`'s ring when no stop comes (512 slots: 51,200 calls a second
     // before its writers fall back to stops).
@@ -421,7 +462,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     // Once every site is armed, the baseline of growth is sampled again and sent ahead of any event (then dropped,
     // so the analysis still ends with the sink).
     let mut armed = armed_sampler.map(|s| (s, tx.clone()));
-    let mut sink = ChannelSink { tx, dropped: 0, windows_dropped: 0, stalled: false };
+    let mut sink = ChannelSink { tx, dropped: 0, windows_dropped: 0, stalled: false, windows };
     // Asked to stop while getting ready (the handlers are in place from the start, see `trace`): not attached yet,
     // so nothing to undo.
     if signals::stop_requested() != 0 && !spawned {

@@ -93,6 +93,13 @@ pub struct PythonReader {
 }
 
 impl PythonReader {
+    /// The checks that a later call's Python frames are the ones the last walk found (see
+    /// [`crate::python::known`]), for a stack copied from `rsp` for `stack_len` bytes.
+    pub fn known_ops(&self, rsp: u64, stack_len: usize) -> Option<Vec<crate::model::known::Op>> {
+        let w = &self.walker;
+        crate::python::known::chain_ops(&w.rt.layout, (w.cframe, &w.chain), rsp, stack_len, |c| w.fingerprint(c))
+    }
+
     /// Forgets what was remembered about thread `tid`'s frames (it exited).
     pub fn forget_thread(&mut self, tid: Tid) {
         self.batch.forget(tid);

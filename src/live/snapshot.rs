@@ -111,7 +111,15 @@ pub fn read_thread_with(
     detached.map_err(gone)?;
     Ok(ThreadSnapshot {
         tid,
-        capture: StackCapture { regs, stack: stack.into(), asked: stack_bytes, python: py, more },
+        capture: StackCapture {
+            regs,
+            stack: stack.into(),
+            asked: stack_bytes,
+            python: py,
+            more,
+            known: None,
+            known_id: None,
+        },
         seen,
     })
 }

@@ -22,6 +22,11 @@ pub struct StackCapture {
     /// CPython). Shared: a thread caught again in the same frames gets the same list (one reference count
     /// instead of two per frame while the thread is stopped).
     pub python: std::sync::Arc<[crate::model::stack::PyFrame]>,
+    /// For a stop at a match path of `--fast` that asks the known-stack matcher: what its unwinding needs to make
+    /// the stack known (see `crate::x86::known`).
+    pub known: Option<Box<crate::model::known::Hint>>,
+    /// For a call reported with a known stack: its number (the unwinding kept that stack's unwind).
+    pub known_id: Option<u32>,
 }
 
 /// One captured call.
@@ -86,6 +91,10 @@ pub struct Summary {
     /// `--fast` calls read from the trampoline's ring: made without a stop (their stack was not needed).
     #[serde(default)]
     pub from_ring: u64,
+    /// Of those, matching calls of a known stack (one unwound at an earlier stop, see `crate::x86::known`),
+    /// reported with that stack.
+    #[serde(default)]
+    pub from_known: u64,
     /// syscatch's own pages in the target (the trap pad's, `--fast`'s trampoline and ring): left out of the
     /// growing regions of the leak report.
     #[serde(default)]
@@ -135,6 +144,12 @@ impl Summary {
 /// Receives events as they are captured.
 pub trait Sink {
     fn event(&mut self, ev: Event);
+    /// Whether what was sent is far behind (half the queue): the ring of `--fast` is then left unread for a turn,
+    /// so that, once it is full, calls stop (the target waits on syscatch) instead of syscatch's queue blocking
+    /// the tracer with threads stopped and numbers taken.
+    fn behind(&self) -> bool {
+        false
+    }
 }
 
 impl Sink for Vec<Event> {

@@ -7,6 +7,7 @@ pub mod bytes;
 pub mod consts;
 pub mod duration;
 pub mod event;
+pub mod known;
 pub mod maps;
 pub mod modules;
 pub mod regs;

@@ -10,6 +10,7 @@
 
 pub mod batch;
 pub mod error;
+pub mod known;
 pub mod layout;
 pub mod lines;
 pub mod walk;

@@ -113,6 +113,10 @@ pub struct Walker {
     named: Vec<(u32, Option<u32>, u32)>,
     /// Each thread's last frames: given again (one reference count) when the walk finds the same ones.
     last: AddrMap<i32, Arc<[PyFrame]>>,
+    /// 3.11/3.12: the last walk's `_PyCFrame` and every frame of its chain, shims too (for known stacks, see
+    /// [`super::known`]); cleared at each walk.
+    pub cframe: u64,
+    pub chain: Vec<super::known::Link>,
 }
 
 fn u64_at(b: &[u8], off: u64) -> u64 {
@@ -191,6 +195,8 @@ impl Walker {
             codes: Vec::new(),
             named: Vec::new(),
             last: AddrMap::default(),
+            cframe: 0,
+            chain: Vec::new(),
         }
     }
 
@@ -198,6 +204,8 @@ impl Walker {
     /// Empty when the thread has no Python thread state or no frames; `Err` names what failed a check.
     pub fn read_frames(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64) -> Result<Arc<[PyFrame]>, WalkError> {
         let mut ts = std::mem::take(&mut self.ts);
+        self.cframe = 0;
+        self.chain.clear();
         let found = self.find_tstate(mem, tid, fs_base, &mut ts);
         let mut raw = std::mem::take(&mut self.raw);
         let mut f = std::mem::take(&mut self.frame);
@@ -214,6 +222,11 @@ impl Walker {
         (self.ts, self.raw, self.frame) = (ts, raw, f);
         named?;
         Ok(self.frames_of(tid))
+    }
+
+    /// The fields the last walks identified the code object at `addr` by (its cached fingerprint).
+    pub fn fingerprint(&self, addr: u64) -> Option<[u64; 6]> {
+        self.code.get(&addr).map(|c| c.fingerprint)
     }
 
     /// Forgets thread `tid`'s last frames (it exited).
@@ -352,19 +365,21 @@ impl Walker {
     /// 3.11+: interpreter frames, most in the thread's data stack (prefetched in one read), shims and entry
     /// frames on the C stack.
     fn chain_interpreter(
-        &self,
+        &mut self,
         mem: &mut dyn Memory,
         ts: &[u8],
         out: &mut Vec<Raw>,
         f: &mut Vec<u8>,
     ) -> Result<(), WalkError> {
-        let l = &self.rt.layout;
+        let layout = self.rt.layout.clone();
+        let l = &layout;
         let mut frame = match (l.ts_cframe, l.ts_frame) {
             (Some(cf), _) => {
                 let cframe = u64_at(ts, cf);
                 if cframe == 0 {
                     return Ok(());
                 }
+                self.cframe = cframe;
                 let mut p = [0u8; 8];
                 if !mem.read(cframe.wrapping_add(l.cframe_current_frame), &mut p) {
                     return Err(WalkError::CFrame(cframe));
@@ -394,6 +409,16 @@ impl Walker {
             }
             let owner = l.frame_owner.map(|o| u8_at(f, o)).unwrap_or(0);
             let back = u64_at(f, l.frame_back);
+            if self.chain.len() < super::known::MAX_LINKS {
+                self.chain.push(super::known::Link {
+                    addr: frame,
+                    code: u64_at(f, l.frame_code),
+                    instr: u64_at(f, l.frame_instr),
+                    back,
+                    owner,
+                    entry: l.frame_is_entry.map(|o| u8_at(f, o)).unwrap_or(0),
+                });
+            }
             if l.frames == FrameKind::Shim312 && owner == FRAME_OWNED_BY_CSTACK {
                 call += 1;
                 frame = back;

@@ -219,6 +219,7 @@ impl<W: Write> Renderer for Json<W> {
                 "slow_path": s.slow_path,
                 "from_record": s.from_record,
                 "from_ring": s.from_ring,
+                "from_known": s.from_known,
                 "forks_cleaned": s.forks_cleaned,
                 "signals_forwarded": s.signals_forwarded,
                 "warnings": s.warnings,

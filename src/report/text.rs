@@ -173,7 +173,11 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             s.forks_cleaned,
             s.signals_forwarded,
             if s.from_ring > 0 {
-                format!("; {} calls written down without a stop (--fast's ring)", s.from_ring)
+                let known = match s.from_known {
+                    0 => String::new(),
+                    n => format!("; {n} of them matching calls of a stack unwound before"),
+                };
+                format!("; {} calls written down without a stop (--fast's ring{known})", s.from_ring)
             } else {
                 String::new()
             },

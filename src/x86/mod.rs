@@ -3,5 +3,6 @@
 
 pub mod breakpoints;
 pub mod gate;
+pub mod known;
 pub mod trampoline;
 pub mod trappad;

@@ -89,9 +89,10 @@ pub const SLOT: u64 = 128;
 pub const PAGES: u64 = 2;
 pub const RING_PAGES: u64 = RING_SLOTS * SLOT / 4096;
 
-/// Pages mapped for a trampoline with or without a ring.
+/// Pages mapped for a trampoline with or without a ring (and with it, the known stacks' table,
+/// [`crate::x86::known`]: touched only as far as it is filled).
 pub fn pages(ring: bool) -> u64 {
-    PAGES + if ring { RING_PAGES } else { 0 }
+    PAGES + if ring { RING_PAGES + crate::x86::known::PAGES } else { 0 }
 }
 /// Offsets from the trampoline page of the counter, the ring's tail (the oldest sequence number whose slot the
 /// tracer has not read yet) and the ring.
@@ -291,10 +292,18 @@ pub fn patch_bytes(plan: &PatchPlan, to: u64) -> Option<Vec<u8>> {
     Some(b)
 }
 
-/// Bytes of one match path: the displaced instruction, `syscall`, the record's code, int3, jmp.
-fn match_len(reloc: &[u8]) -> usize {
-    reloc.len() + 2 + RECORD_CODE as usize + 1 + 5
+/// Bytes of one match path: the displaced instruction, `syscall`, the record's code (with the known-stack call,
+/// `KNOWN_CODE` in place of the counter's), int3, jmp.
+fn match_len(reloc: &[u8], known: bool) -> usize {
+    let record = if known { RECORD_HEAD + KNOWN_CODE } else { RECORD_CODE as usize };
+    reloc.len() + 2 + record + 1 + 5
 }
+
+/// Bytes of a record's first part ([`record_head`]).
+const RECORD_HEAD: usize = 13 * 5 + 15 + 10;
+/// Bytes of a match path's known-stack call, from the end of the record's first part to its int3: the call
+/// (63), the full ring's branch (10), the counter (19), the common end (55). See [`known_call`].
+const KNOWN_CODE: usize = 63 + 10 + 19 + 55;
 
 /// Bytes of one ring path up to its full path, and of the full path (see the module's text).
 const RING_CODE: usize =
@@ -310,7 +319,7 @@ fn ring_len(reloc: &[u8]) -> usize {
 #[cfg(test)]
 pub fn fits(plan: &PatchPlan, count: usize, ring: usize) -> bool {
     let stops = count.saturating_sub(ring);
-    12 * count + plan.orig.len() + 5 + stops * match_len(&plan.orig) + ring * ring_len(&plan.orig) <= 4096
+    12 * count + plan.orig.len() + 5 + stops * match_len(&plan.orig, false) + ring * ring_len(&plan.orig) <= 4096
 }
 
 /// A call the ring path wrote down: slot `seq % RING_SLOTS` of the ring, read by the tracer.
@@ -330,6 +339,9 @@ pub struct Slot {
     /// The return address at the stack pointer (the caller of the patched function) and that stack pointer.
     pub ra: u64,
     pub sp: u64,
+    /// The known stack of a call the known-stack matcher wrote ([`crate::x86::known`]): its number, in word 13,
+    /// taken only when word 14 is this slot's sequence number (the ring paths write neither).
+    pub known: Option<u32>,
 }
 
 impl Slot {
@@ -349,6 +361,7 @@ impl Slot {
             site: word(10)?,
             ra: word(11)?,
             sp: word(12)?,
+            known: (word(14)? == word(0)?).then(|| word(13)).flatten().map(|k| k as u32),
         })
     }
 }
@@ -369,6 +382,11 @@ pub struct Assembled {
     pub starts: Vec<u64>,
     /// The int3s of full rings: their calls need no stack.
     pub full_int3s: Vec<u64>,
+    /// The int3s of match paths that call the known-stack matcher: a thread stepped through one at detach (it had
+    /// a number) is read there.
+    pub known_int3s: Vec<u64>,
+    /// Where the known-stack matcher's code is, when it is.
+    pub known_code: Option<(u64, u64)>,
 }
 
 /// What the trampoline does for one patched place.
@@ -394,12 +412,16 @@ pub struct Site {
 #[cfg(test)]
 pub fn assemble(plan: &PatchPlan, page: u64, numbers: &[u64], ring: &[u64], fsgsbase: bool) -> Option<Assembled> {
     let site = Site { plan: plan.clone(), kind: Kind::Wrapper { numbers: numbers.to_vec(), ring: ring.to_vec() } };
-    assemble_sites(&[site], page, fsgsbase)
+    assemble_sites(&[site], page, fsgsbase, false)
 }
 
 /// The trampoline page's code for every site, one after the other; `None` if it does not fit the page, a jump
-/// is out of reach, or a ring is asked for without `rdfsbase`.
-pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool) -> Option<Assembled> {
+/// is out of reach, or a ring is asked for without `rdfsbase`. `known`: every match path asks the known-stack
+/// matcher first (its code goes after the paths; its table after the ring, so a ring must be mapped).
+pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool, known: bool) -> Option<Assembled> {
+    if known && !fsgsbase {
+        return None;
+    }
     let mut a = Assembled {
         code: Vec::new(),
         int3s: HashMap::new(),
@@ -407,7 +429,11 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool) -> Option<Assem
         ring_writes: Vec::new(),
         starts: Vec::new(),
         full_int3s: Vec::new(),
+        known_int3s: Vec::new(),
+        known_code: None,
     };
+    // The rel32 of each call of the matcher, patched once its place is known.
+    let mut calls = Vec::new();
     for (si, site) in sites.iter().enumerate() {
         let reloc = &site.plan.orig;
         let back = site.plan.syscall_at + 2;
@@ -417,7 +443,7 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool) -> Option<Assem
                 if *ring && !fsgsbase {
                     return None;
                 }
-                path(&mut a, si, page, reloc, back, *nr, *ring, fsgsbase)?;
+                path(&mut a, &mut calls, si, page, reloc, back, *nr, (*ring, fsgsbase, known))?;
             }
             Kind::Wrapper { numbers, ring } => {
                 if !fsgsbase && !ring.is_empty() {
@@ -426,7 +452,7 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool) -> Option<Assem
                 let compare_len = 12 * numbers.len();
                 let miss_len = reloc.len() + 5;
                 let base = a.code.len();
-                let path_len = |nr: &u64| if ring.contains(nr) { ring_len(reloc) } else { match_len(reloc) };
+                let path_len = |nr: &u64| if ring.contains(nr) { ring_len(reloc) } else { match_len(reloc, known) };
                 let path_at = |i: usize| {
                     page + (base + compare_len + miss_len + numbers[..i].iter().map(path_len).sum::<usize>()) as u64
                 };
@@ -444,9 +470,20 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool) -> Option<Assem
                 a.code.extend_from_slice(&rel32(here, 5, site.plan.at + reloc.len() as u64)?);
                 for (i, &nr) in numbers.iter().enumerate() {
                     debug_assert_eq!(page + a.code.len() as u64, path_at(i));
-                    path(&mut a, si, page, reloc, back, nr, ring.contains(&nr), fsgsbase)?;
+                    path(&mut a, &mut calls, si, page, reloc, back, nr, (ring.contains(&nr), fsgsbase, known))?;
                 }
             }
+        }
+    }
+    if known && !calls.is_empty() {
+        a.code.resize(a.code.len().next_multiple_of(16), 0xcc);
+        let at = page + a.code.len() as u64;
+        a.code.extend_from_slice(crate::x86::known::CODE);
+        a.known_code = Some((at, page + a.code.len() as u64));
+        a.ring_writes.push((at, page + a.code.len() as u64));
+        for c in calls {
+            let end = page + c as u64 + 4;
+            a.code[c..c + 4].copy_from_slice(&i32::try_from(at as i128 - end as i128).ok()?.to_le_bytes());
         }
     }
     (a.code.len() <= 4096).then_some(a)
@@ -465,13 +502,13 @@ fn riprel(code: &mut Vec<u8>, page: u64, op: &[u8], to: u64) -> Option<()> {
 #[allow(clippy::too_many_arguments)]
 fn path(
     a: &mut Assembled,
+    calls: &mut Vec<usize>,
     si: usize,
     page: u64,
     reloc: &[u8],
     back: u64,
     nr: u64,
-    ring: bool,
-    fsgsbase: bool,
+    (ring, fsgsbase, known): (bool, bool, bool),
 ) -> Option<()> {
     let code = &mut a.code;
     let start = code.len();
@@ -546,8 +583,21 @@ fn path(
         return Some(());
     }
     code.extend_from_slice(&[0x0f, 0x05]);
-    let int3 = path_at + (match_len(reloc) - 6) as u64;
+    let int3 = path_at + (match_len(reloc, known) - 6) as u64;
     record_head(code, int3, fsgsbase);
+    if known {
+        known_call(code, calls, page, (nr, si as u64), back, int3)?;
+        debug_assert_eq!(page + code.len() as u64, int3);
+        a.int3s.insert(int3, nr);
+        a.int3_sites.insert(int3, si);
+        a.known_int3s.push(int3);
+        // From the matcher's return: a number may be taken and the int3 not reached yet.
+        a.ring_writes.push((int3 - (KNOWN_CODE - 38) as u64, int3 + 1));
+        code.push(0xcc);
+        riprel(code, page, &[0xe9], back)?;
+        debug_assert_eq!(code.len() - start, match_len(reloc, true));
+        return Some(());
+    }
     // mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
     code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0]);
     riprel(code, page, &[0xf0, 0x4c, 0x0f, 0xc1, 0x1d], counter)?;
@@ -558,12 +608,65 @@ fn path(
     a.int3_sites.insert(int3, si);
     code.push(0xcc);
     riprel(code, page, &[0xe9], back)?;
-    debug_assert_eq!(code.len() - start, match_len(reloc));
+    debug_assert_eq!(code.len() - start, match_len(reloc, false));
     Some(())
 }
 
 fn imm32(v: u64) -> Option<[u8; 4]> {
     i32::try_from(v).ok().map(|v| v.to_le_bytes())
+}
+
+/// A match path's call of the known-stack matcher, after the record's first part: with rsp below the record (and
+/// 16-byte aligned, as it is 8 past at the entry), `known_match(entry rsp, nr, site, page)` (see `known.c`). It
+/// returns 1 when it wrote the call into the ring: rax back from the record, and back into the function. 0: not
+/// known, the match path goes on as without it (the counter, the int3). Bit 63 set: known but the ring is full,
+/// its number taken: the int3 with that number. Before the int3 the registers the call may have changed are put
+/// back from the record, rcx as [`Block::rcx`] gives it, and the flags as [`Block::eflags`] has them.
+fn known_call(
+    code: &mut Vec<u8>,
+    calls: &mut Vec<usize>,
+    page: u64,
+    (nr, si): (u64, u64),
+    back: u64,
+    int3: u64,
+) -> Option<()> {
+    let start = code.len();
+    // lea -0x88(%rsp),%rsp ; lea 0x88(%rsp),%rdi ; mov $nr,%esi ; mov $si,%edx ; lea page(%rip),%rcx ; call
+    code.extend_from_slice(&[0x48, 0x8d, 0xa4, 0x24, 0x78, 0xff, 0xff, 0xff]);
+    code.extend_from_slice(&[0x48, 0x8d, 0xbc, 0x24, 0x88, 0x00, 0x00, 0x00]);
+    code.push(0xbe);
+    code.extend_from_slice(&u32::try_from(nr).ok()?.to_le_bytes());
+    code.push(0xba);
+    code.extend_from_slice(&u32::try_from(si).ok()?.to_le_bytes());
+    riprel(code, page, &[0x48, 0x8d, 0x0d], page)?;
+    code.push(0xe8);
+    calls.push(code.len());
+    code.extend_from_slice(&[0, 0, 0, 0]);
+    // lea 0x88(%rsp),%rsp ; test %rax,%rax ; je miss ; js full ; mov rax(%rsp),%rax ; jmp back
+    code.extend_from_slice(&[0x48, 0x8d, 0xa4, 0x24, 0x88, 0x00, 0x00, 0x00, 0x48, 0x85, 0xc0]);
+    code.extend_from_slice(&[0x74, 2 + 5 + 5 + 10, 0x78, 5 + 5]);
+    let (_, _, rax, rax_off) = SAVED[0];
+    debug_assert_eq!((rax, rax_off), (0, -104));
+    code.extend_from_slice(&[0x48, 0x8b, 0x44, 0x24, rax_off as u8]);
+    riprel(code, page, &[0xe9], back)?;
+    debug_assert_eq!(code.len() - start, 63);
+    // full: mov %rax,%r11 ; btr $63,%r11 ; jmp common
+    code.extend_from_slice(&[0x49, 0x89, 0xc3, 0x49, 0x0f, 0xba, 0xf3, 0x3f, 0xeb, 19]);
+    // miss: mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11
+    code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0]);
+    riprel(code, page, &[0xf0, 0x4c, 0x0f, 0xc1, 0x1d], page + COUNTER)?;
+    code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
+    debug_assert_eq!(code.len() - start, 63 + 10 + 19);
+    // common: lea -1(%r11),%r11 ; add $1,%r11 (r11 = seq, the flags of adding 1 to seq - 1) ; mov %r11,seq(%rsp)
+    code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0xff, 0x49, 0x83, 0xc3, 0x01]);
+    store(code, 1, 3, AT_SEQ);
+    // The registers the matcher may have changed, from the record: rax, rdi, rsi, rdx, r10, r8, r9.
+    for &(_, r, reg, off) in &SAVED[..7] {
+        code.extend_from_slice(&[0x48 | (r << 2), 0x8b, 0x44 | (reg << 3), 0x24, off as u8]);
+    }
+    riprel(code, page, &[0x48, 0x8d, 0x0d], int3.wrapping_sub(RECORD_CODE))?;
+    debug_assert_eq!(code.len() - start, KNOWN_CODE);
+    Some(())
 }
 
 /// A record's first part: the registers, the int3's address and the thread (rdfsbase, or 0).

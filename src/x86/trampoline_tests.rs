@@ -230,8 +230,8 @@ fn libc_functions_are_patched_at_their_number_move_and_share_the_page() {
         Site { plan: pm.clone(), kind: Kind::Fixed { nr: 9, ring: false } },
     ];
     let page = entry - 0x10_0000;
-    assert!(assemble_sites(&sites, page, false).is_none(), "a ring needs rdfsbase");
-    let a = assemble_sites(&sites, page, true).unwrap();
+    assert!(assemble_sites(&sites, page, false, false).is_none(), "a ring needs rdfsbase");
+    let a = assemble_sites(&sites, page, true, false).unwrap();
     assert_eq!(a.starts.len(), 3);
     assert_eq!(a.ring_writes.len(), 4);
     let insns = cs.disasm_all(&a.code, page).unwrap();
@@ -318,4 +318,65 @@ fn pages_come_from_the_gaps_nearest_first_within_reach() {
     assert!(page_candidates(&full, std::slice::from_ref(&p), PAGES).is_empty());
     // With a ring (18 pages and a free one each side), the 16 KiB gap is too small.
     assert_eq!(page_candidates(&maps, std::slice::from_ref(&p), pages(true))[0], libc + 0x1002_2000);
+}
+
+#[test]
+fn a_known_stack_path_calls_the_matcher_and_branches_on_its_answer() {
+    let cs = disassembler().unwrap();
+    let entry = 0x7f00_0010_1810;
+    let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
+    let p = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x22]).unwrap();
+    let sites = [Site { plan: p.clone(), kind: Kind::Wrapper { numbers: vec![9, 11], ring: vec![11] } }];
+    let page = entry - 0x10_0000;
+    assert!(assemble_sites(&sites, page, false, true).is_none(), "known stacks need rdfsbase");
+    let a = assemble_sites(&sites, page, true, true).unwrap();
+    let (known_at, known_end) = a.known_code.unwrap();
+    assert_eq!(known_at % 16, 0);
+    assert_eq!(known_end - known_at, crate::x86::known::CODE.len() as u64);
+    assert_eq!(&a.code[(known_at - page) as usize..], crate::x86::known::CODE);
+    assert_eq!(a.known_int3s.len(), 1, "mmap's stop asks the matcher; munmap goes to the ring");
+    let int3 = a.known_int3s[0];
+    assert_eq!(a.int3s[&int3], 9);
+    let insns = cs.disasm_all(&a.code[..(known_at - page) as usize], page).unwrap();
+    let all: Vec<(u64, String)> = insns
+        .iter()
+        .map(|i| (i.address(), format!("{} {}", i.mnemonic().unwrap(), i.op_str().unwrap()).trim().to_string()))
+        .collect();
+    let at = |s: &str| all.iter().position(|(_, t)| t == s).unwrap_or_else(|| panic!("no `{s}` in {all:#?}"));
+    let call = at(&format!("call {known_at:#x}"));
+    let t = |i: usize| all[i].1.as_str();
+    assert_eq!(t(call - 5), "lea rsp, [rsp - 0x88]");
+    assert_eq!(t(call - 4), "lea rdi, [rsp + 0x88]");
+    assert_eq!(t(call - 3), "mov esi, 9");
+    assert_eq!(t(call - 2), "mov edx, 0");
+    assert_eq!(t(call - 1), format!("lea rcx, [rip - {:#x}]", all[call].0 - page));
+    assert_eq!(t(call + 1), "lea rsp, [rsp + 0x88]");
+    assert_eq!(t(call + 2), "test rax, rax");
+    let target = |i: usize| u64::from_str_radix(t(i).split("0x").nth(1).unwrap(), 16).unwrap();
+    let index_of = |addr: u64| all.iter().position(|(a, _)| *a == addr).unwrap();
+    // Not known: the counter, then the common end.
+    assert!(t(call + 3).starts_with("je "));
+    let miss = index_of(target(call + 3));
+    assert_eq!(t(miss), "mov r11d, 1");
+    assert!(t(miss + 1).starts_with("lock xadd"));
+    // Known but the ring is full: the number it took.
+    assert!(t(call + 4).starts_with("js "));
+    let full = index_of(target(call + 4));
+    assert_eq!(t(full), "mov r11, rax");
+    assert_eq!(t(full + 1), "btr r11, 0x3f");
+    assert_eq!(index_of(target(full + 2)), miss + 3, "the full branch joins after the counter");
+    // Written into the ring: the result back, and back into the wrapper.
+    assert_eq!(t(call + 5), "mov rax, qword ptr [rsp - 0x68]");
+    assert_eq!(t(call + 6), format!("jmp {:#x}", p.syscall_at + 2));
+    let common = miss + 3;
+    assert_eq!(t(common), "lea r11, [r11 - 1]");
+    assert_eq!(t(common + 1), "add r11, 1");
+    assert_eq!(t(common + 2), "mov qword ptr [rsp - 0x78], r11");
+    assert_eq!(t(common + 3), "mov rax, qword ptr [rsp - 0x68]");
+    assert_eq!(t(common + 9), "mov r9, qword ptr [rsp - 0x38]");
+    assert_eq!(t(common + 10), format!("lea rcx, [rip - {:#x}]", all[common + 11].0 - (int3 - RECORD_CODE)));
+    assert_eq!(all[common + 11], (int3, "int3".to_string()));
+    // A thread held from the matcher's return to its int3 may have a number: stepped through at detach.
+    assert!(a.ring_writes.contains(&(all[call + 1].0, int3 + 1)));
+    assert!(a.ring_writes.contains(&(known_at, known_end)));
 }

@@ -14,6 +14,7 @@ mod growth;
 mod guardian;
 mod hooks;
 mod html;
+mod known;
 mod leaks;
 mod mem;
 mod paths;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// The pyenv interpreter of version 3.MINOR; missing is a failure (CI machines have the same pyenv).
-fn pyenv(minor: u32) -> PathBuf {
+pub fn pyenv(minor: u32) -> PathBuf {
     let root = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".pyenv/versions");
     let dirs =
         std::fs::read_dir(&root).unwrap_or_else(|e| panic!("{}: {e} (pyenv with CPython 3.{minor})", root.display()));

@@ -127,14 +127,17 @@ fn ring_round(lazy: bool, libc: bool) {
         .expect("the trampoline's page is named");
     for r in out.iter().filter(|v| v["type"] == "region") {
         let start = hex(r["data"]["start"].as_str().unwrap());
-        assert!(!(page..page + 0x12000).contains(&start), "{r}");
+        assert!(!(page..page + 0x52000).contains(&start), "{r}");
     }
     let munmaps = truth.values().flatten().filter(|c| c.0 == "munmap").count() as u64;
-    let ring = sum["from_ring"].as_u64().unwrap();
+    // (The ring's calls also count the mmaps of known stacks, written there without a stop.)
+    let ring = sum["from_ring"].as_u64().unwrap() - sum["from_known"].as_u64().unwrap();
     if lazy {
         assert!(ring > 0 && ring + 800 <= munmaps, "{ring} of {munmaps} munmaps through the ring: {sum}");
     } else {
-        assert!(ring * 10 >= munmaps * 9, "{ring} of {munmaps} munmaps without a stop: {sum}");
+        // Most: the known stacks' mmaps share the ring, and while the analysis is far behind (a debug build, a
+        // loaded machine) the ring is left unread, so that calls stop once it is full (`Sink::behind`).
+        assert!(ring * 4 >= munmaps * 3, "{ring} of {munmaps} munmaps without a stop: {sum}");
     }
     t.send("exit");
     assert_eq!(t.wait().code(), Some(0));

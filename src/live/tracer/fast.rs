@@ -75,6 +75,10 @@ pub(super) struct Fast {
     pub(super) int3s: HashMap<u64, (u64, usize)>,
     /// The int3s where a full ring's calls stop: only their record is read, no stack.
     pub(super) full_int3s: std::collections::HashSet<u64>,
+    /// The int3s of match paths that ask the known-stack matcher first.
+    pub(super) known_int3s: std::collections::HashSet<u64>,
+    /// The known stacks' table, when the matcher is in the page.
+    pub(super) known: Option<super::known::Known>,
     pub(super) page: u64,
     /// The target catches or ignores SIGTRAP (read before the trap pad took it): a SIGTRAP sent to a thread just
     /// as it reaches our int3 merges with the int3's (one pending instance), so each stop's siginfo is read and
@@ -228,8 +232,14 @@ impl Tracer<'_> {
                 Kind::Fixed { ring, .. } => *ring,
             })
         };
+        // Known stacks need the ring's pages (their table follows the ring) and a thread in each record.
+        // (Mapped with the ring's pages even when no call goes to the ring: known calls are written there.)
+        let mut known = self.cfg.known.is_some() && fsgsbase;
+        if known && trampoline::assemble_sites(&sites, plan.at & !0xfff, fsgsbase, true).is_none() {
+            known = false;
+        }
         // Whether it fits, at a page as near as any (the rel32s are checked again at the real one).
-        if trampoline::assemble_sites(&sites, plan.at & !0xfff, fsgsbase).is_none() {
+        if trampoline::assemble_sites(&sites, plan.at & !0xfff, fsgsbase, false).is_none() {
             return Err(Error::TrampolineTooBig);
         }
         // All threads are held: the maps cannot change under us but for other processes writing ours (none do).
@@ -239,13 +249,15 @@ impl Tracer<'_> {
         let maps = self.k.read_maps(pid).map_err(|error| Error::Maps { pid, error })?;
         let maps = crate::model::maps::parse_maps(&maps);
         let plans: Vec<PatchPlan> = sites.iter().map(|s| s.plan.clone()).collect();
-        let mut candidates = trampoline::page_candidates(&maps, &plans, trampoline::pages(rings(&sites)));
-        if candidates.is_empty() && rings(&sites) {
+        let ringed = |sites: &[Site], known: bool| known || rings(sites);
+        let mut candidates = trampoline::page_candidates(&maps, &plans, trampoline::pages(ringed(&sites, known)));
+        if candidates.is_empty() && ringed(&sites, known) {
             // No gap in reach is large enough for the ring: its calls stop like the others.
             self.summary
                 .warnings
                 .push("no free gap near libc is large enough for --fast's ring: munmap calls stop too".into());
             ring.clear();
+            known = false;
             for s in sites.iter_mut() {
                 match &mut s.kind {
                     Kind::Wrapper { ring, .. } => ring.clear(),
@@ -254,7 +266,7 @@ impl Tracer<'_> {
             }
             candidates = trampoline::page_candidates(&maps, &plans, trampoline::PAGES);
         }
-        let len = trampoline::pages(rings(&sites)) * 4096;
+        let len = trampoline::pages(ringed(&sites, known)) * 4096;
         let munmap = |t: &mut Self, at: u64| {
             t.inject_syscall(tid, plan.syscall_at, libc::SYS_munmap as u64, [at, len, 0, 0, 0, 0]).map(|_| ())
         };
@@ -266,7 +278,7 @@ impl Tracer<'_> {
             // Mapped executable, the counter's page then made writable: dropping exec is allowed where adding it
             // is not (PR_SET_MDWE, systemd's MemoryDenyWriteExecute). The code is written through /proc/PID/mem.
             let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
-            if rings(&sites) {
+            if ringed(&sites, known) {
                 // The code page private, the data pages shared (syscatch maps them too, see `Fast::shared`).
                 let got = self.inject_syscall(
                     tid,
@@ -331,19 +343,20 @@ impl Tracer<'_> {
             tried => Error::PageRefused { tried },
         })?;
         let assembled =
-            trampoline::assemble_sites(&sites, page, fsgsbase).ok_or(Error::TrampolineTooBig).and_then(|a| {
+            trampoline::assemble_sites(&sites, page, fsgsbase, known).ok_or(Error::TrampolineTooBig).and_then(|a| {
                 for (p, &start) in patches.iter_mut().zip(&a.starts) {
                     p.jump = trampoline::patch_bytes(&p.plan, start).ok_or(Error::OutOfRange)?;
                 }
                 Ok(a)
             });
-        let trampoline::Assembled { code, int3s, int3_sites, ring_writes, full_int3s, .. } = match assembled {
-            Ok(a) => a,
-            Err(e) => {
-                let _ = munmap(self, page);
-                return Err(e);
-            }
-        };
+        let trampoline::Assembled { code, int3s, int3_sites, ring_writes, full_int3s, known_int3s, .. } =
+            match assembled {
+                Ok(a) => a,
+                Err(e) => {
+                    let _ = munmap(self, page);
+                    return Err(e);
+                }
+            };
         // The code first (nothing jumps there yet), so a refusal can still give the pages back.
         if let Err(e) = self.mem.write_all(page, &code) {
             let _ = munmap(self, page);
@@ -367,7 +380,7 @@ impl Tracer<'_> {
         }
         let int3s: HashMap<u64, (u64, usize)> =
             int3s.into_iter().map(|(a, nr)| (a, (nr, int3_sites.get(&a).copied().unwrap_or(0)))).collect();
-        let ring = rings(&sites).then(|| Ring { threads, template, ..Ring::new(ring_writes) });
+        let ring = ringed(&sites, known).then(|| Ring { threads, template, ..Ring::new(ring_writes) });
         let patched = patches[1..].iter().map(|p| p.entry).collect();
         let full_int3s = full_int3s.into_iter().collect();
         let shared = match ring.is_some().then(|| self.k.open_shared(pid, page + 4096, len - 4096)) {
@@ -381,7 +394,22 @@ impl Tracer<'_> {
             }
             None => None,
         };
-        self.fast = Some(Fast { patches, int3s, full_int3s, page, sigtrap_handled, fsgsbase, ring, shared });
+        // The table is written through syscatch's own mapping of it.
+        let known_table =
+            (known && shared.is_some()).then(|| self.cfg.known.take()).flatten().map(super::known::Known::new);
+        let known_int3s = if known_table.is_some() { known_int3s.into_iter().collect() } else { Default::default() };
+        self.fast = Some(Fast {
+            patches,
+            int3s,
+            full_int3s,
+            known_int3s,
+            known: known_table,
+            page,
+            sigtrap_handled,
+            fsgsbase,
+            ring,
+            shared,
+        });
         // syscatch's own memory in the target (the ring's pages fill as it is used): not the target's growth.
         self.summary.own_ranges.push((page, page + len));
         self.armed = true;
@@ -536,7 +564,13 @@ impl Tracer<'_> {
                 let more =
                     sigstack::read_interrupted(|a, n, b| k.read_into(tid, a, n, b), restorers, sp, &stack, asked);
                 let python = self.cfg.python.as_mut().map(|p| p.read_frames(tid, regs, &stack)).unwrap_or_default();
-                Some(StackCapture { regs: at_entry, stack, asked, python, more })
+                // Not with other stacks copied, nor for a CPython thread whose walk found no frames (or failed).
+                let known = if more.is_empty() && (self.cfg.python.is_none() || !python.is_empty()) {
+                    self.known_hint(tid, regs, &stack).map(Box::new)
+                } else {
+                    None
+                };
+                Some(StackCapture { regs: at_entry, stack, asked, python, more, known, known_id: None })
             },
             also: Vec::new(),
         }

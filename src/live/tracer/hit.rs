@@ -10,6 +10,9 @@ impl Tracer<'_> {
     /// `guess`: the stack pointer of the thread's last trampoline event and the stack read there, if nothing has
     /// stopped the thread since.
     pub(super) fn on_trap(&mut self, tid: Tid, seen: Instant, guess: Option<(u64, usize)>) {
+        // Not with the known-stack matcher: its own frame, below a match path's record, can leave words there
+        // that pass for a record at a guessed stack pointer (found: a stop read with the matcher's registers).
+        let guess = guess.filter(|_| self.fast.as_ref().is_none_or(|f| f.known.is_none()));
         let read = match guess.map(|g| (g.0, self.fast_guessed(tid, g, seen))) {
             Some((_, Ok(()))) => return,
             Some((sp, Err(window))) => Some((sp, window)),
@@ -202,7 +205,7 @@ impl Tracer<'_> {
             let more =
                 sigstack::read_interrupted(|a, n, b| k.read_into(tid, a, n, b), &self.cfg.restorers, sp, &stack, len);
             let python = self.cfg.python.as_mut().map(|p| p.read_frames(tid, &regs, &stack)).unwrap_or_default();
-            Some(StackCapture { regs, stack, asked, python, more })
+            Some(StackCapture { regs, stack, asked, python, more, known: None, known_id: None })
         };
         let first = matched[0];
         let p = &site.probes[first];

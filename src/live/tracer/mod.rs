@@ -21,6 +21,7 @@ mod hit;
 mod hold;
 mod inject;
 mod kernel;
+mod known;
 mod pad;
 mod ring;
 #[cfg(test)]
@@ -359,6 +360,7 @@ impl<'a> Tracer<'a> {
                     self.print_status();
                 }
             }
+            self.take_known();
             self.drain_ring(false);
             match self.k.wait_any(false) {
                 Ok(None) => continue,
@@ -391,6 +393,7 @@ impl<'a> Tracer<'a> {
             Ok(Some(p)) => {
                 self.cfg.python = Some(p);
                 self.python_seen = None;
+                self.withdraw_all_known();
             }
             Err(e) => {
                 self.summary.warnings.push(format!("Python frames left out: {e}"));

@@ -48,6 +48,10 @@ pub(super) struct Ring {
 /// At most this many numbers are given up on at once; past it the reading waits (the stop events wait with it).
 const MAX_HOLES: usize = 64;
 
+/// Single steps at most to bring a thread held inside the trampoline out of a stretch where it has a number (the
+/// matcher runs its checks, up to 512, about 15 instructions each).
+const STEPS: usize = 16384;
+
 /// How long the reading of the ring waits for a missing number before it reports the calls after it.
 const RING_STALL: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -116,7 +120,12 @@ impl Tracer<'_> {
         }
         // Every call this thread numbers from now on is numbered after this.
         let now = mem.read_u64(f.page + trampoline::COUNTER).unwrap_or(0);
+        let reused = !had.is_empty();
         had.push((now, tid));
+        if reused {
+            // The stacks known of the thread that had this fs base are not this one's.
+            self.withdraw_known(regs.0.fs_base, tid);
+        }
     }
 
     /// A new thread's first stop, or any interrupt: its fs base, if the ring does not know it under it yet.
@@ -134,10 +143,12 @@ impl Tracer<'_> {
     /// thread is between taking it and completing its slot, or has yet to report its stop. `last`: every thread
     /// is held for detach and nothing more will come: what is missing is skipped (and said).
     pub(super) fn drain_ring(&mut self, last: bool) {
+        let behind = !last && self.sink.behind();
         let Some(fast) = self.fast.as_mut() else { return };
         let labels: Vec<(Option<Arc<str>>, u64)> = fast.patches.iter().map(|p| (p.label.clone(), p.entry)).collect();
         let label = |x: &Slot| labels.get(x.site as usize).map_or((None, 0), |l| l.clone());
         let mem: &dyn Mem = fast.shared.as_deref().unwrap_or(&*self.mem);
+        let known = fast.known.as_ref();
         let Some(ring) = fast.ring.as_mut() else { return };
         if !last && crate::os::faults::injected("ring-slow") {
             if ring.read_at.elapsed() < std::time::Duration::from_millis(200) {
@@ -179,14 +190,15 @@ impl Tracer<'_> {
                 && let Some(x) = whole(mem)
             {
                 let tid = thread_of(&ring.threads, &x).unwrap_or(self.cfg.pid);
-                out.push(ring_event(self.start, tid, &x, label(&x), ring.template));
+                out.push(ring_event(self.start, tid, &x, label(&x), ring.template, known, &mut self.summary));
                 self.summary.from_ring += 1;
                 self.summary.hits += 1;
                 self.summary.matching += 1;
                 ring.holes.remove(&h);
             }
         }
-        while ring.next <= head {
+        // The analysis is far behind: nothing more is read this turn (see `Sink::behind`).
+        while ring.next <= head && !behind {
             // The slots of the numbers from `next` that may have been written (those the tail allowed).
             let n = (head + 1 - ring.next).min(trampoline::RING_SLOTS);
             let first = read_slots(mem, page, ring.next, n, |s, slot| {
@@ -212,7 +224,7 @@ impl Tracer<'_> {
                         unknown += 1;
                         self.cfg.pid
                     });
-                    out.push(ring_event(self.start, tid, &x, label(&x), ring.template));
+                    out.push(ring_event(self.start, tid, &x, label(&x), ring.template, known, &mut self.summary));
                     self.summary.from_ring += 1;
                     self.summary.hits += 1;
                     self.summary.matching += 1;
@@ -295,7 +307,8 @@ impl Tracer<'_> {
             .collect();
         for tid in tids {
             let mut stepped = false;
-            for _ in 0..64 {
+            // The known-stack matcher's loop over a stack's checks takes more steps than the ring's few stores.
+            for _ in 0..STEPS {
                 match self.k.get_regs(tid) {
                     Ok(r) if inside(r.ip()) => {}
                     _ => break,
@@ -329,11 +342,14 @@ impl Tracer<'_> {
                     }
                 }
             }
-            // Stepped through a full ring's int3: its event is read as at any stop there.
+            // Stepped through a full ring's int3 (or a known-stack path's): its event is read as at any stop there.
             if stepped
                 && !running.contains(&tid)
                 && let Ok(r) = self.k.get_regs(tid)
-                && self.fast.as_ref().is_some_and(|f| f.full_int3s.contains(&r.ip().wrapping_sub(1)))
+                && self.fast.as_ref().is_some_and(|f| {
+                    let int3 = r.ip().wrapping_sub(1);
+                    f.full_int3s.contains(&int3) || f.known_int3s.contains(&int3)
+                })
                 && let Some(FastStop::Event(ev, seq)) = self.fast_event(tid, &r, None)
             {
                 self.emit_fast(seq, *ev);
@@ -359,27 +375,37 @@ fn thread_of(threads: &HashMap<u64, Vec<(u64, Tid)>>, x: &Slot) -> Option<Tid> {
 /// The event of a call read from the ring, at the time it was read: a libc function's (`label`) as its int3 probe
 /// reports it. Its capture is one word of stack, the return address the slot holds, at the patched function's
 /// `entry`, asked for nothing more (`asked` 0): the unwinder gives the function and its caller, and says why it
-/// ends there.
+/// ends there. A call the known-stack matcher wrote has the capture of its known stack (counted in `summary`).
 fn ring_event(
     start: Instant,
     tid: Tid,
     x: &Slot,
     (label, entry): (Option<Arc<str>>, u64),
     template: Option<Regs>,
+    known: Option<&super::known::Known>,
+    summary: &mut crate::model::event::Summary,
 ) -> Event {
-    let capture = template.map(|mut regs| {
-        for r in crate::model::regs::Reg::ALL {
-            regs.set(r, 0);
-        }
-        regs.0.rip = entry;
-        regs.0.rsp = x.sp;
-        StackCapture {
-            regs,
-            stack: Window::from(x.ra.to_le_bytes().to_vec()),
-            asked: 0,
-            python: Default::default(),
-            more: Vec::new(),
-        }
+    let known = x.known.and_then(|k| known?.stacks.get(&k)).cloned();
+    if known.is_some() {
+        summary.from_known += 1;
+    }
+    let capture = known.or_else(|| {
+        template.map(|mut regs| {
+            for r in crate::model::regs::Reg::ALL {
+                regs.set(r, 0);
+            }
+            regs.0.rip = entry;
+            regs.0.rsp = x.sp;
+            StackCapture {
+                regs,
+                stack: Window::from(x.ra.to_le_bytes().to_vec()),
+                asked: 0,
+                python: Default::default(),
+                more: Vec::new(),
+                known: None,
+                known_id: None,
+            }
+        })
     });
     Event {
         time: start.elapsed().as_secs_f64(),

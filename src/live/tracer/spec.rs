@@ -92,4 +92,7 @@ pub struct Config {
     /// The target's signal restorers ([`crate::live::sigstack::read_restorers`]): a capture inside a handler on
     /// an alternate signal stack copies the interrupted stack too.
     pub restorers: Vec<u64>,
+    /// Known stacks proposed by the unwinding (see `crate::x86::known`); `None`: every matching call of `--fast`
+    /// stops.
+    pub known: Option<crossbeam_channel::Receiver<crate::model::known::Proposal>>,
 }

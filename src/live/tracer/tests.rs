@@ -51,6 +51,7 @@ fn tracer<'a>(s: &Script, sink: &'a mut Vec<Event>) -> Tracer<'a> {
         epoch: Instant::now(),
         live_status: false,
         restorers: Vec::new(),
+        known: None,
     };
     let wrapper = Probe::new(None, None, Box::new(Numbers([9, 59].into())));
     let func = Probe::new(Some("f".into()), Some("libc.so.6:f".into()), Box::new(Numbers([1].into())));
@@ -520,6 +521,7 @@ fn a_site_that_cannot_be_decoded_or_is_no_wrapper_is_named() {
         epoch: Instant::now(),
         live_status: false,
         restorers: Vec::new(),
+        known: None,
     };
     let k: Rc<dyn Kernel> = Rc::new(s.clone());
     let cases = [

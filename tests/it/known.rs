@@ -1,0 +1,145 @@
+//! Known stacks (`--fast`): a matching call whose stack was unwound at an earlier stop is written into the ring
+//! without a stop and reported with that stack. Each test's target maps from two callers whose calls share the
+//! thread, the stack pointer and most of the stack, alternately: every event must carry its own caller (the
+//! target says which made each address), and most must have come without a stop.
+
+use crate::common::*;
+use serde_json::Value;
+
+/// What the target said it mapped (address, tag), in order.
+type Truth = Vec<(u64, String)>;
+/// Each mmap event's result and its stack's function names, in order.
+type Mapped = Vec<(u64, Vec<String>)>;
+
+fn hex(s: &str) -> u64 {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex")
+}
+
+/// `prog args` traced by `syscatch --pid P --json --fast --syscall mmap EXTRA`, sent "go ROUNDS": each address
+/// the target reported with its tag, and the events by address (their stacks' function names), with the
+/// summary.
+fn known_run(prog: &std::path::Path, args: &[&str], extra: &[&str], rounds: u32) -> (Truth, Mapped, Value) {
+    require_ptrace();
+    let mut t = Target::start(prog, args);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&[&["--pid", pid.as_str(), "--json", "--fast", "--syscall", "mmap"], extra].concat());
+    sc.wait_attached();
+    t.send(&format!("go {rounds}"));
+    let truth: Vec<(u64, String)> = t
+        .out
+        .until(|l| l == "done")
+        .iter()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 4 && w[0] == "mmap").then(|| (hex(w[1]), w[3].to_string()))
+        })
+        .collect();
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    assert!(!err.iter().any(|l| l.contains("not possible")), "--fast was installed: {err:#?}");
+    assert_eq!(tracer_of_pid(t.pid), 0, "detached");
+    t.send("exit");
+    assert_eq!(t.wait().code(), Some(0));
+    let values = json_lines(&out);
+    let events = values
+        .iter()
+        .filter(|v| {
+            v["type"] == "event" && (v["data"]["syscall"] == "mmap" || v["data"]["location"] == "libc.so.6:mmap")
+        })
+        .map(|v| {
+            let names = v["data"]["stack"]
+                .as_array()
+                .map(|s| s.iter().map(|f| f["function"].as_str().unwrap_or("?").to_string()).collect())
+                .unwrap_or_default();
+            (hex(v["data"]["ret"].as_str().unwrap()), names)
+        })
+        .collect();
+    (truth, events, summary_data(&values).clone())
+}
+
+fn tracer_of_pid(pid: i32) -> i32 {
+    tracer_pid(pid).unwrap_or(0)
+}
+
+/// Each mapping the target tagged has its event, whose stack names its caller (`names[tag]`) and not the other.
+/// One address is mapped again and again (unmapped in between): its mappings and its events pair up in order.
+fn assert_callers(truth: &[(u64, String)], events: &[(u64, Vec<String>)], names: &[(&str, &str)], ctx: &str) {
+    assert!(!truth.is_empty(), "{ctx}: the target mapped nothing");
+    let mut by_addr: std::collections::HashMap<u64, Vec<&Vec<String>>> = Default::default();
+    for (a, s) in events {
+        by_addr.entry(*a).or_default().push(s);
+    }
+    let mut nth: std::collections::HashMap<u64, usize> = Default::default();
+    for (addr, tag) in truth {
+        let k = nth.entry(*addr).or_default();
+        let stack =
+            by_addr.get(addr).and_then(|v| v.get(*k)).unwrap_or_else(|| panic!("{ctx}: no event {k} of {addr:#x}"));
+        *k += 1;
+        let (mine, other) = match names.iter().position(|(t, _)| t == tag) {
+            Some(i) => (names[i].1, names[1 - i].1),
+            None => panic!("{ctx}: tag {tag}"),
+        };
+        assert!(stack.iter().any(|f| f == mine), "{ctx}: {addr:#x} was mapped by {mine}: {stack:#?}");
+        assert!(!stack.iter().any(|f| f == other), "{ctx}: {addr:#x} not by {other}: {stack:#?}");
+        assert!(stack.iter().any(|f| f == "_start" || f.contains("clone")), "{ctx}: the whole stack: {stack:#?}");
+    }
+    let counted: usize = nth.values().sum();
+    assert_eq!(counted, events.len(), "{ctx}: as many mmap events as mappings");
+}
+
+#[test]
+fn known_native_stacks_that_differ_two_frames_up_are_told_apart() {
+    let (truth, events, sum) = known_run(&testprog("known_stacks"), &[], &[], 300);
+    assert_eq!(truth.len(), 600);
+    assert_callers(&truth, &events, &[("a", "via_a"), ("b", "via_b")], "native");
+    // Four stacks (two callers, libc's mmap and syscall()), each stops once or a few times before it is known.
+    let known = sum["from_known"].as_u64().unwrap();
+    assert!(known >= 500, "calls reported with a known stack: {sum:#}");
+    assert_eq!(sum["matching"], 600, "{sum:#}");
+}
+
+#[test]
+fn known_stacks_off_stop_at_every_call() {
+    let (truth, events, sum) = known_run(&testprog("known_stacks"), &[], &["--no-known-stacks"], 50);
+    assert_callers(&truth, &events, &[("a", "via_a"), ("b", "via_b")], "off");
+    assert_eq!(sum["from_known"], 0, "{sum:#}");
+}
+
+/// The Python frames are the only difference between the two callers' stacks: checked from the C stack's
+/// `_PyCFrame` along the frame chain (CPython 3.11 and 3.12).
+fn python_round(minor: u32) {
+    let python = crate::python::pyenv(minor);
+    let script = repo().join("testprogs/py_known.py");
+    let (truth, events, sum) = known_run(&python, &[script.to_str().unwrap()], &[], 200);
+    assert_eq!(truth.len(), 400);
+    let ctx = format!("3.{minor}");
+    assert_callers(&truth, &events, &[("f", "f"), ("g", "g")], &ctx);
+    let known = sum["from_known"].as_u64().unwrap();
+    assert!(known >= 300, "{ctx}: calls reported with a known stack: {sum:#}");
+    assert_eq!(
+        sum["warnings"].as_array().map(|w| w.iter().filter(|w| w.as_str().unwrap().contains("Python")).count()),
+        Some(0),
+        "{sum:#}"
+    );
+}
+
+#[test]
+fn known_python_stacks_3_11_are_told_apart_by_their_frames() {
+    python_round(11);
+}
+
+#[test]
+fn known_python_stacks_3_12_are_told_apart_by_their_frames() {
+    python_round(12);
+}
+
+/// 3.13 starts its chain at the thread state, not on the stack: its calls keep stopping, with their own frames.
+#[test]
+fn python_3_13_stacks_are_never_known() {
+    let python = crate::python::pyenv(13);
+    let script = repo().join("testprogs/py_known.py");
+    let (truth, events, sum) = known_run(&python, &[script.to_str().unwrap()], &[], 30);
+    assert_callers(&truth, &events, &[("f", "f"), ("g", "g")], "3.13");
+    assert_eq!(sum["from_known"], 0, "{sum:#}");
+}
