@@ -184,15 +184,42 @@ rate_on() { # in out secs
     echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
 }
 
-# The bpftrace program of the worker rows: a uprobe on libc's syscall() filtered on the number (mmap, munmap,
-# mremap: the calls --leaks takes), the user stack of each, and a uretprobe capturing rax for the same calls.
+# The bpftrace program of the worker rows: the calls `syscatch --leaks` takes, each with its user stack and a
+# uretprobe capturing rax, counted in @calls: libc's syscall() filtered on the number (mmap, munmap, mremap), and
+# libc's own mmap, munmap and mremap entries (the worker's temporaries and pymalloc arenas go through these), but
+# like syscatch, not an entry a hook has patched (the worker's munmap: its calls reach syscall() through the hook).
+# Each function has its own pending map, so a call made inside another (a hooked munmap's syscall()) and the
+# outer call are both counted.
+# Sets BT_FUNCS to the functions probed besides syscall() and BT_LEFT to those left out.
 bpftrace_program() { # pid libc-path
+    local f clear="clear(@stacks); clear(@ret); clear(@pending);"
+    BT_FUNCS="" BT_LEFT=""
     cat <<BT
 BEGIN { printf("bench: armed\n"); }
 uprobe:$2:syscall /pid == $1 && (arg0 == 9 || arg0 == 11 || arg0 == 25)/ { @stacks[ustack] = count(); @pending[tid] = 1; }
 uretprobe:$2:syscall /@pending[tid]/ { @ret[tid] = retval; @calls = count(); delete(@pending[tid]); }
-END { clear(@stacks); clear(@ret); clear(@pending); }
 BT
+    for f in mmap munmap mremap; do
+        python3 "$ROOT/scripts/bench/entry_intact.py" "$1" "$2" "$f"
+        case $? in
+        0) ;;
+        1)
+            BT_LEFT+="${BT_LEFT:+, }$f (its entry patched by a hook)"
+            continue
+            ;;
+        *)
+            BT_LEFT+="${BT_LEFT:+, }$f (not found)"
+            continue
+            ;;
+        esac
+        BT_FUNCS+="${BT_FUNCS:+, }$f"
+        clear+=" clear(@in_$f);"
+        cat <<BT
+uprobe:$2:$f /pid == $1/ { @stacks[ustack] = count(); @in_$f[tid] = 1; }
+uretprobe:$2:$f /@in_$f[tid]/ { @ret[tid] = retval; @calls = count(); delete(@in_$f[tid]); }
+BT
+    done
+    echo "END { $clear }"
 }
 
 # Stops bpftrace and waits for it. bpftrace 0.17 can miss a SIGINT that comes as it enters its poll (seen: it sat
@@ -269,7 +296,8 @@ bench_worker() {
             r=$(rate_on "$T_IN" "$T_OUT" "$secs") || ok=1
             if [[ $t == bpftrace ]]; then
                 bpftrace_stop || BAD[$t]="failed:exited with status $?: $(tail -1 "$TR_LOG")"
-                NOTE[$t]="mmap/munmap/mremap; last turn: $(grep -o '^@calls: [0-9]*' "$TR_LOG" | tail -1) calls"
+                NOTE[$t]="syscall() for mmap/munmap/mremap, libc's ${BT_FUNCS:-no function}${BT_LEFT:+ (left out: \
+$BT_LEFT)}; last turn: $(grep -o '^@calls: [0-9]*' "$TR_LOG" | tail -1) calls"
             elif [[ $t != untraced ]]; then
                 kill -INT "$TR_PROC"
                 tracer_wait || BAD[$t]="failed:exited with status $?: $(tail -1 "$TR_LOG")"

@@ -133,7 +133,8 @@ pub struct History {
 pub type SampledRegion = (u64, u64, u64);
 
 impl History {
-    /// Adds a sample taken at `time`: its anonymous regions and the bytes each stack holds then.
+    /// Adds a sample taken at `time`: its anonymous regions, sorted by start as the kernel lists them (others are
+    /// taken too, at more cost), and the bytes each stack holds then.
     pub fn push(&mut self, time: f64, regions: impl Iterator<Item = SampledRegion>, stacks: &BTreeMap<u32, u64>) {
         let k = self.times.len() as u32;
         self.times.push(time);
@@ -141,21 +142,8 @@ impl History {
             self.base = regions.collect();
             self.base.sort_unstable();
         } else {
-            let mut seen = std::collections::HashSet::new();
-            for (start, end, rss_kb) in regions {
-                seen.insert(start);
-                let now = Some(Kept { end, rss_kb });
-                if self.current(start) != now {
-                    self.regions.entry(start).or_default().push((k, now));
-                }
-            }
-            let base_starts = self.base.iter().map(|r| r.0);
-            let gone: Vec<u64> = base_starts
-                .chain(self.regions.keys().copied())
-                .filter(|s| !seen.contains(s) && self.current(*s).is_some())
-                .collect();
-            for start in gone {
-                self.regions.entry(start).or_default().push((k, None));
+            for (start, now) in self.changes(regions) {
+                self.regions.entry(start).or_default().push((k, now));
             }
         }
         for (id, h) in self.stacks.iter_mut() {
@@ -171,45 +159,97 @@ impl History {
         }
     }
 
+    /// What a new sample changes: a region that is new or not as the last sample left it, or `None` where a
+    /// region the history knows is gone. One pass of two cursors, over the sample and over the regions as they
+    /// are now, both sorted by start, so nothing the size of the sample is built; a region out of order is
+    /// applied after the pass (the last of a start's regions counts).
+    fn changes(&self, regions: impl Iterator<Item = SampledRegion>) -> Vec<(u64, Option<Kept>)> {
+        let mut known = self.regions_at(u32::MAX).peekable();
+        let mut out = Vec::new();
+        let mut late = Vec::new();
+        let mut last = None;
+        for (start, end, rss_kb) in regions {
+            let now = Some(Kept { end, rss_kb });
+            if last.is_some_and(|l| start <= l) {
+                late.push((start, now));
+                continue;
+            }
+            last = Some(start);
+            while let Some((s, _)) = known.next_if(|&(s, _)| s < start) {
+                out.push((s, None));
+            }
+            let was = known.next_if(|&(s, _)| s == start).map(|(_, r)| r);
+            if was != now {
+                out.push((start, now));
+            }
+        }
+        out.extend(known.map(|(s, _)| (s, None)));
+        if !late.is_empty() {
+            // By start, the last of each start's regions first (the sort is stable), and only that one kept.
+            late.reverse();
+            late.sort_by_key(|r| r.0);
+            late.dedup_by_key(|r| r.0);
+            out.retain(|&(s, _)| late.binary_search_by_key(&s, |r| r.0).is_err());
+            out.extend(late.into_iter().filter(|&(s, now)| self.current(s) != now));
+        }
+        out
+    }
+
+    /// The regions of sample `k` (the last one for `u32::MAX`), by start in address order.
+    fn regions_at(&self, k: u32) -> impl Iterator<Item = (u64, Kept)> + '_ {
+        let mut base = self.base.iter().peekable();
+        let mut changed = self.regions.iter().peekable();
+        std::iter::from_fn(move || {
+            loop {
+                let start = match (base.peek().map(|b| b.0), changed.peek().map(|c| *c.0)) {
+                    (None, None) => return None,
+                    (Some(b), Some(c)) => b.min(c),
+                    (Some(b), None) => b,
+                    (None, Some(c)) => c,
+                };
+                let first = base.next_if(|b| b.0 == start).map(|&(_, end, rss_kb)| Kept { end, rss_kb });
+                // (Two regions of the first sample at one start: the kernel never lists them; the first counts.)
+                while base.next_if(|b| b.0 == start).is_some() {}
+                let at = match changed.next_if(|c| *c.0 == start) {
+                    Some((_, h)) => Self::at_in(h, k, first),
+                    None => first,
+                };
+                if let Some(r) = at {
+                    return Some((start, r));
+                }
+            }
+        })
+    }
+
     /// The first sample's region at `start`.
     fn in_base(&self, start: u64) -> Option<Kept> {
-        let i = self.base.binary_search_by_key(&start, |r| r.0).ok()?;
-        self.base.get(i).map(|&(_, end, rss_kb)| Kept { end, rss_kb })
+        let i = self.base.partition_point(|r| r.0 < start);
+        self.base.get(i).filter(|r| r.0 == start).map(|&(_, end, rss_kb)| Kept { end, rss_kb })
     }
 
     /// The region at `start` as the last sample left it.
     fn current(&self, start: u64) -> Option<Kept> {
-        match self.regions.get(&start).and_then(|h| h.last()) {
-            Some(&(_, r)) => r,
-            None => self.in_base(start),
-        }
+        let h = self.regions.get(&start).map(Vec::as_slice).unwrap_or_default();
+        Self::at_in(h, u32::MAX, self.in_base(start))
     }
 
-    /// The region at `start` in sample `k`.
-    fn at(&self, start: u64, k: u32) -> Option<Kept> {
-        let h = self.regions.get(&start).map(Vec::as_slice).unwrap_or_default();
+    /// A start's region in sample `k`, from its changes `h` and its region in the first sample.
+    fn at_in(h: &[(u32, Option<Kept>)], k: u32, first: Option<Kept>) -> Option<Kept> {
         let i = h.partition_point(|x| x.0 <= k);
         match i.checked_sub(1).and_then(|i| h.get(i)) {
             Some(&(_, r)) => r,
-            None => self.in_base(start),
+            None => first,
         }
-    }
-
-    /// The regions of sample `k`, sorted by address.
-    fn regions_at(&self, k: u32) -> Vec<SampledRegion> {
-        let mut starts: Vec<u64> = self.base.iter().map(|r| r.0).collect();
-        starts.extend(self.regions.keys().copied().filter(|s| self.in_base(*s).is_none()));
-        starts.sort_unstable();
-        starts.into_iter().filter_map(|s| self.at(s, k).map(|r| (s, r.end, r.rss_kb))).collect()
     }
 
     /// For each of `regions` (sorted by address), its Rss+Swap at every sample: the regions of that sample it
     /// overlaps most count toward it, as between two samples (regions merge and split as they grow).
     pub fn region_series(&self, regions: &[(u64, u64)]) -> Vec<Vec<u64>> {
         let mut out = vec![Vec::with_capacity(self.times.len()); regions.len()];
+        let mut got = vec![0u64; regions.len()];
         for k in 0..self.times.len() as u32 {
-            let mut got = vec![0u64; regions.len()];
-            for (s, e, kb) in self.regions_at(k) {
+            got.fill(0);
+            for (s, Kept { end: e, rss_kb: kb }) in self.regions_at(k) {
                 let from = regions.partition_point(|r| r.1 <= s);
                 let best = regions
                     .get(from..)
@@ -223,7 +263,7 @@ impl History {
                     *slot = slot.saturating_add(kb);
                 }
             }
-            for (series, v) in out.iter_mut().zip(got) {
+            for (series, &v) in out.iter_mut().zip(&got) {
                 series.push(v);
             }
         }
@@ -298,5 +338,67 @@ mod tests {
         assert_eq!(h.stack_series(7), [0, 0, 0, 0]);
         // Only changes are kept (a new region, two gone, one back): the first sample is not copied.
         assert_eq!(h.regions.values().map(Vec::len).sum::<usize>(), 4);
+    }
+
+    /// Regions appearing, going, growing and changing between samples, some samples listed out of order or
+    /// with a stale copy of a region before it: each sample reads back as pushed, and the series are those of the
+    /// samples kept whole.
+    #[test]
+    fn history_answers_as_whole_samples_do() {
+        // xorshift64: varied and the same every run.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        // Slots 64 KiB apart, each with a second start half way; no region reaches the next start.
+        let mut now: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for slot in 0..40u64 {
+            if next(2) == 0 {
+                now.insert(slot << 16, ((slot << 16) + 0x1000, 4));
+            }
+        }
+        let (mut h, mut whole) = (History::default(), Vec::new());
+        for k in 0..30 {
+            for _ in 0..if k > 0 { next(12) } else { 0 } {
+                let start = (next(40) << 16) + next(2) * 0x8000;
+                match next(4) {
+                    0 => {
+                        now.remove(&start);
+                    }
+                    1 => {
+                        now.insert(start, (start + (1 + next(4)) * 0x1000, next(64)));
+                    }
+                    2 => now.entry(start).or_insert((start + 0x1000, 4)).1 += 4,
+                    _ => {}
+                }
+            }
+            let mut sample: Vec<SampledRegion> = now.iter().map(|(&s, &(e, kb))| (s, e, kb)).collect();
+            whole.push(sample.clone());
+            if k % 4 == 3 {
+                sample.reverse();
+                if let Some(&(s, e, kb)) = sample.last() {
+                    sample.insert(0, (s, e + 0x1000, kb + 1));
+                }
+            }
+            h.push(k as f64, sample.into_iter(), &BTreeMap::new());
+        }
+        for (k, sample) in whole.iter().enumerate() {
+            let back: Vec<SampledRegion> = h.regions_at(k as u32).map(|(s, r)| (s, r.end, r.rss_kb)).collect();
+            assert_eq!(&back, sample, "sample {k}");
+        }
+        // Ranges over parts of several slots: each region overlaps one range at most.
+        let ranges: Vec<(u64, u64)> = (0..10u64).map(|i| ((i << 18) + 0x2000, (i << 18) + 0x30000)).collect();
+        let whole_series: Vec<Vec<u64>> = ranges
+            .iter()
+            .map(|&(a, b)| whole.iter().map(|s| s.iter().filter(|r| r.0 < b && a < r.1).map(|r| r.2).sum()).collect())
+            .collect();
+        assert_eq!(h.region_series(&ranges), whole_series);
+        assert!(whole_series.iter().flatten().any(|&kb| kb > 0));
+        // Kept by change: far fewer entries than the samples after the first hold.
+        let kept: usize = h.regions.values().map(Vec::len).sum();
+        assert!(kept * 3 < whole.iter().skip(1).map(Vec::len).sum::<usize>(), "{kept}");
     }
 }

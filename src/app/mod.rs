@@ -39,6 +39,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
 
 /// The `syscatch` command: parse the command line, run, and map errors to exit codes.
 pub fn main() {
+    // Before anything large is freed (see there).
+    crate::os::return_large_blocks();
     if std::env::args_os().nth(1).is_some_and(|a| a == crate::live::guardian::SUBCOMMAND) {
         let args: Vec<String> = std::env::args_os().skip(2).map(|a| a.to_string_lossy().into_owned()).collect();
         std::process::exit(crate::live::guardian::main(&args));
