@@ -672,9 +672,11 @@ bench_syscatch sc_match_nostack "syscatch matching hit, rax only" "" mmap "$N_SC
 bench_syscatch sc_fast_nonmatch "syscatch --fast, non-matching call" "" getpid "$N_SC" 65536 \
     "--fast: no stop, a jump and a compare" --fast
 bench_syscatch sc_fast_match "syscatch --fast, matching hit, rax + 64 KiB stack" "" mmap "$N_SC_MATCH" 65536 \
-    "--fast: one stop after the kernel returned" --fast
+    "--fast --no-known-stacks: one stop after the kernel returned" "--fast --no-known-stacks"
+bench_syscatch sc_known_match "syscatch --fast, matching call of a known stack" "" mmap "$N_SC_MATCH" 65536 \
+    "--fast: the loop's stack is known after its first calls; no stop" --fast
 TRACER_FREE=1 bench_syscatch sc_fast_match_target_pinned "syscatch --fast, matching hit, target pinned to 1 CPU" \
-    "$PIN_CPU" mmap "$N_SC_MATCH" 65536 "target on CPU $PIN_CPU, syscatch started free" --fast
+    "$PIN_CPU" mmap "$N_SC_MATCH" 65536 "target on CPU $PIN_CPU, syscatch started free" "--fast --no-known-stacks"
 # Bursts (issue 13): rounds of N back-to-back matching calls, no pause; the first round follows the attach, so it
 # includes the first event's costs. As the issue measured them: the target pinned, syscatch started free. The note
 # counts events whose stack window was dropped under pressure.
@@ -704,7 +706,8 @@ bench_burst sc_burst300_text 300 text
 bench_burst sc_burst10k_text $((QUICK ? 3000 : 10000)) text
 # Issue 13's goals, each measured pair by pair with the floor (see bench_paired): target pinned, syscatch free.
 bench_paired paired_nonmatch "paired: non-matching hit / floor (goal 1.3)" getpid "$N_SC" 65536
-bench_paired paired_fast_match "paired: --fast matching hit / floor (goal 1.5)" mmap "$N_SC_MATCH" 65536 --fast
+bench_paired paired_fast_match "paired: --fast matching hit / floor (goal 1.5)" mmap "$N_SC_MATCH" 65536 \
+    "--fast --no-known-stacks"
 bench_paired_design paired_fast_design "paired: --fast's three system calls in a C tracer / floor" 65536
 bench_paired paired_burst300_json "paired: burst of 300, JSON to a file / floor (goal 4)" mmap 300 65536
 bench_paired paired_burst10k_json "paired: burst of 10k (3k with --quick), JSON / floor (goal 4)" mmap \

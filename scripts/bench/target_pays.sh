@@ -129,7 +129,7 @@ bench_sparse() { # gap-us n
     cq=$(calc "$(median ${CMP[quiet]}) / $n / 1000") cb=$(calc "$(median ${CMP[busy]}) / $n / 1000")
     local -A NAME=([floor]="floor tracer" [base_getpid]="untraced getpid" [base_mmap]="untraced mmap + munmap"
         [sc_nonmatch]="syscatch non-matching" [sc_match]="syscatch matching, 64 KiB stack"
-        [fast_nonmatch]="--fast non-matching" [fast_match]="--fast matching, 64 KiB stack")
+        [fast_nonmatch]="--fast non-matching" [fast_match]="--fast matching, known stack after the first")
     local -A BASE_OF=([floor]=base_getpid [sc_nonmatch]=base_getpid [fast_nonmatch]=base_getpid
         [sc_match]=base_mmap [fast_match]=base_mmap)
     local v r b fq x
