@@ -42,7 +42,6 @@
 //! `r11` and the flags change besides; `syscall` has just clobbered the first two, and [`plan`] requires the
 //! wrapper's next instruction to set the flags without reading them.
 
-use crate::model::maps::Mapping;
 use crate::model::regs::Reg;
 use crate::x86::breakpoints::{Decoded, Insn};
 use std::collections::HashMap;
@@ -616,59 +615,6 @@ fn imm32(v: u64) -> Option<[u8; 4]> {
     i32::try_from(v).ok().map(|v| v.to_le_bytes())
 }
 
-/// A match path's call of the known-stack matcher, after the record's first part: with rsp below the record (and
-/// 16-byte aligned, as it is 8 past at the entry), `known_match(entry rsp, nr, site, page)` (see `known.c`). It
-/// returns 1 when it wrote the call into the ring: rax back from the record, and back into the function. 0: not
-/// known, the match path goes on as without it (the counter, the int3). Bit 63 set: known but the ring is full,
-/// its number taken: the int3 with that number. Before the int3 the registers the call may have changed are put
-/// back from the record, rcx as [`Block::rcx`] gives it, and the flags as [`Block::eflags`] has them.
-fn known_call(
-    code: &mut Vec<u8>,
-    calls: &mut Vec<usize>,
-    page: u64,
-    (nr, si): (u64, u64),
-    back: u64,
-    int3: u64,
-) -> Option<()> {
-    let start = code.len();
-    // lea -0x88(%rsp),%rsp ; lea 0x88(%rsp),%rdi ; mov $nr,%esi ; mov $si,%edx ; lea page(%rip),%rcx ; call
-    code.extend_from_slice(&[0x48, 0x8d, 0xa4, 0x24, 0x78, 0xff, 0xff, 0xff]);
-    code.extend_from_slice(&[0x48, 0x8d, 0xbc, 0x24, 0x88, 0x00, 0x00, 0x00]);
-    code.push(0xbe);
-    code.extend_from_slice(&u32::try_from(nr).ok()?.to_le_bytes());
-    code.push(0xba);
-    code.extend_from_slice(&u32::try_from(si).ok()?.to_le_bytes());
-    riprel(code, page, &[0x48, 0x8d, 0x0d], page)?;
-    code.push(0xe8);
-    calls.push(code.len());
-    code.extend_from_slice(&[0, 0, 0, 0]);
-    // lea 0x88(%rsp),%rsp ; test %rax,%rax ; je miss ; js full ; mov rax(%rsp),%rax ; jmp back
-    code.extend_from_slice(&[0x48, 0x8d, 0xa4, 0x24, 0x88, 0x00, 0x00, 0x00, 0x48, 0x85, 0xc0]);
-    code.extend_from_slice(&[0x74, 2 + 5 + 5 + 10, 0x78, 5 + 5]);
-    let (_, _, rax, rax_off) = SAVED[0];
-    debug_assert_eq!((rax, rax_off), (0, -104));
-    code.extend_from_slice(&[0x48, 0x8b, 0x44, 0x24, rax_off as u8]);
-    riprel(code, page, &[0xe9], back)?;
-    debug_assert_eq!(code.len() - start, 63);
-    // full: mov %rax,%r11 ; btr $63,%r11 ; jmp common
-    code.extend_from_slice(&[0x49, 0x89, 0xc3, 0x49, 0x0f, 0xba, 0xf3, 0x3f, 0xeb, 19]);
-    // miss: mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11
-    code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0]);
-    riprel(code, page, &[0xf0, 0x4c, 0x0f, 0xc1, 0x1d], page + COUNTER)?;
-    code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
-    debug_assert_eq!(code.len() - start, 63 + 10 + 19);
-    // common: lea -1(%r11),%r11 ; add $1,%r11 (r11 = seq, the flags of adding 1 to seq - 1) ; mov %r11,seq(%rsp)
-    code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0xff, 0x49, 0x83, 0xc3, 0x01]);
-    store(code, 1, 3, AT_SEQ);
-    // The registers the matcher may have changed, from the record: rax, rdi, rsi, rdx, r10, r8, r9.
-    for &(_, r, reg, off) in &SAVED[..7] {
-        code.extend_from_slice(&[0x48 | (r << 2), 0x8b, 0x44 | (reg << 3), 0x24, off as u8]);
-    }
-    riprel(code, page, &[0x48, 0x8d, 0x0d], int3.wrapping_sub(RECORD_CODE))?;
-    debug_assert_eq!(code.len() - start, KNOWN_CODE);
-    Some(())
-}
-
 /// A record's first part: the registers, the int3's address and the thread (rdfsbase, or 0).
 fn record_head(code: &mut Vec<u8>, int3: u64, fsgsbase: bool) {
     for &(_, r, reg, off) in &SAVED {
@@ -681,54 +627,6 @@ fn record_head(code: &mut Vec<u8>, int3: u64, fsgsbase: bool) {
     // rdfsbase %r11, or xor %r11d,%r11d and a 2-byte nop ; mov %r11,thread(%rsp)
     code.extend_from_slice(if fsgsbase { &[0xf3, 0x49, 0x0f, 0xae, 0xc3] } else { &[0x45, 0x31, 0xdb, 0x66, 0x90] });
     store(code, 1, 3, AT_THREAD);
-}
-
-/// Where the trampoline page may go, nearest to the patched instruction first: in the gaps between `maps` (the
-/// target's, sorted by address as the kernel lists them), each page within `rel32` reach of every jump into and
-/// out of it. A page is never adjacent to a mapping (a guard region, a thread stack's guard page, a region that
-/// might be extended in place keeps a free page beside it), never in the gap just below `[stack]` (the main stack
-/// grows down into it), and never below 1 MiB (`vm.mmap_min_addr`) or above the 47-bit user space. One candidate
-/// per gap: the caller maps it with `MAP_FIXED_NOREPLACE` and moves on to the next one if that fails.
-pub fn page_candidates(maps: &[Mapping], plans: &[PatchPlan], pages: u64) -> Vec<u64> {
-    const PAGE: u64 = 4096;
-    const LOW: u64 = 0x10_0000;
-    const HIGH: u64 = 0x7fff_ffff_f000;
-    // Every branch between the patched code and the page: the patched jumps, and the jumps back.
-    let Some(plan) = plans.first() else { return Vec::new() };
-    let sites: Vec<u64> = plans.iter().flat_map(|p| [p.at, p.at + p.orig.len() as u64, p.syscall_at + 2]).collect();
-    let (lo_site, hi_site) = (sites.iter().min().copied().unwrap_or(0), sites.iter().max().copied().unwrap_or(0));
-    // Keep a margin inside the signed 32-bit range for the page's own length and the instructions' lengths.
-    let reach = (i32::MAX as u64) - 2 * PAGE;
-    let lowest = hi_site.saturating_sub(reach).max(LOW);
-    let highest = lo_site.saturating_add(reach).min(HIGH);
-    let mut sorted: Vec<&Mapping> = maps.iter().filter(|m| m.start < HIGH).collect();
-    sorted.sort_by_key(|m| m.start);
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    let mut prev_end = 0u64;
-    for next in sorted.iter().map(|m| Some(*m)).chain(std::iter::once(None)) {
-        let (gap_end, below_stack) = match next {
-            Some(m) => (m.start, m.path == "[stack]"),
-            None => (HIGH, false),
-        };
-        let gap_start = prev_end;
-        if let Some(m) = next {
-            prev_end = prev_end.max(m.end);
-        }
-        if below_stack || gap_end <= gap_start {
-            continue;
-        }
-        // A free page on each side of ours.
-        let first = gap_start.saturating_add(PAGE).max(lowest).next_multiple_of(PAGE);
-        let last = gap_end.saturating_sub((pages + 1) * PAGE).min(highest) & !(PAGE - 1);
-        if first > last {
-            continue;
-        }
-        // The page of the gap nearest to the patched instruction (`first` is page-aligned, so rounding down stays in).
-        let page = plan.at.clamp(first, last) & !(PAGE - 1);
-        out.push((page.abs_diff(plan.at), page));
-    }
-    out.sort();
-    out.into_iter().map(|(_, p)| p).collect()
 }
 
 /// Whether the instruction at `addr` of the wrapper is a branch, and its target (for the refusal check).
@@ -745,6 +643,13 @@ pub fn branch_target(insn_bytes: &[u8], addr: u64) -> Option<u64> {
         _ => None,
     }
 }
+
+#[path = "trampoline_known.rs"]
+mod known_path;
+#[path = "trampoline_page.rs"]
+mod page;
+use known_path::known_call;
+pub use page::page_candidates;
 
 #[cfg(test)]
 #[path = "trampoline_tests.rs"]

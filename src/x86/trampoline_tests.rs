@@ -1,5 +1,6 @@
 //! Tests of the trampoline's planning and assembly (disassembled back with capstone).
 use super::*;
+use crate::model::maps::Mapping;
 use crate::x86::breakpoints::{decode, disassembler, plan_wrapper};
 
 const GLIBC_SYSCALL: &[u8] = &[
