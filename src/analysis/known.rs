@@ -97,6 +97,7 @@ pub fn propose(
         rsp,
         int3: hint.int3,
         depth: depth as u32,
+        python: !hint.python.is_empty(),
         ops,
         capture: cut,
     })

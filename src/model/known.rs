@@ -37,5 +37,7 @@ pub struct Proposal {
     pub int3: u64,
     pub depth: u32,
     pub ops: Vec<Op>,
+    /// Whether its checks include Python frames (none without a CPython known when its stop was read).
+    pub python: bool,
     pub capture: crate::model::event::StackCapture,
 }

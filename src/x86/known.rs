@@ -12,8 +12,9 @@
 //!
 //! What the matcher may read, so it can never fault: the record below rsp; stack words at offsets below the
 //! entry's depth (the stack of the same live thread at the same stack pointer was mapped that far, and a thread's
-//! stack never shrinks; entries of an exited thread are withdrawn at its exit stop, before its stack can be
-//! reused); and memory a pointer leads to only once that pointer was read and found equal to the one of the
+//! stack never shrinks; the entries of a thread gone are withdrawn at the first stop of a new thread with its fs
+//! base, before that one runs: an assumption a fiber library or an alternate signal stack, whose stacks are
+//! mapped and freed under one fs base, would not meet); and memory a pointer leads to only once that pointer was read and found equal to the one of the
 //! entry (a live frame's link, a live frame's code object: the frames of a running thread's chain are live, and
 //! the chain starts at the current frame of the innermost eval loop, whose `_PyCFrame` is on the matched stack).
 //! An entry is written whole before its state says valid and is never changed after, but to say it is no longer

@@ -301,8 +301,8 @@ fn match_len(reloc: &[u8], known: bool) -> usize {
 /// Bytes of a record's first part ([`record_head`]).
 const RECORD_HEAD: usize = 13 * 5 + 15 + 10;
 /// Bytes of a match path's known-stack call, from the end of the record's first part to its int3: the call
-/// (63), the full ring's branch (10), the counter (19), the common end (55). See [`known_call`].
-const KNOWN_CODE: usize = 63 + 10 + 19 + 55;
+/// and its return (93), the full ring's branch (10), the counter (19), the common end (55). See [`known_call`].
+const KNOWN_CODE: usize = 93 + 10 + 19 + 55;
 
 /// Bytes of one ring path up to its full path, and of the full path (see the module's text).
 const RING_CODE: usize =

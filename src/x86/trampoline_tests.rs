@@ -366,9 +366,11 @@ fn a_known_stack_path_calls_the_matcher_and_branches_on_its_answer() {
     assert_eq!(t(full), "mov r11, rax");
     assert_eq!(t(full + 1), "btr r11, 0x3f");
     assert_eq!(index_of(target(full + 2)), miss + 3, "the full branch joins after the counter");
-    // Written into the ring: the result back, and back into the wrapper.
+    // Written into the ring: the result and what `syscall` keeps back, and back into the wrapper.
     assert_eq!(t(call + 5), "mov rax, qword ptr [rsp - 0x68]");
-    assert_eq!(t(call + 6), format!("jmp {:#x}", p.syscall_at + 2));
+    assert_eq!(t(call + 6), "mov rdi, qword ptr [rsp - 0x60]");
+    assert_eq!(t(call + 11), "mov r9, qword ptr [rsp - 0x38]");
+    assert_eq!(t(call + 12), format!("jmp {:#x}", p.syscall_at + 2));
     let common = miss + 3;
     assert_eq!(t(common), "lea r11, [r11 - 1]");
     assert_eq!(t(common + 1), "add r11, 1");

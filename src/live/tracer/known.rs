@@ -70,6 +70,10 @@ impl Tracer<'_> {
             if current.is_none_or(|&(_, t)| t != p.tid) || !self.threads.contains_key(&p.tid) {
                 continue;
             }
+            // Made from a stop read before a CPython was found (late, with dlopen): without its frames.
+            if !p.python && self.cfg.python.is_some() {
+                continue;
+            }
             install(k, mem, page, p);
         }
     }

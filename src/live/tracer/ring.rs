@@ -49,8 +49,9 @@ pub(super) struct Ring {
 const MAX_HOLES: usize = 64;
 
 /// Single steps at most to bring a thread held inside the trampoline out of a stretch where it has a number (the
-/// matcher runs its checks, up to 512, about 15 instructions each).
-const STEPS: usize = 16384;
+/// matcher runs the checks of each entry on its probe sequence, up to 512 each, about 20 instructions a check: a
+/// few entries of one key are the usual worst; past this bound the summary says a call was lost).
+const STEPS: usize = 65536;
 
 /// How long the reading of the ring waits for a missing number before it reports the calls after it.
 const RING_STALL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -341,6 +342,12 @@ impl Tracer<'_> {
                         break;
                     }
                 }
+            }
+            if !running.contains(&tid) && self.k.get_regs(tid).is_ok_and(|r| inside(r.ip())) {
+                self.summary.warnings.push(format!(
+                    "thread {tid} was still inside --fast's trampoline after {STEPS} single steps at detach: its \
+                     call (made) is not reported"
+                ));
             }
             // Stepped through a full ring's int3 (or a known-stack path's): its event is read as at any stop there.
             if stepped
