@@ -6,10 +6,10 @@
 use crate::common::*;
 use serde_json::Value;
 
-/// What the target said it mapped (address, tag), in order.
-type Truth = Vec<(u64, String)>;
-/// Each mmap event's result and its stack's function names, in order.
-type Mapped = Vec<(u64, Vec<String>)>;
+/// What the target said it mapped (address, tag, and the thread's tid where it says it), in order.
+type Truth = Vec<(u64, String, Option<i64>)>;
+/// Each mmap event's result, its stack's function names and its tid, in order.
+type Mapped = Vec<(u64, Vec<String>, i64)>;
 
 fn hex(s: &str) -> u64 {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex")
@@ -25,13 +25,14 @@ fn known_run(prog: &std::path::Path, args: &[&str], extra: &[&str], rounds: u32)
     let mut sc = Syscatch::start(&[&["--pid", pid.as_str(), "--json", "--fast", "--syscall", "mmap"], extra].concat());
     sc.wait_attached();
     t.send(&format!("go {rounds}"));
-    let truth: Vec<(u64, String)> = t
+    let truth: Truth = t
         .out
         .until(|l| l == "done")
         .iter()
         .filter_map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
-            (w.len() == 4 && w[0] == "mmap").then(|| (hex(w[1]), w[3].to_string()))
+            (w.len() >= 4 && w[0] == "mmap")
+                .then(|| (hex(w[1]), w[3].to_string(), w.get(4).map(|t| t.parse().unwrap())))
         })
         .collect();
     sc.signal(libc::SIGINT);
@@ -52,7 +53,7 @@ fn known_run(prog: &std::path::Path, args: &[&str], extra: &[&str], rounds: u32)
                 .as_array()
                 .map(|s| s.iter().map(|f| f["function"].as_str().unwrap_or("?").to_string()).collect())
                 .unwrap_or_default();
-            (hex(v["data"]["ret"].as_str().unwrap()), names)
+            (hex(v["data"]["ret"].as_str().unwrap()), names, v["data"]["tid"].as_i64().unwrap())
         })
         .collect();
     (truth, events, summary_data(&values).clone())
@@ -64,18 +65,21 @@ fn tracer_of_pid(pid: i32) -> i32 {
 
 /// Each mapping the target tagged has its event, whose stack names its caller (`names[tag]`) and not the other.
 /// One address is mapped again and again (unmapped in between): its mappings and its events pair up in order.
-fn assert_callers(truth: &[(u64, String)], events: &[(u64, Vec<String>)], names: &[(&str, &str)], ctx: &str) {
+fn assert_callers(truth: &[(u64, String, Option<i64>)], events: &Mapped, names: &[(&str, &str)], ctx: &str) {
     assert!(!truth.is_empty(), "{ctx}: the target mapped nothing");
-    let mut by_addr: std::collections::HashMap<u64, Vec<&Vec<String>>> = Default::default();
-    for (a, s) in events {
-        by_addr.entry(*a).or_default().push(s);
+    let mut by_addr: std::collections::HashMap<u64, Vec<(&Vec<String>, i64)>> = Default::default();
+    for (a, s, tid) in events {
+        by_addr.entry(*a).or_default().push((s, *tid));
     }
     let mut nth: std::collections::HashMap<u64, usize> = Default::default();
-    for (addr, tag) in truth {
+    for (addr, tag, tid) in truth {
         let k = nth.entry(*addr).or_default();
-        let stack =
+        let &(stack, got_tid) =
             by_addr.get(addr).and_then(|v| v.get(*k)).unwrap_or_else(|| panic!("{ctx}: no event {k} of {addr:#x}"));
         *k += 1;
+        if let Some(tid) = tid {
+            assert_eq!(got_tid, *tid, "{ctx}: {addr:#x} was mapped by thread {tid}");
+        }
         let (mine, other) = match names.iter().position(|(t, _)| t == tag) {
             Some(i) => (names[i].1, names[1 - i].1),
             None => panic!("{ctx}: tag {tag}"),
@@ -90,13 +94,30 @@ fn assert_callers(truth: &[(u64, String)], events: &[(u64, Vec<String>)], names:
 
 #[test]
 fn known_native_stacks_that_differ_two_frames_up_are_told_apart() {
-    let (truth, events, sum) = known_run(&testprog("known_stacks"), &[], &[], 300);
-    assert_eq!(truth.len(), 600);
+    let (truth, events, sum) = known_run(&testprog("known_stacks"), &[], &[], 2000);
+    assert_eq!(truth.len(), 4000);
     assert_callers(&truth, &events, &[("a", "via_a"), ("b", "via_b")], "native");
-    // Four stacks (two callers, libc's mmap and syscall()), each stops once or a few times before it is known.
+    // Four stacks (two callers, libc's mmap and syscall()), each stops until it is known (a tick, 10 ms, at most).
     let known = sum["from_known"].as_u64().unwrap();
-    assert!(known >= 500, "calls reported with a known stack: {sum:#}");
-    assert_eq!(sum["matching"], 600, "{sum:#}");
+    assert!(known * 2 >= 4000, "calls reported with a known stack: {sum:#}");
+    assert_eq!(sum["matching"], 4000, "{sum:#}");
+}
+
+/// Sixteen rounds in each new thread, joined before the next: glibc gives it the fs base and the cached stack of the
+/// one before, so its calls meet the stacks known of a thread gone (withdrawn at its first stop) and then its own.
+/// Every call is reported under the thread that made it, with its own caller.
+#[test]
+fn known_stacks_of_a_thread_gone_are_not_another_threads() {
+    let (truth, mut events, sum) = known_run(&testprog("known_stacks"), &["threads"], &[], 20);
+    // Less the first thread's stack, which pthread_create maps (the others reuse it).
+    events.retain(|(_, s, _)| s.iter().any(|f| f == "via_a" || f == "via_b"));
+    assert_eq!(truth.len(), 640);
+    assert!(truth.iter().all(|t| t.2.is_some()));
+    assert_callers(&truth, &events, &[("a", "via_a"), ("b", "via_b")], "threads");
+    let tids: std::collections::HashSet<i64> = truth.iter().filter_map(|t| t.2).collect();
+    assert_eq!(tids.len(), 20, "a thread for sixteen rounds");
+    // (How many calls went without a stop depends on how soon each thread's first stops were made known.)
+    assert!(sum["matching"].as_u64().unwrap() >= 640, "{sum:#}");
 }
 
 #[test]
@@ -111,12 +132,13 @@ fn known_stacks_off_stop_at_every_call() {
 fn python_round(minor: u32) {
     let python = crate::python::pyenv(minor);
     let script = repo().join("testprogs/py_known.py");
-    let (truth, events, sum) = known_run(&python, &[script.to_str().unwrap()], &[], 200);
-    assert_eq!(truth.len(), 400);
+    // Enough calls that most come after the first stops were made known (a tick of the tracer, 10 ms, at most).
+    let (truth, events, sum) = known_run(&python, &[script.to_str().unwrap()], &[], 2000);
+    assert_eq!(truth.len(), 4000);
     let ctx = format!("3.{minor}");
     assert_callers(&truth, &events, &[("f", "f"), ("g", "g")], &ctx);
     let known = sum["from_known"].as_u64().unwrap();
-    assert!(known >= 300, "{ctx}: calls reported with a known stack: {sum:#}");
+    assert!(known * 2 >= 4000, "{ctx}: calls reported with a known stack: {sum:#}");
     assert_eq!(
         sum["warnings"].as_array().map(|w| w.iter().filter(|w| w.as_str().unwrap().contains("Python")).count()),
         Some(0),
