@@ -1,7 +1,8 @@
 //! The analysis thread: unwinds each captured event off the tracer's thread as soon as it arrives (its stack
 //! window is dropped there), interns the return-address list, and symbolizes and renders each distinct stack
-//! once; it feeds the leak tracker with the events and the samples of the regions (taken on a timer by a sampler
-//! the caller gives, or read back from a recording), and writes the recording (`--record`). Its memory grows with
+//! once; it feeds the leak tracker with the events and the samples of the regions (which come in the queue at
+//! their place among the events: taken live by `crate::live::sampling::Periodic`, or read back from a
+//! recording), and writes the recording (`--record`). Its memory grows with
 //! distinct stacks, not with events. It never reads the target itself: modules come from a [`ModuleSource`].
 
 use crate::analysis::leaks::{LeakTracker, SeenTwice};
@@ -12,14 +13,10 @@ use crate::model::event::Event;
 use crate::model::smaps::Span;
 use crate::model::stack::Stack;
 use crate::report::Renderer;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Takes a sample of the live target's regions, given the ranges the leak model holds for traced calls (whose
-/// residency it reads fresh).
-pub type Sampler = Box<dyn FnMut(&[(u64, u64)]) -> Vec<Span> + Send>;
 
 pub struct Config {
     pub source: Box<dyn ModuleSource>,
@@ -30,10 +27,9 @@ pub struct Config {
     pub leaks: bool,
     /// The part of the trace reported on (seconds since attach: from, and to, or to the end).
     pub window: (f64, Option<f64>),
-    /// Samples the regions this often (a live trace); without it samples come in the queue (a recording).
-    pub sampler: Option<(Duration, Sampler)>,
-    /// Time zero of the trace, for the times of the samples taken live.
-    pub epoch: Instant,
+    /// Where the ranges the leak model holds for traced calls are published after each sample, for the live
+    /// sampler (which reads their residency afresh).
+    pub traced: Option<crate::live::sampling::Traced>,
     /// The first sample (of the whole smaps), taken before the breakpoints were armed.
     pub baseline: Option<Vec<Span>>,
     /// Render each event (report mode without `-o FILE` renders none: only the report is wanted).
@@ -96,6 +92,8 @@ pub enum Queued {
     /// A sample taken at a time (seconds since attach; `None` in older recordings); `true`: the baseline taken
     /// right after arming (see `LeakTracker::rebaseline`).
     Sample(Option<f64>, Vec<Span>, bool),
+    /// A live sample taken at a time: its regions come on the receiver once read (the analysis waits for them).
+    Coming(f64, Receiver<Vec<Span>>),
 }
 
 /// How many events may wait between the tracer and the output (records only: stack windows are bounded by the
@@ -154,43 +152,31 @@ impl Lingering {
     const NAP: Duration = Duration::from_micros(500);
     const NAPS: u32 = 4;
 
-    /// The next message, or `Timeout` once `deadline` (if any) has passed, or `Disconnected`. `idle` runs when a
-    /// nap has found nothing (once per wait).
-    fn recv<T>(
-        &mut self,
-        rx: &Receiver<T>,
-        deadline: Option<Instant>,
-        idle: &mut dyn FnMut(),
-    ) -> Result<T, RecvTimeoutError> {
+    /// The next message, or `None` once every sender is gone. `idle` runs when a nap has found nothing (once per
+    /// wait).
+    fn recv<T>(&mut self, rx: &Receiver<T>, idle: &mut dyn FnMut()) -> Option<T> {
         let mut idled = false;
         loop {
             match rx.try_recv() {
                 Ok(v) => {
                     self.empty_naps = 0;
-                    return Ok(v);
+                    return Some(v);
                 }
-                Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
                 Err(crossbeam_channel::TryRecvError::Empty) => {}
             }
             if self.empty_naps > 0 && !idled {
                 idled = true;
                 idle();
             }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Err(RecvTimeoutError::Timeout);
-            }
             if self.empty_naps >= Self::NAPS {
-                let got = match deadline {
-                    Some(d) => rx.recv_timeout(d - now),
-                    None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                };
-                if got.is_ok() {
+                let got = rx.recv().ok();
+                if got.is_some() {
                     self.empty_naps = 0;
                 }
                 return got;
             }
-            std::thread::sleep(deadline.map_or(Self::NAP, |d| Self::NAP.min(d - now)));
+            std::thread::sleep(Self::NAP);
             self.empty_naps += 1;
         }
     }
@@ -212,6 +198,7 @@ fn flush_rendered(renderer: &mut dyn Renderer, unflushed: &mut bool, output_erro
 enum Staged {
     Call(Unwinding),
     Sample(Option<f64>, Vec<Span>, bool),
+    Coming(f64, Receiver<Vec<Span>>),
 }
 
 /// The unwinding stage: each capture's window is walked to return addresses as soon as it arrives and then
@@ -233,7 +220,7 @@ fn unwinder(
     let mut unwinds: Vec<Unwound> = Vec::new();
     let cpu0 = crate::os::sched::thread_cpu();
     let mut lingering = Lingering::default();
-    while let Ok(q) = lingering.recv(&rx, None, &mut || {}) {
+    while let Some(q) = lingering.recv(&rx, &mut || {}) {
         let (mut ev, stack_dropped) = match q {
             Queued::Call { ev, stack_dropped } => {
                 if ev.capture.as_ref().is_some_and(|c| c.known_id.is_none()) {
@@ -243,6 +230,12 @@ fn unwinder(
             }
             Queued::Sample(t, s, b) => {
                 if tx.send(Staged::Sample(t, s, b)).is_err() {
+                    break;
+                }
+                continue;
+            }
+            Queued::Coming(t, r) => {
+                if tx.send(Staged::Coming(t, r)).is_err() {
                     break;
                 }
                 continue;
@@ -306,7 +299,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut tracker = cfg.leaks.then(|| LeakTracker::window(cfg.window.0, cfg.window.1));
     let mut seen_twice = SeenTwice::default();
     let mut nested = 0u64;
-    let rec = cfg.recorder;
+    let (rec, traced) = (cfg.recorder, cfg.traced);
     // Each sample goes to the recording at its place among the events, and to the leak tracker.
     let take_sample = |tracker: &mut Option<LeakTracker>, time: Option<f64>, spans: Vec<Span>, baseline: bool| {
         if let Some(r) = &rec {
@@ -317,16 +310,15 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             (Some(t), _) => t.sample(time, spans),
             (None, _) => {}
         }
+        if let (Some(t), Some(shared)) = (tracker.as_ref(), &traced)
+            && let Ok(mut ranges) = shared.lock()
+        {
+            *ranges = t.traced_ranges();
+        }
     };
     if let Some(b) = cfg.baseline {
         take_sample(&mut tracker, Some(0.0), b, false);
     }
-    let epoch = cfg.epoch;
-    let (every, mut sampler) = match cfg.sampler {
-        Some((every, s)) => (every, Some(s)),
-        None => (Duration::from_secs(3600), None),
-    };
-    let mut next_sample = Instant::now() + every;
     let mut costs = Costs::default();
     let mut seen: HashSet<u64> = HashSet::new();
     let mut output_error = None;
@@ -336,7 +328,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut lingering = Lingering::default();
     // Events rendered since the output was last flushed.
     let mut unflushed = false;
-    // This thread's CPU time not spent on events: loading the modules above, the prefetch, smaps samples.
+    // This thread's CPU time not spent on events: loading the modules above, the prefetch.
     let mut aside = crate::os::sched::thread_cpu();
     loop {
         // Idle time goes to parsing the symbol tables of the modules mapped at the start, one at a time; not
@@ -344,7 +336,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         // SCHED_IDLE (tried): preempted inside its allocator's mprotect, it held syscatch's mmap_lock, and the
         // tracer's next page fault waited for it with a target thread stopped (56-138 ms on a loaded machine).
         let q = match urx.try_recv() {
-            Ok(q) => Some(q),
+            Ok(q) => q,
             Err(crossbeam_channel::TryRecvError::Empty) if prefetching => {
                 // Between two modules: what was rendered goes out first (see below).
                 flush_rendered(&mut *renderer, &mut unflushed, &mut output_error);
@@ -353,44 +345,35 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
                 aside += crate::os::sched::thread_cpu().saturating_sub(c0);
                 continue;
             }
-            // No deadline without a sampler: `next_sample` then never moves, and once passed it would turn every
-            // wait into a spin.
             // Once a nap finds nothing more, what was rendered goes out: events that come one at a time show as
             // they come (on a terminal or a pipe), and a burst is still written in large pieces.
-            Err(_) => match lingering.recv(&urx, sampler.is_some().then_some(next_sample), &mut || {
-                flush_rendered(&mut *renderer, &mut unflushed, &mut output_error)
-            }) {
-                Ok(q) => Some(q),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => break,
-            },
-        };
-        if let Some(s) = sampler.as_mut()
-            && Instant::now() >= next_sample
-        {
-            let c0 = crate::os::sched::thread_cpu();
-            let traced = tracker.as_ref().map(LeakTracker::traced_ranges).unwrap_or_default();
-            let time = epoch.elapsed().as_secs_f64();
-            let spans = s(&traced);
-            take_sample(&mut tracker, Some(time), spans, false);
-            aside += crate::os::sched::thread_cpu().saturating_sub(c0);
-            next_sample = Instant::now() + every;
-        }
-        let Some(Unwinding { ev, unwound, python, took, recorded }) = (match q {
-            Some(Staged::Call(u)) => Some(u),
-            Some(Staged::Sample(time, spans, baseline)) => {
-                take_sample(&mut tracker, time, spans, baseline);
-                None
+            Err(_) => {
+                match lingering.recv(&urx, &mut || flush_rendered(&mut *renderer, &mut unflushed, &mut output_error)) {
+                    Some(q) => q,
+                    None => break,
+                }
             }
-            None => None,
-        }) else {
-            continue;
+        };
+        let Unwinding { ev, unwound, python, took, recorded } = match q {
+            Staged::Call(u) => u,
+            Staged::Sample(time, spans, baseline) => {
+                take_sample(&mut tracker, time, spans, baseline);
+                continue;
+            }
+            // (None read: the target is gone, which the leak model ignores.)
+            Staged::Coming(time, regions) => {
+                take_sample(&mut tracker, Some(time), regions.recv().unwrap_or_default(), false);
+                continue;
+            }
         };
         if let (Some(r), Some(e)) = (&rec, recorded) {
             r.write(&Record::Event(e));
         }
         if crate::os::faults::injected("analysis-panic") {
             panic!("injected fault: analysis-panic");
+        }
+        if crate::os::faults::injected("analysis-slow") {
+            std::thread::sleep(Duration::from_micros(300));
         }
         costs.events += 1;
         let depth = ev.probe.as_ref().and_then(|p| cfg.depths.get(p)).copied();

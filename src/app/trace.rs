@@ -15,6 +15,7 @@ use crate::model::smaps::Span;
 use crate::os::{Tid, procfs, ptrace, signals};
 use crate::{app::analyze as analysis, live::resolve, model::status, model::syscalls};
 use anyhow::{Context, Result, anyhow, bail};
+use crossbeam_channel::SendTimeoutError;
 use nix::errno::Errno;
 use std::collections::HashSet;
 use std::io::IsTerminal;
@@ -399,9 +400,13 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         rec.write(&Record::Plan { depths, watched: watched.clone() });
         source = Box::new(Recording { inner: source, rec: rec.clone() });
     }
-    // Time zero of events and samples alike.
+    // Time zero until every site is armed (then the tracer's `armed_at`, of events and samples alike).
     let epoch = Instant::now();
+    // Samples the regions once every site is armed (the new baseline), then on a timer until the trace ends.
     let armed_sampler = baseline.as_ref().map(|b| crate::live::sampling::Sampler::new(pid, b));
+    // (`ended`: set by the tracer when the trace ends; the samples stop there.)
+    let traced_ranges = crate::live::sampling::Traced::default();
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Stacks made known (unwound before: their calls go to the ring, see `crate::x86::known`), with `--fast`.
     let (known_tx, known_rx) = match plan.fast.is_some() && !out.stop_every_call {
         true => {
@@ -414,28 +419,24 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let acfg = analysis::Config {
         known: known_tx,
         windows: windows.clone(),
-        epoch,
         source,
         stack_depth: out.stack_depth,
         depths: plan.depths,
         leaks: sampling,
         window: out.window,
-        sampler: baseline.as_ref().map(|b| {
-            let mut sampler = crate::live::sampling::Sampler::new(pid, b);
-            let s: analysis::Sampler = Box::new(move |traced| sampler.sample(traced));
-            (out.leaks.unwrap_or(out.smaps_every), s)
-        }),
+        traced: Some(traced_ranges.clone()),
         baseline,
         render_events: render_events(out),
         recorder: recorder.clone(),
     };
     // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
     let away = cpus_away_from(pid);
+    let analysis_cpus = away.clone();
     let worker = std::thread::Builder::new()
         .name("analysis".into())
         .spawn(move || {
             // Before the unwinding thread starts: it inherits this.
-            if let Some(cpus) = away {
+            if let Some(cpus) = analysis_cpus {
                 let _ = crate::os::sched::set_affinity(&cpus);
             }
             let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| analysis::run(rx, renderer, acfg)));
@@ -455,13 +456,16 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         live_status: std::io::stderr().is_terminal() && !spawned,
         restorers: crate::live::sigstack::read_restorers(pid),
         known: known_rx,
+        ended: ended.clone(),
     };
     // The tick also paces the reading of `--fast`'s ring when no stop comes (512 slots: 51,200 calls a second
     // before its writers fall back to stops).
     signals::install_handlers(if plan.ring.is_empty() { 50 } else { 10 });
-    // Once every site is armed, the baseline of growth is sampled again and sent ahead of any event (then dropped,
-    // so the analysis still ends with the sink).
+    // Once every site is armed, the baseline of growth is sampled again and sent ahead of any event; then the
+    // periodic samples follow in the same queue, each after the events queued before it was read, until the trace
+    // ends (then the sender is dropped, so the analysis still ends with the sink).
     let mut armed = armed_sampler.map(|s| (s, tx.clone()));
+    let mut periodic = None;
     let mut sink = ChannelSink { tx, dropped: 0, windows_dropped: 0, stalled: false, windows };
     // Asked to stop while getting ready (the handlers are in place from the start, see `trace`): not attached yet,
     // so nothing to undo.
@@ -496,7 +500,20 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         // Every site is armed: the baseline of growth is sampled now (calls made while attaching were not seen).
         if let Some((mut sampler, tx)) = armed.take() {
             let spans = sampler.sample(&[]);
-            let _ = tx.send(analysis::Queued::Sample(Some(epoch.elapsed().as_secs_f64()), spans, true));
+            let zero = tracer.armed_at();
+            let _ = tx.send(analysis::Queued::Sample(Some(zero.elapsed().as_secs_f64()), spans, true));
+            let every = out.leaks.unwrap_or(out.smaps_every);
+            // A sample the analysis does not take within a second (its output is stuck) is left out.
+            let announce = move |time, regions| match tx
+                .send_timeout(analysis::Queued::Coming(time, regions), Duration::from_secs(1))
+            {
+                Ok(()) => std::ops::ControlFlow::Continue(true),
+                Err(SendTimeoutError::Timeout(_)) => std::ops::ControlFlow::Continue(false),
+                Err(SendTimeoutError::Disconnected(_)) => std::ops::ControlFlow::Break(()),
+            };
+            let started =
+                crate::live::sampling::Periodic::start(sampler, every, zero, traced_ranges, ended, away, announce);
+            periodic = Some(started.context("cannot start the sampling thread")?);
         }
         if let Some(note) = sit_with_pinned_target(pid) {
             eprintln!("syscatch: {note}");
@@ -509,6 +526,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
             let _ = ptrace::cont(pid, 0);
         }
         let end = tracer.run();
+        drop(periodic.take());
         let mut summary = tracer.summary.clone();
         let delays_after = procfs::read_run_delays(pid);
         if !delays_before.is_empty() || !delays_after.is_empty() {
@@ -521,7 +539,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         Ok((end, summary))
     }));
-    drop(armed.take());
+    drop((armed.take(), periodic.take()));
     let (end, mut summary) = match traced {
         Ok(r) => r?,
         Err(_) => {

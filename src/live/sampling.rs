@@ -5,10 +5,20 @@
 //! /proc/PID/maps (a fourteenth of the text, and no wait on recent kernels) and weighs with pagemap only the
 //! anonymous regions that are new or changed since the last sample, or that hold ranges of traced calls; every
 //! other region keeps the Rss+Swap it had.
+//!
+//! During a live trace the samples are taken by a thread of their own ([`Periodic`]), each announced in the
+//! tracer's queue just before it is read: the analysis weighs it against the events queued before it began, which
+//! it shows (an event queued while it was read may not be in it yet, and would look unmapped), rather than against
+//! a model of seconds ago (the analysis may be that far behind). The thread ends with the trace, so no sample is of
+//! the process after detach.
 
 use crate::analysis::leaks::parse_resident;
 use crate::model::smaps::{Span, carry_over, parse_maps_span};
 use crate::os::{Tid, pagemap::Pagemap, procfs};
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Most pages whose pagemap entries one sample reads (1 GiB of address space, 2 MB of entries); a region past
 /// that keeps the Rss+Swap of its start in the last sample.
@@ -56,6 +66,68 @@ impl Sampler {
         }
         self.last = now.clone();
         now
+    }
+}
+
+/// The ranges the leak model holds for traced calls, as the analysis last published them (after each sample).
+pub type Traced = Arc<Mutex<Vec<(u64, u64)>>>;
+
+/// A [`Sampler`] on a timer in a thread of its own; dropping it ends the thread (within one sample and a send).
+pub struct Periodic {
+    stop: Option<crossbeam_channel::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Periodic {
+    /// Samples every `every` from now on until `ended` is set: `announce` is given the sample's time since `epoch`
+    /// and where its regions will come, before they are read; it says whether the sample was queued (else it is
+    /// not read), or `Break` once nobody takes samples any more. `cpus`: where the thread may run.
+    pub fn start(
+        mut sampler: Sampler,
+        every: Duration,
+        epoch: Instant,
+        traced: Traced,
+        ended: Arc<AtomicBool>,
+        cpus: Option<Vec<usize>>,
+        mut announce: impl FnMut(f64, crossbeam_channel::Receiver<Vec<Span>>) -> ControlFlow<(), bool> + Send + 'static,
+    ) -> std::io::Result<Periodic> {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new().name("syscatch-sample".into()).spawn(move || {
+            if let Some(cpus) = cpus {
+                let _ = crate::os::sched::set_affinity(&cpus);
+            }
+            crate::os::sched::batch();
+            let mut next = Instant::now() + every;
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(next.saturating_duration_since(Instant::now()))
+            {
+                let (regions, coming) = crossbeam_channel::bounded(1);
+                // The time first: a sample taken before the trace ended is of a time before its end.
+                let time = epoch.elapsed().as_secs_f64();
+                if ended.load(Ordering::SeqCst) {
+                    break;
+                }
+                match announce(time, coming) {
+                    ControlFlow::Break(()) => break,
+                    ControlFlow::Continue(false) => {}
+                    ControlFlow::Continue(true) => {
+                        let ranges = traced.lock().map(|t| t.clone()).unwrap_or_default();
+                        let _ = regions.send(sampler.sample(&ranges));
+                    }
+                }
+                next = Instant::now() + every;
+            }
+        })?;
+        Ok(Periodic { stop: Some(stop), thread: Some(thread) })
+    }
+}
+
+impl Drop for Periodic {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

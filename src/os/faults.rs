@@ -6,7 +6,8 @@
 //! thread is on its way
 //! through the call gate, or single-stepping libc's `syscall` without one), `no-prefetch` (the analysis thread
 //! does not prefetch symbol tables: events go out as once it is over), `ring-slow` (the tracer reads `--fast`'s ring only
-//! every 200 ms: it fills in a burst, and its writers take the stop instead). Here, below their callers, so no
+//! every 200 ms: it fills in a burst, and its writers take the stop instead), `analysis-slow` (the analysis thread
+//! takes 300 us more on each event, so it falls seconds behind the tracer). Here, below their callers, so no
 //! layer under `app` asks `app`. Only debug builds read the variable: a release build has no way to make itself
 //! fail.
 

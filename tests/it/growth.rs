@@ -316,6 +316,36 @@ fn a_window_and_a_diff_name_the_leak_that_started_halfway() {
     assert!(row.trim_start().starts_with('+') && row.contains("  new: "), "{text}");
 }
 
+/// The analysis seconds behind the tracer (fault `analysis-slow`): the samples of the regions still take their
+/// place among the events and stop with the trace (none is of the process after detach), so the report's window
+/// ends where the trace did and the pool that grows from the start is growth in it.
+#[test]
+fn an_analysis_seconds_behind_samples_only_within_the_trace() {
+    require_ptrace();
+    let mut t = start_worker(false);
+    let pid = t.pid.to_string();
+    let args = ["--pid", &pid, "--leaks", "--json", "--smaps-every", "250ms", "--for", "3s"];
+    let o = syscatch_cmd().env("SYSCATCH_TEST_FAULT", "analysis-slow").args(args).output().unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{err}");
+    let values = json_of(&out);
+    let duration = of_type(&values, "summary")[0]["duration"].as_f64().unwrap();
+    let series = of_type(&values, "series")[0];
+    let times: Vec<f64> = series["times"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+    assert!(times.len() >= 4, "{series}");
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "samples in time order: {times:?}");
+    assert!(times.iter().all(|&t| t <= duration), "no sample after the trace ({duration} s): {times:?}");
+    assert!(series["to"].as_f64().unwrap() <= duration, "{series}");
+    let pool = of_type(&values, "leak")
+        .into_iter()
+        .find(|l| names(l).iter().any(|n| n == "ucs_mpool_grow"))
+        .unwrap_or_else(|| panic!("{values:#?}"));
+    assert_eq!(pool["verdict"], "growth", "{pool}");
+    assert!(pool["growth"].as_u64().unwrap() >= CHUNK, "{pool}");
+    t.send("quit");
+    assert_eq!(t.wait().code(), Some(0));
+}
+
 /// A process that maps a large burst periodically, holds it and frees it: a trace that ends while a burst is held
 /// reports no growth for it, and no rate that is a size divided by the trace's length.
 #[test]

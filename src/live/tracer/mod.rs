@@ -328,6 +328,11 @@ impl<'a> Tracer<'a> {
         Ok(())
     }
 
+    /// Time zero of the events (and the summary's duration): when the last site was armed.
+    pub fn armed_at(&self) -> Instant {
+        self.start
+    }
+
     /// Runs until the deadline, a stop signal, or the end of the target; then detaches everything.
     /// The CPython reader, when the target runs one (its warnings and costs, for the summary).
     pub fn python(&self) -> Option<&crate::live::python::PythonReader> {
@@ -377,6 +382,7 @@ impl<'a> Tracer<'a> {
         if self.cfg.live_status {
             eprint!("\r\x1b[K");
         }
+        self.cfg.ended.store(true, std::sync::atomic::Ordering::SeqCst);
         self.detach_all();
         self.summary.duration = self.start.elapsed();
         self.summary.end = Some(end.clone());

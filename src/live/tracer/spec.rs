@@ -85,7 +85,8 @@ pub struct Config {
     /// libpython later).
     pub python_search: bool,
     pub deadline: Option<Instant>,
-    /// Time zero of the trace: event times count from it (the samples of the leak report too).
+    /// Time zero of the trace until every site is armed; from then on, event times count from the arming
+    /// (`Tracer::armed_at`), and so do the samples of the leak report.
     pub epoch: Instant,
     /// Print a one-line live status to stderr (only when stderr is a terminal).
     pub live_status: bool,
@@ -95,4 +96,6 @@ pub struct Config {
     /// Known stacks proposed by the unwinding (see `crate::x86::known`); `None`: every matching call of `--fast`
     /// stops.
     pub known: Option<crossbeam_channel::Receiver<crate::model::known::Proposal>>,
+    /// Set once the trace ends, before detaching: the periodic samples of the regions stop there.
+    pub ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }

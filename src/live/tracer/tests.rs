@@ -52,6 +52,7 @@ fn tracer<'a>(s: &Script, sink: &'a mut Vec<Event>) -> Tracer<'a> {
         live_status: false,
         restorers: Vec::new(),
         known: None,
+        ended: Default::default(),
     };
     let wrapper = Probe::new(None, None, Box::new(Numbers([9, 59].into())));
     let func = Probe::new(Some("f".into()), Some("libc.so.6:f".into()), Box::new(Numbers([1].into())));
@@ -522,6 +523,7 @@ fn a_site_that_cannot_be_decoded_or_is_no_wrapper_is_named() {
         live_status: false,
         restorers: Vec::new(),
         known: None,
+        ended: Default::default(),
     };
     let k: Rc<dyn Kernel> = Rc::new(s.clone());
     let cases = [
