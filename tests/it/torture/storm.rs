@@ -65,7 +65,7 @@ fn signals_lost(t: &mut Target, sent: u64) -> u64 {
 /// storm, ~200 queued real-time signals per second; syscatch is stopped at a random moment (while starting,
 /// seizing, just attached, mid-trace among steps and forks, a second signal during detach). Panics of the checks
 /// are caught and classified, so a long run counts instead of stopping at the first failure.
-fn storm_round(rng: &mut Rng, kill: Kill, ctx: &str) -> RoundOutcome {
+fn storm_round(rng: &mut Rng, kill: Kill, tool: &Tool, ctx: &str) -> RoundOutcome {
     let mut o = RoundOutcome::default();
     let mut t = torture_target(&[]);
     cmd(&mut t, "start 3");
@@ -82,7 +82,7 @@ fn storm_round(rng: &mut Rng, kill: Kill, ctx: &str) -> RoundOutcome {
     let pause = rng.below(200_000);
     let ctx = format!("{ctx} pid {pid} {moment:?} {first}/{second:?}");
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut sc = TOOLS[0].start(pid);
+        let mut sc = tool.start(pid);
         match moment {
             Moment::AtStart => spin(pause),
             Moment::WhileSeizing => {
@@ -151,8 +151,16 @@ fn storm_round(rng: &mut Rng, kill: Kill, ctx: &str) -> RoundOutcome {
     o
 }
 
-/// Runs `rounds` storm rounds; prints one summary line (read by scripts/torture.sh) and the failures.
-fn storm_rounds(name: &'static str, rounds: u64, kill: Kill) -> Vec<RoundOutcome> {
+/// The storm's tool with `--fast`: the matching calls go through the trampoline (the ring, the known-stack
+/// matcher) while threads come and go, fork and take signals.
+const FAST: Tool = Tool {
+    name: "trace --fast",
+    args: &["--syscall", "mmap", "--only-syscall-wrapper", "--fast", "--json"],
+    events: true,
+};
+
+/// Runs `rounds` storm rounds of `tool`; prints one summary line (read by scripts/torture.sh) and the failures.
+fn storm_rounds(name: &'static str, rounds: u64, kill: Kill, tool: &Tool) -> Vec<RoundOutcome> {
     // A command started in the background by a non-interactive shell (scripts/torture.sh under `&` or nohup)
     // inherits SIGINT ignored, and so would syscatch: a SIGINT before it installs its handler would be lost and
     // the round counted as a hang. Default disposition, as in a terminal.
@@ -162,7 +170,7 @@ fn storm_rounds(name: &'static str, rounds: u64, kill: Kill) -> Vec<RoundOutcome
     let started = Instant::now();
     let mut outcomes = Vec::new();
     for round in 0..rounds {
-        let o = storm_round(&mut rng, kill, &format!("round {round}"));
+        let o = storm_round(&mut rng, kill, tool, &format!("round {round}"));
         if !o.clean() {
             eprintln!("round {round}: {o:?}");
         }
@@ -170,8 +178,9 @@ fn storm_rounds(name: &'static str, rounds: u64, kill: Kill) -> Vec<RoundOutcome
     }
     let count = |f: &dyn Fn(&RoundOutcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
     eprintln!(
-        "TORTURE mode={kill:?} seed={} rounds={} clean={} target_deaths={} hangs={} lost_signal_rounds={} \
+        "TORTURE mode={kill:?} tool={:?} seed={} rounds={} clean={} target_deaths={} hangs={} lost_signal_rounds={} \
          signals_lost={} signals_sent={} other_harm={} gate_left={} events={} secs={:.0}",
+        tool.name,
         rng.seed,
         outcomes.len(),
         count(&|o| o.clean()),
@@ -191,11 +200,20 @@ fn storm_rounds(name: &'static str, rounds: u64, kill: Kill) -> Vec<RoundOutcome
 /// The fast version of scripts/torture.sh in CI: a few storm rounds, each interrupted at a random moment.
 #[test]
 fn storm_rounds_interrupted_at_random_moments() {
-    let outcomes = storm_rounds("storm_rounds_interrupted_at_random_moments", rounds(3), Kill::Interrupt);
+    let outcomes = storm_rounds("storm_rounds_interrupted_at_random_moments", rounds(3), Kill::Interrupt, &TOOLS[0]);
     assert!(outcomes.iter().all(|o| o.clean()), "{outcomes:#?}");
 }
 
-/// scripts/torture.sh: `TORTURE_ROUNDS` rounds (seed `TORTURE_SEED`), `TORTURE_KILL=sigkill` for SIGKILL rounds.
+/// The same with `--fast`.
+#[test]
+fn storm_rounds_with_fast_interrupted_at_random_moments() {
+    let name = "storm_rounds_with_fast_interrupted_at_random_moments";
+    let outcomes = storm_rounds(name, rounds(3), Kill::Interrupt, &FAST);
+    assert!(outcomes.iter().all(|o| o.clean()), "{outcomes:#?}");
+}
+
+/// scripts/torture.sh: `TORTURE_ROUNDS` rounds (seed `TORTURE_SEED`), `TORTURE_KILL=sigkill` for SIGKILL rounds,
+/// `TORTURE_FAST=1` with `--fast`.
 /// Interrupt rounds must all be clean; SIGKILL rounds are counted against #11's goal (>= 99% of targets survive).
 #[test]
 #[ignore]
@@ -204,7 +222,8 @@ fn torture_script() {
         Ok("sigkill") => Kill::Sigkill,
         _ => Kill::Interrupt,
     };
-    let outcomes = storm_rounds("torture_script", rounds(200), kill);
+    let tool = if std::env::var_os("TORTURE_FAST").is_some() { &FAST } else { &TOOLS[0] };
+    let outcomes = storm_rounds("torture_script", rounds(200), kill, tool);
     if kill == Kill::Interrupt {
         assert!(outcomes.iter().all(|o| o.clean()), "some interrupt rounds harmed the target (listed above)");
     }
