@@ -192,24 +192,34 @@ pub fn anonymous_like(path: &str) -> bool {
     !path.starts_with('/') || path.starts_with("/dev/zero")
 }
 
-/// For each region of `after`, the Rss+Swap (kB) its address range had in `before`, or `None` when it is new.
-/// Regions move and merge as they grow (a heap at its end, adjacent anonymous mmaps downwards), so each region
-/// of `before` counts toward the region of `after` it overlaps most. Both lists sorted by address, as the kernel
-/// prints them.
+/// For each region of `after`, the Rss+Swap (kB) its address range had in `before`, or `None` when it is new (no
+/// region of `before` overlaps it). Regions move, merge and split as they change (a heap grows at its end, adjacent
+/// anonymous mmaps merge downwards, a munmap in the middle of one leaves two), so each region of `before` is shared
+/// among the regions of `after` it overlaps, in proportion to the overlap (the one it overlaps most gets what the
+/// rounding leaves): a part split off is not new, and no kB is counted twice. Both lists sorted by address, as the
+/// kernel prints them.
 pub fn previous_rss_swap(before: &[Span], after: &[Span]) -> Vec<Option<u64>> {
     let mut prev: Vec<Option<u64>> = vec![None; after.len()];
     for old in before {
         let from = after.partition_point(|r| r.end <= old.start);
-        let best = after
+        let overlaps: Vec<(usize, u64)> = after
             .get(from..)
             .unwrap_or(&[])
             .iter()
             .take_while(|r| r.start < old.end)
             .enumerate()
-            .max_by_key(|(_, r)| r.end.min(old.end).saturating_sub(r.start.max(old.start)))
-            .map(|(i, _)| from + i);
-        if let Some(slot) = best.and_then(|i| prev.get_mut(i)) {
-            *slot = Some(slot.unwrap_or(0).saturating_add(old.rss_swap));
+            .map(|(i, r)| (from + i, r.end.min(old.end).saturating_sub(r.start.max(old.start))))
+            .filter(|&(_, bytes)| bytes > 0)
+            .collect();
+        let total: u64 = overlaps.iter().map(|o| o.1).sum();
+        let Some(&(most, _)) = overlaps.iter().max_by_key(|o| o.1) else { continue };
+        let share = |bytes: u64| (old.rss_swap as u128 * bytes as u128 / total.max(1) as u128) as u64;
+        let given: u64 = overlaps.iter().filter(|o| o.0 != most).map(|o| share(o.1)).sum();
+        for &(i, bytes) in &overlaps {
+            let part = if i == most { old.rss_swap.saturating_sub(given) } else { share(bytes) };
+            if let Some(slot) = prev.get_mut(i) {
+                *slot = Some(slot.unwrap_or(0).saturating_add(part));
+            }
         }
     }
     prev
@@ -370,6 +380,16 @@ VmFlags: rd wr mr mw me gd ac
             (before.iter().map(Span::of).collect(), after.iter().map(Span::of).collect());
         assert_eq!(previous_rss_swap(&before, &after), [Some(8), Some(8), None]);
         assert_eq!(previous_rss_swap(&[], &after), [None, None, None]);
+        // 1000-4000 (12 kB) lost its middle page to a munmap: 1000-2000 and 3000-4000 are what is left of it, not
+        // new, and share its 12 kB by size (the larger overlap first: 1000-2000 and 3000-5000 overlap it alike).
+        let before: Vec<Span> = parse_smaps("1000-4000 rw-p 0 00:00 0\nRss: 12 kB\n").iter().map(Span::of).collect();
+        let after: Vec<Span> = parse_smaps(
+            "1000-2000 rw-p 0 00:00 0\nRss: 4 kB\n3000-5000 rw-p 0 00:00 0\nRss: 8 kB\n6000-7000 rw-p 0 00:00 0\n",
+        )
+        .iter()
+        .map(Span::of)
+        .collect();
+        assert_eq!(previous_rss_swap(&before, &after), [Some(6), Some(6), None]);
         assert!(previous_rss_swap(&before, &[]).is_empty());
     }
 
