@@ -7,10 +7,10 @@
 //! other region keeps the Rss+Swap it had.
 //!
 //! During a live trace the samples are taken by a thread of their own ([`Periodic`]), each announced in the
-//! tracer's queue just before it is read: the analysis weighs it against the events queued before it began, which
-//! it shows (an event queued while it was read may not be in it yet, and would look unmapped), rather than against
-//! a model of seconds ago (the analysis may be that far behind). The thread ends with the trace, so no sample is of
-//! the process after detach.
+//! tracer's queue just before it is read: the analysis weighs it against the events queued before it began, all of
+//! which it shows, rather than against a model of seconds ago (the analysis may be that far behind). (Announced
+//! after the read, a call queued during the read came before a sample that did not show it, and the leak model
+//! dropped its bytes.) The thread ends with the trace, so no sample is of the process after detach.
 
 use crate::analysis::leaks::parse_resident;
 use crate::model::smaps::{Span, carry_over, parse_maps_span};
