@@ -91,11 +91,33 @@ pub struct ManpageArgs {
     pub dir: PathBuf,
 }
 
+/// The processes a command works on: the same options in every subcommand that takes `--pid`.
+#[derive(Args, Debug, Clone)]
+pub struct Select {
+    /// Processes to look at, each with all of its threads and none of its siblings: pids, comma-separated or
+    /// repeated (--pid 10,11 --pid 12). One that is not there is said in a line and the others go on (exit
+    /// status 4).
+    #[arg(short, long, value_delimiter = ',', value_name = "PID")]
+    pub pid: Vec<i32>,
+    /// Also every descendant of the --pid processes (children, grandchildren...) found in /proc, without stopping
+    /// anyone; zombies are skipped.
+    #[arg(long, requires = "pid")]
+    pub tree: bool,
+    /// Refuse a selection of more processes than this.
+    #[arg(long, default_value_t = crate::live::selection::MAX_PROCESSES, value_name = "N")]
+    pub max_processes: usize,
+}
+
+impl Default for Select {
+    fn default() -> Select {
+        Select { pid: Vec::new(), tree: false, max_processes: crate::live::selection::MAX_PROCESSES }
+    }
+}
+
 #[derive(Args, Debug, Default, Clone)]
 pub struct TraceArgs {
-    /// Process to attach to (all of its threads, none of its sibling processes).
-    #[arg(short, long)]
-    pub pid: Option<i32>,
+    #[command(flatten)]
+    pub select: Select,
     /// Syscalls to catch: names or numbers, comma-separated. Caught through libc's syscall() and, for mmap,
     /// munmap and mremap, at libc's own mmap(), munmap() and mremap() too.
     #[arg(short, long, default_value = "mmap", value_delimiter = ',')]
@@ -175,8 +197,8 @@ pub struct TraceArgs {
 
 #[derive(Args, Debug)]
 pub struct StackArgs {
-    #[arg(short, long)]
-    pub pid: i32,
+    #[command(flatten)]
+    pub select: Select,
     #[arg(long)]
     pub json: bool,
     #[arg(long, default_value_t = 128)]
@@ -187,8 +209,8 @@ pub struct StackArgs {
 
 #[derive(Args, Debug)]
 pub struct MemArgs {
-    #[arg(short, long)]
-    pub pid: i32,
+    #[command(flatten)]
+    pub select: Select,
     #[arg(long)]
     pub json: bool,
     /// Refresh every interval, showing regions sorted by growth.
@@ -203,8 +225,8 @@ pub struct MemArgs {
 
 #[derive(Args, Debug)]
 pub struct HooksArgs {
-    #[arg(short, long)]
-    pub pid: i32,
+    #[command(flatten)]
+    pub select: Select,
     #[arg(long)]
     pub json: bool,
     /// More functions to check, comma-separated.
@@ -310,12 +332,17 @@ mod tests {
     #[test]
     fn trace_and_subcommands() {
         let c = Cli::try_parse_from(["syscatch", "--pid", "5", "--syscall", "mmap,munmap", "--for", "1s"]).unwrap();
-        assert_eq!(c.trace.pid, Some(5));
+        assert_eq!(c.trace.select.pid, [5]);
         assert_eq!(c.trace.syscall, ["mmap", "munmap"]);
         let c = Cli::try_parse_from(["syscatch", "--json", "--", "ls", "-l"]).unwrap();
         assert_eq!(c.trace.cmd, ["ls", "-l"]);
         let c = Cli::try_parse_from(["syscatch", "stack", "--pid", "7"]).unwrap();
-        assert!(matches!(c.command, Some(Command::Stack(StackArgs { pid: 7, .. }))));
+        assert!(matches!(c.command, Some(Command::Stack(StackArgs { ref select, .. })) if select.pid == [7]));
+        let c = Cli::try_parse_from(["syscatch", "mem", "--pid", "7,8", "-p", "9", "--pid", "7", "--tree"]).unwrap();
+        assert!(matches!(c.command, Some(Command::Mem(MemArgs { ref select, .. }))
+            if select.pid == [7, 8, 9, 7] && select.tree && select.max_processes == 64));
+        assert!(Cli::try_parse_from(["syscatch", "hooks", "--tree"]).is_err(), "--tree needs --pid");
+        assert!(Cli::try_parse_from(["syscatch", "stack", "--pid", "7,x"]).is_err());
         assert!(Cli::try_parse_from(["syscatch", "--for", "soon"]).is_err());
         let c = Cli::try_parse_from(["syscatch", "completions", "zsh"]).unwrap();
         assert!(matches!(c.command, Some(Command::Completions(CompletionsArgs { shell: clap_complete::Shell::Zsh }))));

@@ -30,7 +30,11 @@ pub fn run(args: &MemArgs) -> Result<i32> {
     if args.watch.is_none() && (args.duration.is_some() || args.plot.is_some()) {
         return Err(crate::app::trace::usage("--for and --plot go with --watch INTERVAL (e.g. --watch 2s)"));
     }
-    let pid = args.pid;
+    let chosen = crate::app::choose::choose(&args.select)?;
+    let ([one], false) = (chosen.processes.as_slice(), args.select.tree) else {
+        return super::mem_many::run(args, chosen);
+    };
+    let pid = one.pid;
     let name = crate::app::trace::check_process(pid)?.name;
     // Without /proc/PID/mem (not root, or a hardened kernel) the arena heaps are still counted by layout.
     let mem = ProcMem::open(pid).ok();
@@ -50,7 +54,7 @@ pub fn run(args: &MemArgs) -> Result<i32> {
             write_report(&mut out, pid, &name, &first, &alloc, &env, &advice)?;
         }
         out.flush()?;
-        return Ok(0);
+        return Ok(chosen.status());
     };
 
     // Ctrl-C, SIGTERM and SIGHUP end the watch (the plot is still written); the tick timer is not needed.
@@ -92,7 +96,7 @@ pub fn run(args: &MemArgs) -> Result<i32> {
         std::fs::write(path, svg).with_context(|| format!("cannot write the plot to {}", path.display()))?;
         eprintln!("syscatch: plot of {} samples written to {}", samples.len(), path.display());
     }
-    Ok(0)
+    Ok(chosen.status())
 }
 
 fn class_kb(s: &Sample) -> BTreeMap<String, i64> {
@@ -100,7 +104,7 @@ fn class_kb(s: &Sample) -> BTreeMap<String, i64> {
 }
 
 /// The findings rules' advice (the same rules as `--leaks`) and the patterns that are not rules.
-fn advice_for(
+pub(super) fn advice_for(
     pid: Tid,
     alloc: &Allocator,
     env: &BTreeMap<String, String>,
@@ -117,7 +121,7 @@ fn advice_for(
 }
 
 /// Sleeps until `start + at`; false when a stop signal arrived first.
-fn sleep_until(start: Instant, at: Duration) -> bool {
+pub(super) fn sleep_until(start: Instant, at: Duration) -> bool {
     loop {
         if signals::stop_requested() != 0 {
             return false;
@@ -131,7 +135,7 @@ fn sleep_until(start: Instant, at: Duration) -> bool {
 }
 
 /// `12.3 MiB` from kB.
-fn human(kb: u64) -> String {
+pub(super) fn human(kb: u64) -> String {
     if kb < 1024 {
         format!("{kb} kB")
     } else if kb < 1024 * 1024 {
@@ -217,7 +221,7 @@ fn region_name(r: &SmapsRegion) -> String {
 }
 
 /// A region's growth since the first sample, in kB (the whole region when it is new).
-struct Growth<'a> {
+pub(super) struct Growth<'a> {
     region: &'a SmapsRegion,
     class: Class,
     growth: i128,
@@ -225,7 +229,7 @@ struct Growth<'a> {
 }
 
 /// Regions of the last sample that grew since the first, largest growth first.
-fn growth<'a>(first: &Sample, last: &'a Sample) -> Vec<Growth<'a>> {
+pub(super) fn growth<'a>(first: &Sample, last: &'a Sample) -> Vec<Growth<'a>> {
     use crate::model::smaps::{Span, previous_rss_swap};
     let spans = |s: &Sample| s.regions.iter().map(Span::of).collect::<Vec<Span>>();
     let before = previous_rss_swap(&spans(first), &spans(last));
@@ -246,7 +250,7 @@ fn growth<'a>(first: &Sample, last: &'a Sample) -> Vec<Growth<'a>> {
     g
 }
 
-fn signed_kb(kb: i128) -> String {
+pub(super) fn signed_kb(kb: i128) -> String {
     let h = human(kb.unsigned_abs().min(u128::from(u64::MAX)) as u64);
     if kb < 0 { format!("-{h}") } else { format!("+{h}") }
 }
@@ -301,7 +305,7 @@ fn emit_watch(
     w.flush()
 }
 
-fn growth_json(x: &Growth) -> Value {
+pub(super) fn growth_json(x: &Growth) -> Value {
     let m = &x.region.map;
     json!({
         "start": hex(m.start),
@@ -315,7 +319,7 @@ fn growth_json(x: &Growth) -> Value {
     })
 }
 
-fn mem_json(
+pub(super) fn mem_json(
     pid: Tid,
     name: &str,
     s: &Sample,

@@ -3,11 +3,13 @@
 //! its analysis thread.
 
 pub mod analyze;
+pub mod choose;
 pub mod crash;
 pub mod demo;
 pub mod findings;
 pub mod hooks;
 pub mod mem;
+pub mod mem_many;
 pub mod outputs;
 pub mod placement;
 pub mod plans;

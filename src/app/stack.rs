@@ -6,6 +6,7 @@ use crate::analysis::unwind::End;
 use crate::app::trace::check_target;
 use crate::cli::StackArgs;
 use crate::live::python::PythonReader;
+use crate::live::selection::Chosen;
 use crate::live::snapshot::{self, Seen, SnapshotError, ThreadSnapshot};
 use crate::os::{Tid, procfs};
 use crate::report::json::{frame_json, hex, line};
@@ -17,7 +18,56 @@ use std::collections::BTreeSet;
 use std::io::Write;
 
 pub fn run(args: &StackArgs) -> Result<i32> {
-    let pid = args.pid;
+    let chosen = crate::app::choose::choose(&args.select)?;
+    let out = std::io::stdout();
+    let mut out = std::io::BufWriter::new(out.lock());
+    let many = chosen.processes.len() > 1;
+    let (mut threads, mut errors, mut failed) = (0, 0, Vec::new());
+    for (i, p) in chosen.processes.iter().enumerate() {
+        if args.json {
+            line(&mut out, "process", process_json(p))?;
+        } else if many {
+            writeln!(out, "{}process {}: {}", if i > 0 { "\n" } else { "" }, p.pids(), p.command)?;
+        }
+        match dump(p.pid, args, &mut out) {
+            Ok((t, e)) => (threads, errors) = (threads + t, errors + e),
+            // One process gone or refused: said, and the others are dumped (a single one fails as ever).
+            Err(e) if many => {
+                eprintln!("syscatch: {e:#}");
+                if args.json {
+                    line(&mut out, "warning", json!({ "pid": p.pid, "message": format!("{e:#}") }))?;
+                }
+                failed.push(p.pid);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if failed.len() == chosen.processes.len() {
+        bail!("no process could be dumped");
+    }
+    if args.json {
+        line(
+            &mut out,
+            "summary",
+            json!({
+                "schema": report::json::SCHEMA_VERSION,
+                "processes": chosen.processes.len() - failed.len(),
+                "threads": threads,
+                "errors": errors + failed.len(),
+            }),
+        )?;
+    }
+    out.flush()?;
+    Ok(if failed.is_empty() { chosen.status() } else { crate::live::selection::PARTIAL })
+}
+
+/// A `process` line: what the process is, and its pid in each namespace.
+pub fn process_json(p: &Chosen) -> serde_json::Value {
+    json!({ "pid": p.pid, "name": p.name, "command": p.command, "nspid": p.nspid })
+}
+
+/// Every thread's stack of one process, written to `out`; returns the threads dumped and the errors said.
+fn dump(pid: Tid, args: &StackArgs, out: &mut impl Write) -> Result<(usize, usize)> {
     check_target(pid)?;
     // A Python process's frames are read too; a Python that cannot be read is said once, native frames go on.
     let (mut python, python_error) = match PythonReader::locate(pid) {
@@ -30,8 +80,6 @@ pub fn run(args: &StackArgs) -> Result<i32> {
         bail!("could not capture any thread of process {pid}: {}", why.join("; "));
     }
     let mut resolver = StackResolver::new(crate::live::modules::LiveModules::boxed(pid), args.stack_depth);
-    let out = std::io::stdout();
-    let mut out = std::io::BufWriter::new(out.lock());
     // Every thread unwound first and its stack copy dropped: 34 threads' 64 KiB copies are 2 MB that need not
     // stay resident while debug info is loaded to name the frames.
     let unwound: Vec<_> = snaps
@@ -75,9 +123,10 @@ pub fn run(args: &StackArgs) -> Result<i32> {
                 })
                 .collect();
             line(
-                &mut out,
+                out,
                 "thread",
                 json!({
+                    "pid": pid,
                     "tid": s.tid,
                     "name": name,
                     "stopped_in": seen_text(s.seen),
@@ -114,20 +163,12 @@ pub fn run(args: &StackArgs) -> Result<i32> {
         errors.iter().map(|e| e.to_string()).chain(unreadable).chain(python_error).chain(py_warnings).collect();
     for e in &errors {
         if args.json {
-            line(&mut out, "warning", json!({ "message": e }))?;
+            line(out, "warning", json!({ "pid": pid, "message": e }))?;
         } else {
-            eprintln!("syscatch: {e}");
+            eprintln!("syscatch: process {pid}: {e}");
         }
     }
-    if args.json {
-        line(
-            &mut out,
-            "summary",
-            json!({ "schema": report::json::SCHEMA_VERSION, "threads": snaps.len(), "errors": errors.len() }),
-        )?;
-    }
-    out.flush()?;
-    Ok(0)
+    Ok((snaps.len(), errors.len()))
 }
 
 fn seen_text(s: Seen) -> String {

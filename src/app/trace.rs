@@ -233,7 +233,7 @@ impl Output {
             flamegraph: args.flamegraph.clone(),
             pprof: args.pprof.clone(),
             html: args.html.clone(),
-            label: match args.pid {
+            label: match args.select.pid.first() {
                 Some(pid) => format!("pid {pid}"),
                 None => args.cmd.join(" "),
             },
@@ -267,10 +267,18 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             return Err(usage("--leaks attributes memory to stacks: it needs --stack-bytes above 0"));
         }
     }
-    match (args.pid, args.cmd.is_empty()) {
-        (Some(_), false) => Err(usage("give either --pid or a command after --, not both")),
-        (None, true) => Err(usage("nothing to trace: give --pid N, or a command after --")),
-        (Some(pid), true) => {
+    match (args.select.pid.is_empty(), args.cmd.is_empty()) {
+        (false, false) => Err(usage("give either --pid or a command after --, not both")),
+        (true, true) => Err(usage("nothing to trace: give --pid N, or a command after --")),
+        (false, true) => {
+            let chosen = crate::app::choose::choose(&args.select)?;
+            let [one] = chosen.processes.as_slice() else {
+                return Err(usage(format!(
+                    "{} processes selected: a trace takes one process for now (mem, stack and hooks take several)",
+                    chosen.processes.len()
+                )));
+            };
+            let pid = one.pid;
             check_target(pid)?;
             let mem = open_mem(pid)?;
             let site = syscall_site(pid, &mem)?;
@@ -281,9 +289,9 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
                 trace_plan(pid, numbers, site, args.fast, args.only_syscall_wrapper)?
             };
             run_trace(&out, plan, Start::Attach(pid))?;
-            Ok(0)
+            Ok(chosen.status())
         }
-        (None, false) => {
+        (true, false) => {
             // A stop request while the command starts (its libraries' constructors may block) must end the wait.
             signals::install_handlers(50);
             let pid = spawn_stopped(&args.cmd)?;

@@ -14,6 +14,7 @@ pub mod process;
 pub mod python;
 pub mod resolve;
 pub mod sampling;
+pub mod selection;
 pub mod sigstack;
 pub mod snapshot;
 pub mod tracer;

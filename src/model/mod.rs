@@ -10,6 +10,7 @@ pub mod event;
 pub mod known;
 pub mod maps;
 pub mod modules;
+pub mod proctree;
 pub mod regs;
 pub mod schedstat;
 pub mod sigframe;

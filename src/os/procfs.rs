@@ -60,6 +60,16 @@ fn for_each_line(path: &str, mut line: impl FnMut(&str)) -> io::Result<()> {
     }
 }
 
+/// `/proc/PID/stat`: one line, parsed by `model::proctree::parse_stat`.
+pub fn read_stat(pid: Tid) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+}
+
+/// `/proc/PID/cmdline`: the arguments, each ended by a NUL (empty for a kernel thread or a zombie).
+pub fn read_cmdline(pid: Tid) -> io::Result<Vec<u8>> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+}
+
 pub fn read_status(tid: Tid) -> io::Result<String> {
     std::fs::read_to_string(format!("/proc/{tid}/status"))
 }

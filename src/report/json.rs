@@ -152,6 +152,20 @@ pub fn line(w: &mut impl Write, kind: &str, data: Value) -> std::io::Result<()> 
     writeln!(w)
 }
 
+/// The JSON Lines of `lines` (written by [`line`] for one process) again, with `"pid": pid` in each line's data:
+/// a command that looks at several processes tags every line with the process it is of.
+pub fn with_pid(lines: &[u8], pid: i32, w: &mut impl Write) -> std::io::Result<()> {
+    for l in lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let mut v: Value = serde_json::from_slice(l).map_err(std::io::Error::other)?;
+        if let Some(data) = v.get_mut("data").and_then(Value::as_object_mut) {
+            data.insert("pid".into(), json!(pid));
+        }
+        serde_json::to_writer(&mut *w, &v)?;
+        writeln!(w)?;
+    }
+    Ok(())
+}
+
 impl<W: Write> Renderer for Json<W> {
     fn leaks(&mut self, report: &crate::analysis::leaks::LeakReport) -> std::io::Result<()> {
         report.write_json(&mut self.out)
@@ -240,5 +254,20 @@ mod tests {
             super::write_hex_str(&mut out, v).unwrap();
             assert_eq!(String::from_utf8(out).unwrap(), format!("\"{v:#x}\""));
         }
+    }
+
+    #[test]
+    fn lines_tagged_with_their_pid() {
+        let mut one = Vec::new();
+        super::line(&mut one, "hook", serde_json::json!({"function": "mmap"})).unwrap();
+        super::line(&mut one, "verdict", serde_json::json!({"text": "x"})).unwrap();
+        let mut out = Vec::new();
+        super::with_pid(&one, 42, &mut out).unwrap();
+        let got: Vec<serde_json::Value> =
+            String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], serde_json::json!({"type": "hook", "data": {"function": "mmap", "pid": 42}}));
+        assert_eq!(got[1]["data"]["pid"], 42);
+        assert!(super::with_pid(b"{not json\n", 1, &mut Vec::new()).is_err());
     }
 }

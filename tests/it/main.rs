@@ -26,4 +26,5 @@ mod review;
 mod ring;
 mod stack;
 mod torture;
+mod tree;
 mod webdriver;
