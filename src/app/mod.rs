@@ -16,6 +16,7 @@ pub mod plans;
 pub mod probe;
 pub mod record;
 pub mod report;
+pub mod session;
 pub mod shell;
 pub mod stack;
 pub mod trace;

@@ -24,9 +24,22 @@ pub(crate) fn event_writer(path: Option<&std::path::Path>, spawned: bool) -> Res
     })
 }
 
-/// Where the report goes in report mode: stdout, or stderr when a spawned command owns stdout.
-fn report_writer(spawned: bool) -> Box<dyn Write + Send> {
-    if spawned { Box::new(std::io::stderr()) } else { Box::new(std::io::BufWriter::new(std::io::stdout())) }
+/// Where the report goes in report mode: stdout, or stderr when a spawned command owns stdout; a session's
+/// member keeps it for the session's report.
+fn report_writer(out: &Output, spawned: bool) -> Box<dyn Write + Send> {
+    match &out.member {
+        Some(m) => Box::new(m.report.clone()),
+        None if spawned => Box::new(std::io::stderr()),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+    }
+}
+
+/// Where the summary goes: stderr, or a session member's buffer.
+fn summary_writer(out: &Output) -> Box<dyn Write + Send> {
+    match &out.member {
+        Some(m) => Box::new(m.err.clone()),
+        None => Box::new(std::io::stderr()),
+    }
 }
 
 /// In report mode the event stream is wanted only in a file: without one, events are not rendered at all.
@@ -91,9 +104,9 @@ pub fn finish(
         // The event file is complete; the report and the summary go to the terminal's stream.
         renderer.flush()?;
         renderer = if out.json {
-            Box::new(Json::new(report_writer(spawned)))
+            Box::new(Json::new(report_writer(out, spawned)))
         } else {
-            Box::new(Text::new(report_writer(spawned), std::io::stderr()))
+            Box::new(Text::new(report_writer(out, spawned), summary_writer(out)))
         };
     }
     let mut gate = None;
@@ -112,6 +125,12 @@ pub fn finish(
             d.watched = ending.watched;
             d.nested = nested;
             report.diagnosis = Some(d);
+        }
+        if let Some(m) = &out.member {
+            let row = crate::app::session::Row::of(&report, ending.facts.as_ref());
+            if let Ok(mut r) = m.row.lock() {
+                *r = Some(row);
+            }
         }
         if out.leaks.is_some() {
             renderer.leaks(&report)?;
@@ -145,7 +164,7 @@ pub fn finish(
     renderer.summary(summary)?;
     if out.json {
         // People still want the one-line summary on stderr.
-        Text::new(std::io::sink(), std::io::stderr()).summary(summary)?;
+        Text::new(std::io::sink(), summary_writer(out)).summary(summary)?;
     }
     renderer.flush()?;
     match gate {

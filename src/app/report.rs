@@ -62,6 +62,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         record: None,
         smaps_every: std::time::Duration::ZERO,
         stop_every_call: false,
+        member: None,
     };
     let (renderer, files) = outputs::open_outputs(&out, false)?;
     let (done, mut summary, ending) = replay(&rec, &out, renderer)?;
@@ -179,6 +180,7 @@ fn diff(args: &ReportArgs, base: &std::path::Path, window: (f64, Option<f64>)) -
             record: None,
             smaps_every: std::time::Duration::ZERO,
             stop_every_call: false,
+            member: None,
         };
         let sink: Box<dyn Renderer + Send> = Box::new(crate::report::json::Json::new(std::io::sink()));
         let (done, summary, mut ending) = replay(&rec, &out, sink)?;

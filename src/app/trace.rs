@@ -176,6 +176,7 @@ impl Sink for ChannelSink {
 }
 
 /// What a trace produces, whichever command started it.
+#[derive(Clone)]
 pub struct Output {
     pub json: bool,
     pub path: Option<PathBuf>,
@@ -208,6 +209,9 @@ pub struct Output {
     pub smaps_every: Duration,
     /// `--no-known-stacks`: with `--fast`, every matching call stops, even one whose stack is known.
     pub stop_every_call: bool,
+    /// One process of a session of several: the trace runs on a thread of its own, and its report is kept for
+    /// the session's.
+    pub member: Option<crate::app::session::Member>,
 }
 
 impl Output {
@@ -245,6 +249,7 @@ impl Output {
             record: args.record.clone(),
             smaps_every: args.smaps_every,
             stop_every_call: args.no_known_stacks,
+            member: None,
         })
     }
 }
@@ -272,11 +277,8 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
         (true, true) => Err(usage("nothing to trace: give --pid N, or a command after --")),
         (false, true) => {
             let chosen = crate::app::choose::choose(&args.select)?;
-            let [one] = chosen.processes.as_slice() else {
-                return Err(usage(format!(
-                    "{} processes selected: a trace takes one process for now (mem, stack and hooks take several)",
-                    chosen.processes.len()
-                )));
+            let ([one], false) = (chosen.processes.as_slice(), args.select.tree) else {
+                return crate::app::session::trace(args, &out, chosen, numbers, &asked);
             };
             let pid = one.pid;
             check_target(pid)?;
@@ -461,14 +463,22 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         stack_bytes: out.stack_bytes,
         deadline: out.duration.map(|d| Instant::now() + d),
         epoch,
-        live_status: std::io::stderr().is_terminal() && !spawned,
+        live_status: std::io::stderr().is_terminal() && !spawned && out.member.is_none(),
         restorers: crate::live::sigstack::read_restorers(pid),
         known: known_rx,
         ended: ended.clone(),
     };
     // The tick also paces the reading of `--fast`'s ring when no stop comes (512 slots: 51,200 calls a second
     // before its writers fall back to stops).
-    signals::install_handlers(if plan.ring.is_empty() { 50 } else { 10 });
+    let tick = if plan.ring.is_empty() { 50 } else { 10 };
+    // A member of a session traces on a thread of its own: its tick is its own (see `ThreadTick`).
+    let _tick = match out.member {
+        Some(_) => Some(signals::ThreadTick::start(tick).context("cannot start the tracer's timer")?),
+        None => {
+            signals::install_handlers(tick);
+            None
+        }
+    };
     // Once every site is armed, the baseline of growth is sampled again and sent ahead of any event; then the
     // periodic samples follow in the same queue, each after the events queued before it was read, until the trace
     // ends (then the sender is dropped, so the analysis still ends with the sink).

@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// `PF_KTHREAD` in the `flags` field of /proc/PID/stat.
 const PF_KTHREAD: u64 = 0x0020_0000;
+/// `PF_FORKNOEXEC`: forked and not exec'd since.
+const PF_FORKNOEXEC: u64 = 0x0000_0040;
 
 /// One process as its `stat` line tells it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +19,8 @@ pub struct Proc {
     /// `R`, `S`, `D`, `Z`, `T`, `t`, `X`, ...
     pub state: char,
     pub kernel: bool,
+    /// Forked and not exec'd since: a child of a fork server (a pre-forked worker), or one about to exec.
+    pub forked: bool,
     pub name: String,
 }
 
@@ -34,7 +38,7 @@ pub fn parse_stat(text: &str) -> Option<Proc> {
     let state = rest.next()?.chars().next()?;
     let ppid = rest.next()?.parse().ok()?;
     let flags: u64 = rest.nth(4)?.parse().ok()?;
-    Some(Proc { pid, ppid, state, kernel: flags & PF_KTHREAD != 0, name })
+    Some(Proc { pid, ppid, state, kernel: flags & PF_KTHREAD != 0, forked: flags & PF_FORKNOEXEC != 0, name })
 }
 
 /// Every descendant of `roots` in `table` (children, their children, ...), roots excluded, in pid order. A cycle
@@ -109,14 +113,16 @@ mod tests {
     use super::*;
 
     fn p(pid: Tid, ppid: Tid, state: char) -> Proc {
-        Proc { pid, ppid, state, kernel: false, name: format!("p{pid}") }
+        Proc { pid, ppid, state, kernel: false, forked: false, name: format!("p{pid}") }
     }
 
     #[test]
     fn stat_lines() {
         let s = "4321 (my (odd) name) S 100 4321 4321 0 -1 4194560 120 0 0 0 1 2 0 0 20 0 3 0 555";
         let got = parse_stat(s).unwrap();
-        assert_eq!((got.pid, got.ppid, got.state, got.kernel), (4321, 100, 'S', false));
+        assert_eq!((got.pid, got.ppid, got.state, got.kernel, got.forked), (4321, 100, 'S', false, false));
+        let forked = parse_stat("77 (w) S 76 76 76 0 -1 4194368 0 0").unwrap();
+        assert!(forked.forked && !forked.kernel);
         assert_eq!(got.name, "my (odd) name");
         let k = parse_stat("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0").unwrap();
         assert!(k.kernel);

@@ -132,8 +132,10 @@ fn event_msg(tid: Tid) -> Result<u64, Errno> {
     Ok(msg)
 }
 
-/// Waits for any traced thread (`__WALL`, or clone()d threads are missed). `Ok(None)`: interrupted by a signal
-/// (the caller checks its flags), or nothing pending with `nohang`. `Err(ECHILD)`: no tracee left.
+/// Waits for any thread traced by the calling thread (`__WALL`, or clone()d threads are missed; `__WNOTHREAD`,
+/// or a wait would take the stops of tracees that another tracer thread of syscatch attached, which only that
+/// thread may resume). `Ok(None)`: interrupted by a signal (the caller checks its flags), or nothing pending with
+/// `nohang`. `Err(ECHILD)`: no tracee left.
 pub fn wait_any(nohang: bool) -> Result<Option<(Tid, Stop)>, Errno> {
     wait_for(-1, nohang)
 }
@@ -141,7 +143,7 @@ pub fn wait_any(nohang: bool) -> Result<Option<(Tid, Stop)>, Errno> {
 /// As [`wait_any`], for one thread.
 pub fn wait_for(tid: Tid, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno> {
     let mut status = 0;
-    let flags = libc::__WALL | if nohang { libc::WNOHANG } else { 0 };
+    let flags = libc::__WALL | libc::__WNOTHREAD | if nohang { libc::WNOHANG } else { 0 };
     // SAFETY: status is a valid out-pointer for the duration of the call.
     let ret = unsafe { libc::waitpid(tid, &mut status, flags) };
     match ret {

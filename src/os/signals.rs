@@ -54,12 +54,68 @@ pub fn install_handlers(tick_ms: u64) {
     unsafe { libc::setitimer(libc::ITIMER_REAL, &it, std::ptr::null_mut()) };
 }
 
-/// Stops the interval timer (before spawning, or once tracing is over).
+/// Stops the interval timer (before spawning, or once tracing is over); on a thread with a [`ThreadTick`], that
+/// thread's tick.
 pub fn stop_timer() {
+    if let Some(timer) = THREAD_TIMER.with(|t| t.get()) {
+        // SAFETY: `timer` was created by `timer_create` on this thread and is deleted only by its `ThreadTick`,
+        // which clears this cell first; a zeroed itimerspec disarms it.
+        unsafe {
+            let it: libc::itimerspec = std::mem::zeroed();
+            libc::timer_settime(timer, 0, &it, std::ptr::null_mut());
+        }
+        return;
+    }
     // SAFETY: a zeroed itimerval disarms the timer.
     unsafe {
         let it: libc::itimerval = std::mem::zeroed();
         libc::setitimer(libc::ITIMER_REAL, &it, std::ptr::null_mut());
+    }
+}
+
+std::thread_local! {
+    static THREAD_TIMER: std::cell::Cell<Option<libc::timer_t>> = const { std::cell::Cell::new(None) };
+}
+
+/// A SIGALRM tick sent to the calling thread alone, every `tick_ms`, until dropped: what [`install_handlers`]'s
+/// process-wide timer is to a tracer on the main thread (which the kernel prefers for a process's signals), for a
+/// tracer on a thread of its own (a session of several processes, one tracer thread each).
+pub struct ThreadTick(libc::timer_t);
+
+impl ThreadTick {
+    pub fn start(tick_ms: u64) -> std::io::Result<ThreadTick> {
+        install_stop_handlers();
+        install(libc::SIGALRM, on_alarm);
+        // SAFETY: a zeroed sigevent is valid; the fields set name this thread (SIGEV_THREAD_ID) and SIGALRM, and
+        // `timer` is a valid out-pointer.
+        let timer = unsafe {
+            let mut sev: libc::sigevent = std::mem::zeroed();
+            sev.sigev_notify = libc::SIGEV_THREAD_ID;
+            sev.sigev_signo = libc::SIGALRM;
+            sev.sigev_notify_thread_id = libc::gettid();
+            let mut timer: libc::timer_t = std::ptr::null_mut();
+            if libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut timer) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            timer
+        };
+        let tick = ThreadTick(timer);
+        let ts = libc::timespec { tv_sec: (tick_ms / 1000) as _, tv_nsec: ((tick_ms % 1000) * 1_000_000) as _ };
+        let it = libc::itimerspec { it_interval: ts, it_value: ts };
+        // SAFETY: `timer` is the timer just created; `it` is a valid itimerspec.
+        if unsafe { libc::timer_settime(timer, 0, &it, std::ptr::null_mut()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        THREAD_TIMER.with(|t| t.set(Some(timer)));
+        Ok(tick)
+    }
+}
+
+impl Drop for ThreadTick {
+    fn drop(&mut self) {
+        THREAD_TIMER.with(|t| t.set(None));
+        // SAFETY: the timer was created by `start` and is deleted once, here.
+        unsafe { libc::timer_delete(self.0) };
     }
 }
 

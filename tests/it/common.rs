@@ -591,3 +591,33 @@ pub fn poll(mut pred: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// Watches the state of every thread of `pids`, every millisecond, until [`StopWatch::stops`] says which were
+/// ever seen in a ptrace or job-control stop (attaching holds a process's threads for milliseconds at least).
+pub struct StopWatch {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seen: std::thread::JoinHandle<Vec<(i32, char)>>,
+}
+
+impl StopWatch {
+    pub fn start(pids: Vec<i32>) -> StopWatch {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        let seen = std::thread::spawn(move || {
+            let mut stops = Vec::new();
+            while !d.load(std::sync::atomic::Ordering::Relaxed) {
+                for &p in &pids {
+                    stops.extend(thread_states_of(p).into_iter().filter(|s| matches!(s, 't' | 'T')).map(|s| (p, s)));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            stops
+        });
+        StopWatch { done, seen }
+    }
+
+    pub fn stops(self) -> Vec<(i32, char)> {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.seen.join().unwrap()
+    }
+}

@@ -24,6 +24,7 @@ mod python;
 mod record;
 mod review;
 mod ring;
+mod session;
 mod stack;
 mod torture;
 mod tree;

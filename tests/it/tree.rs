@@ -6,8 +6,6 @@
 use crate::common::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The family and what it printed: its children with the bytes each touched, the zombie, the second thread.
 struct Family {
@@ -42,36 +40,6 @@ fn family(children: usize, zombie: bool) -> Family {
 
 fn lines_of(out: &str) -> Vec<Value> {
     json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>())
-}
-
-/// Watches the state of every thread of `pids` until dropped; `stopped()` says whether any was ever seen in a
-/// ptrace or job-control stop.
-struct StopWatch {
-    done: Arc<AtomicBool>,
-    seen: std::thread::JoinHandle<Vec<(i32, char)>>,
-}
-
-impl StopWatch {
-    fn start(pids: Vec<i32>) -> StopWatch {
-        let done = Arc::new(AtomicBool::new(false));
-        let d = done.clone();
-        let seen = std::thread::spawn(move || {
-            let mut stops = Vec::new();
-            while !d.load(Ordering::Relaxed) {
-                for &p in &pids {
-                    stops.extend(thread_states_of(p).into_iter().filter(|s| matches!(s, 't' | 'T')).map(|s| (p, s)));
-                }
-                std::thread::yield_now();
-            }
-            stops
-        });
-        StopWatch { done, seen }
-    }
-
-    fn stops(self) -> Vec<(i32, char)> {
-        self.done.store(true, Ordering::Relaxed);
-        self.seen.join().unwrap()
-    }
 }
 
 #[test]
@@ -213,10 +181,14 @@ fn a_list_with_a_missing_pid_does_the_others_and_says_so() {
     assert_eq!((code, out.as_str()), (2, ""), "{err}");
     assert!(err.contains("2 processes selected, above the limit of 1"), "{err}");
 
-    // A trace takes one process for now, and says so.
+    // A trace of several processes is a --leaks report for now, without files; each refused before attaching.
     let kid = f.children.keys().next().unwrap().to_string();
-    let (code, _, err) = run_syscatch(&["--pid", &format!("{pid},{kid}"), "--for", "1s"]);
+    let both = format!("{pid},{kid}");
+    let (code, _, err) = run_syscatch(&["--pid", &both, "--for", "1s"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("2 processes selected: a trace takes one process for now"), "{err}");
+    assert!(err.contains("several processes (--pid list, --tree) are traced with --leaks for now"), "{err}");
+    let (code, _, err) = run_syscatch(&["--pid", &both, "--leaks", "--record", "x.rec", "--for", "1s"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--record goes with one process for now"), "{err}");
     assert_eq!(tracer_pid(f.t.pid), Some(0));
 }

@@ -1,0 +1,405 @@
+//! A trace of several processes at once (`--pid 10,11 --leaks`, `--tree`): a session. Each process is traced by
+//! the one-process pipeline (`trace::run_trace`: attach, arm, the tracer loop, detach, its own analysis) on a
+//! thread of its own, since ptrace ties a tracee to the thread that attached it and one process's stops must
+//! never wait behind another's. With `--tree`, children that start during the trace are found by polling /proc
+//! (as py-spy's `--subprocesses` does, every 100 ms) and join with the time left. Each process's report is kept;
+//! at the end the session writes a table of processes ranked by lasting growth, then each process's report under
+//! its header (in JSON, a `process` line and `pid` on every line).
+//!
+//! The pipeline, top to bottom: refuse what a session cannot do yet; start a member per process; follow the tree
+//! until the trace ends; wait for every member; write the table and the reports.
+
+use crate::app::trace::{Output, Start, check_target, open_mem, run_trace, syscall_site, usage};
+use crate::cli::TraceArgs;
+use crate::live::selection::{self, Chosen, PARTIAL, Selection};
+use crate::model::event::End;
+use crate::os::{Tid, signals};
+use anyhow::{Result, anyhow};
+use serde_json::json;
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often `--tree` looks for new children (py-spy's `--subprocesses` period).
+const TREE_POLL: Duration = Duration::from_millis(100);
+
+/// How many looks a new process that cannot be traced yet (no libc mapped: it is starting) gets.
+const RETRIES: u32 = 20;
+
+/// Bytes written by one member, kept for the session's output.
+#[derive(Clone, Default)]
+pub struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+impl Buffer {
+    fn take(&self) -> Vec<u8> {
+        self.0.lock().map(|mut b| std::mem::take(&mut *b)).unwrap_or_default()
+    }
+}
+
+impl Write for Buffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().map_err(|_| std::io::Error::other("a writer of this buffer panicked"))?.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What one process of a session writes: its report (stdout's part), its summary and notes (stderr's part), and
+/// its row of the table of processes.
+#[derive(Clone, Default)]
+pub struct Member {
+    pub report: Buffer,
+    pub err: Buffer,
+    pub row: Arc<Mutex<Option<Row>>>,
+}
+
+/// One process's figures for the table, worked out from its report.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Row {
+    /// Rss+Swap in KiB before the trace and after it.
+    pub before_kb: Option<i64>,
+    pub after_kb: Option<i64>,
+    /// Lasting growth of its regions (KiB) and its rate; `None` with too few samples.
+    pub lasting_kb: Option<u64>,
+    pub mib_per_min: Option<f64>,
+    /// The memory class that grew most, and by how much (KiB).
+    pub class: Option<(String, i64)>,
+    /// The share of its regions' growth resident on traced stacks (0 to 1), when anything grew.
+    pub traced: Option<f64>,
+}
+
+impl Row {
+    /// The figures of a finished report: the regions' lasting growth, the classes before and after.
+    pub fn of(
+        report: &crate::analysis::leaks::LeakReport,
+        facts: Option<&crate::analysis::rules::ProcessFacts>,
+    ) -> Row {
+        let lasting_kb = report.lasting_kb();
+        let total = |m: &std::collections::BTreeMap<String, i64>| m.values().sum::<i64>();
+        let before = facts.and_then(|f| f.class_before.as_ref());
+        let after = facts.and_then(|f| f.class_kb.as_ref());
+        let class = before.zip(after).and_then(|(b, a)| {
+            a.iter().map(|(c, &kb)| (c.clone(), kb - b.get(c).copied().unwrap_or(0))).max_by_key(|(_, g)| *g)
+        });
+        let growth: u64 = report.growing.iter().map(|g| g.growth_kb).sum();
+        let traced: u64 = (0..report.growing.len()).map(|i| report.region_split(i).0).sum();
+        Row {
+            before_kb: before.map(total),
+            after_kb: after.map(total),
+            lasting_kb,
+            mib_per_min: lasting_kb.map(|kb| report.window.mib_per_min(kb.saturating_mul(1024))),
+            class: class.filter(|(_, g)| *g > 0),
+            traced: (growth > 0).then(|| traced.min(growth) as f64 / growth as f64),
+        }
+    }
+}
+
+/// One process of the session: who, its member's output, and its trace's thread.
+struct Traced {
+    who: Chosen,
+    member: Member,
+    thread: std::thread::JoinHandle<Result<End>>,
+    /// Seconds after the session's start that its trace began (0 for the processes named).
+    joined: f64,
+}
+
+/// Traces the processes of `chosen` together (and with `--tree`, their children as they start).
+pub fn trace(
+    args: &TraceArgs,
+    out: &Output,
+    chosen: Selection,
+    numbers: HashSet<u64>,
+    asked: &HashSet<u64>,
+) -> Result<i32> {
+    refuse_unsupported(args, out)?;
+    let start = Instant::now();
+    let deadline = out.duration.map(|d| start + d);
+    let mut status = chosen.status();
+    let mut members: Vec<Traced> = Vec::new();
+    for who in chosen.processes {
+        let named = args.select.pid.contains(&who.pid);
+        match begin(args, out, who, &numbers, asked, deadline, 0.0) {
+            Ok(t) => members.push(t),
+            // A descendant that cannot be traced yet (starting, a vfork child) is tried again by `follow_tree`.
+            Err(_) if !named => {}
+            Err(e) => {
+                eprintln!("syscatch: {e:#}");
+                status = PARTIAL;
+            }
+        }
+    }
+    if members.is_empty() {
+        return Err(anyhow!("no process could be traced"));
+    }
+    let mut done = Vec::new();
+    if args.select.tree {
+        follow_tree(args, out, &mut members, &mut done, &numbers, asked, deadline, start);
+    }
+    for t in members {
+        let end = t.thread.join().unwrap_or_else(|_| Err(anyhow!("internal error: the tracer thread panicked")));
+        done.push((t.who, t.member, end, t.joined));
+    }
+    if done.iter().any(|(_, _, end, _)| end.is_err()) {
+        status = PARTIAL;
+    }
+    write_session(out, &mut done)?;
+    Ok(status)
+}
+
+/// What a session cannot do yet, refused before anything is touched.
+fn refuse_unsupported(args: &TraceArgs, out: &Output) -> Result<()> {
+    let not_yet = |what: &str| {
+        usage(format!("{what} goes with one process for now: with several (--pid list, --tree), use --leaks alone"))
+    };
+    if !out.report {
+        return Err(usage("several processes (--pid list, --tree) are traced with --leaks for now"));
+    }
+    for (given, what) in [
+        (out.path.is_some(), "-o FILE"),
+        (out.record.is_some(), "--record"),
+        (out.folded.is_some(), "--folded"),
+        (out.flamegraph.is_some(), "--flamegraph"),
+        (out.pprof.is_some(), "--pprof"),
+        (out.html.is_some(), "--html"),
+        (out.fail_over.is_some(), "--fail-over"),
+    ] {
+        if given {
+            return Err(not_yet(what));
+        }
+    }
+    let _ = args;
+    Ok(())
+}
+
+/// Checks one process, makes its plan and starts its trace on a thread of its own.
+fn begin(
+    args: &TraceArgs,
+    out: &Output,
+    who: Chosen,
+    numbers: &HashSet<u64>,
+    asked: &HashSet<u64>,
+    deadline: Option<Instant>,
+    joined: f64,
+) -> Result<Traced> {
+    let pid = who.pid;
+    check_target(pid)?;
+    // A vfork child before its exec runs in its parent's memory: what we would plant, we would plant there.
+    let parent = crate::model::status::parse_status(&crate::os::procfs::read_status(pid).unwrap_or_default()).ppid;
+    if parent > 0 && crate::os::ptrace::same_vm(pid, parent) {
+        return Err(anyhow!("process {pid} runs in its parent's memory (a vfork child before its exec)"));
+    }
+    let mem = open_mem(pid)?;
+    let site = syscall_site(pid, &mem)?;
+    drop(mem);
+    let plan = crate::app::plans::leak_plan(pid, numbers.clone(), asked, site, !args.no_fast)?;
+    let member = Member::default();
+    let mut o = out.clone();
+    o.member = Some(member.clone());
+    o.label = format!("pid {pid}");
+    // The time left, for a process that joins late.
+    o.duration = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    let thread = std::thread::Builder::new()
+        .name(format!("trace {pid}"))
+        .spawn(move || run_trace(&o, plan, Start::Attach(pid)))
+        .map_err(|e| anyhow!("cannot start the tracer thread of process {pid}: {e}"))?;
+    Ok(Traced { who, member, thread, joined })
+}
+
+/// Until the trace ends (its duration, a stop signal, every member done), the descendants of the traced
+/// processes that start meanwhile join it. A process caught between fork and exec (multiprocessing's spawn) ends
+/// its trace at the exec: it is traced again, as the program it became; one caught before its libc is mapped is
+/// tried again at the next look, for a while.
+#[allow(clippy::too_many_arguments)]
+fn follow_tree(
+    args: &TraceArgs,
+    out: &Output,
+    members: &mut Vec<Traced>,
+    finished: &mut Vec<Done>,
+    numbers: &HashSet<u64>,
+    asked: &HashSet<u64>,
+    deadline: Option<Instant>,
+    start: Instant,
+) {
+    let mut seen: HashSet<Tid> = members.iter().map(|t| t.who.pid).collect();
+    let mut tries: std::collections::HashMap<Tid, u32> = Default::default();
+    loop {
+        std::thread::sleep(TREE_POLL);
+        let over = deadline.is_some_and(|d| Instant::now() + TREE_POLL >= d);
+        if over || signals::stop_requested() != 0 || signals::faulted() {
+            return;
+        }
+        let mut again = Vec::new();
+        let mut i = 0;
+        while i < members.len() {
+            if !members[i].thread.is_finished() {
+                i += 1;
+                continue;
+            }
+            let t = members.swap_remove(i);
+            let end = t.thread.join().unwrap_or_else(|_| Err(anyhow!("internal error: the tracer thread panicked")));
+            let pid = t.who.pid;
+            let alive = crate::live::process::check_process(pid, crate::live::process::Ids::Process).is_ok();
+            let tried = tries.get(&pid).copied().unwrap_or(0);
+            match end {
+                Ok(End::Exec) => again.push(pid),
+                // A trace that failed to start on a process that is starting itself (a library patching a
+                // function between the plan and the arming): tried again with a new plan, for a while.
+                Err(e) if alive && t.joined > 0.0 && tried < RETRIES => {
+                    tries.insert(pid, tried + 1);
+                    eprintln!("syscatch: process {pid}: trying again: {e:#}");
+                    again.push(pid);
+                }
+                end => finished.push((t.who, t.member, end, t.joined)),
+            }
+        }
+        let roots: Vec<Tid> = members.iter().map(|t| t.who.pid).chain(again.iter().copied()).collect();
+        let table = selection::read_table();
+        let born = crate::model::proctree::descendants(&table, &roots);
+        tries.retain(|pid, _| born.contains(pid) || again.contains(pid));
+        for pid in again.iter().copied().chain(born) {
+            let first_look = seen.insert(pid);
+            let traced = members.iter().any(|t| t.who.pid == pid);
+            if traced || !(first_look || again.contains(&pid) || tries.contains_key(&pid)) {
+                continue;
+            }
+            let Some(p) = table.iter().find(|p| p.pid == pid) else { continue };
+            if crate::model::proctree::skip_reason(p).is_some() {
+                continue;
+            }
+            // Forked and not exec'd yet: most such children exec at once (multiprocessing's spawn, a shell); one
+            // still so at the next look is a pre-forked worker, traced as it is.
+            if p.forked && first_look {
+                tries.insert(pid, 0);
+                continue;
+            }
+            if members.len() >= args.select.max_processes {
+                eprintln!(
+                    "syscatch: process {pid} ({}) started but is not traced: --max-processes {} reached",
+                    p.name, args.select.max_processes
+                );
+                continue;
+            }
+            let joined = start.elapsed().as_secs_f64();
+            match begin(args, out, selection::describe(pid), numbers, asked, deadline, joined) {
+                Ok(t) => {
+                    eprintln!("syscatch: process {pid} ({}) started at {joined:.1}s: traced", t.who.command);
+                    members.push(t);
+                }
+                Err(e) => {
+                    // Not yet exec'd, or its libc not mapped yet: the next look tries again, for a while.
+                    let n = tries.entry(pid).or_insert(0);
+                    *n += 1;
+                    if *n >= RETRIES {
+                        tries.remove(&pid);
+                        eprintln!("syscatch: process {pid} started at {joined:.1}s and is not traced: {e:#}");
+                    }
+                }
+            }
+        }
+        if members.is_empty() && tries.is_empty() {
+            return;
+        }
+    }
+}
+
+type Done = (Chosen, Member, Result<End>, f64);
+
+/// The table of processes ranked by lasting growth, then each process's report under its header.
+fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
+    let row = |m: &Member| m.row.lock().ok().and_then(|r| r.clone());
+    let rate = |d: &Done| row(&d.1).and_then(|r| r.mib_per_min).unwrap_or(f64::NEG_INFINITY);
+    done.sort_by(|a, b| rate(b).total_cmp(&rate(a)).then(a.0.pid.cmp(&b.0.pid)));
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
+    if out.json {
+        for (who, member, end, joined) in done.iter() {
+            let r = row(member).unwrap_or_default();
+            let v = json!({
+                "pid": who.pid,
+                "name": who.name,
+                "command": who.command,
+                "nspid": who.nspid,
+                "joined": joined,
+                "rss_swap_before_kb": r.before_kb,
+                "rss_swap_after_kb": r.after_kb,
+                "lasting_kb": r.lasting_kb,
+                "lasting_mib_per_min": r.mib_per_min,
+                "growing_class": r.class.as_ref().map(|c| &c.0),
+                "growing_class_kb": r.class.as_ref().map(|c| c.1),
+                "traced_share": r.traced,
+                "end": end_text(end),
+                "error": end.as_ref().err().map(|e| format!("{e:#}")),
+            });
+            crate::report::json::line(&mut w, "process", v)?;
+        }
+        for (who, member, _, _) in done.iter() {
+            crate::report::json::with_pid(&member.report.take(), who.pid, &mut w)?;
+        }
+    } else {
+        writeln!(w, "{} processes, ranked by lasting growth:", done.len())?;
+        writeln!(
+            w,
+            "{:>8}  {:>10} {:>10}  {:>12}  {:<24} {:>7}  {:<12} command",
+            "pid", "before", "after", "lasting", "grows most", "traced", "trace"
+        )?;
+        for (who, member, end, _) in done.iter() {
+            let r = row(member).unwrap_or_default();
+            let kb = |v: Option<i64>| v.map(|kb| format!("{:.1} MiB", kb as f64 / 1024.0)).unwrap_or("?".into());
+            let grown = |kb: i64| match kb {
+                ..1024 => format!("+{kb} KiB"),
+                _ => format!("+{:.1} MiB", kb as f64 / 1024.0),
+            };
+            let lasting = r.mib_per_min.map(|m| format!("{m:.2} MiB/min")).unwrap_or("?".into());
+            let class = r.class.as_ref().map(|(c, g)| format!("{c} {}", grown(*g)));
+            let traced = r.traced.map(|t| format!("{:.0}%", t * 100.0)).unwrap_or("-".into());
+            writeln!(
+                w,
+                "{:>8}  {:>10} {:>10}  {:>12}  {:<24} {:>7}  {:<12} {}",
+                who.pids(),
+                kb(r.before_kb),
+                kb(r.after_kb),
+                lasting,
+                class.unwrap_or_else(|| "-".into()),
+                traced,
+                end_text(end),
+                who.command
+            )?;
+        }
+        for (who, member, end, _) in done.iter() {
+            writeln!(w, "\n=== process {}: {} ===", who.pids(), who.command)?;
+            if let Err(e) = end {
+                writeln!(w, "not traced: {e:#}")?;
+            }
+            w.write_all(&member.report.take())?;
+        }
+    }
+    w.flush()?;
+    drop(w);
+    let stderr = std::io::stderr();
+    let mut e = stderr.lock();
+    for (who, member, _, _) in done.iter() {
+        // Each line of its summary says whose it is.
+        for line in String::from_utf8_lossy(&member.err.take()).lines() {
+            let line = line.strip_prefix("syscatch: ").unwrap_or(line);
+            writeln!(e, "syscatch: process {}: {line}", who.pid)?;
+        }
+    }
+    Ok(())
+}
+
+/// How a member's trace ended, in a word or two.
+fn end_text(end: &Result<End>) -> String {
+    match end {
+        Ok(End::Exited(code)) => format!("exited ({code})"),
+        Ok(End::Killed(sig)) => format!("killed ({sig})"),
+        Ok(End::Duration) => "done".into(),
+        Ok(End::Signal(_)) => "stopped".into(),
+        Ok(End::Exec) => "exec'd".into(),
+        Ok(End::Fault) => "fault".into(),
+        Err(_) => "failed".into(),
+    }
+}

@@ -1,0 +1,150 @@
+//! A trace of a whole server (`--pid P --tree --leaks`): testprogs/server.py starts its workers as vLLM does
+//! (multiprocessing's spawn), one leaking through the UCX-shaped hook, one churning, one idle, and one more started
+//! during the trace. One report: the leaking workers ranked first with the bytes their pool grew by (the workers
+//! print it), the churning one a working set, the idle one flat; a process outside the tree is never stopped.
+
+use crate::common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::process::Command;
+
+fn of_pid<'a>(values: &'a [Value], kind: &str, pid: i32) -> Vec<&'a Value> {
+    values.iter().filter(|v| v["type"] == kind && v["data"]["pid"] == pid).map(|v| &v["data"]).collect()
+}
+
+fn names(leak: &Value) -> Vec<String> {
+    leak["stack"]
+        .as_array()
+        .map(|fs| fs.iter().filter_map(|f| f["function"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+/// "mark": the pool's bytes of each worker, by pid (the workers are paused, or have not started).
+fn mark(server: &mut Target) -> BTreeMap<i32, u64> {
+    server.send("mark");
+    let mut pools = BTreeMap::new();
+    for l in server.out.until(|l| l == "marked") {
+        if let ["mark", _, pid, pool, _] = l.split_whitespace().collect::<Vec<_>>().as_slice() {
+            pools.insert(pid.parse().unwrap(), pool.parse().unwrap());
+        }
+    }
+    pools
+}
+
+/// Waits on syscatch's stderr until every pid of `pids` is attached and armed.
+fn wait_attached(sc: &mut Syscatch, pids: &[i32]) {
+    let mut left: Vec<i32> = pids.to_vec();
+    while !left.is_empty() {
+        let l = sc.err.next();
+        left.retain(|p| !(l.contains("attached to") && l.contains(&format!(" of process {p};"))));
+    }
+}
+
+#[test]
+fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
+    require_ptrace();
+    let lib = shared_lib("ucx_like_lib");
+    let mut cmd = Command::new("python3");
+    cmd.arg(repo().join("testprogs/server.py")).arg(&lib).env_remove("PYTHONMALLOC");
+    let mut server = Target::start_cmd(&mut cmd);
+    let mut workers: BTreeMap<String, i32> = BTreeMap::new();
+    for l in server.out.until(|l| l == "ready") {
+        if let ["worker", role, pid] = l.split_whitespace().collect::<Vec<_>>().as_slice() {
+            workers.insert(role.to_string(), pid.parse().unwrap());
+        }
+    }
+    let (leak, churn, idle) = (workers["leak"], workers["churn"], workers["idle"]);
+    // A process outside the tree (the server's sibling, and its child).
+    let mut sibling = Target::start(&testprog("family"), &["1"]);
+    let mut outside = vec![sibling.pid];
+    for l in sibling.out.until(|l| l == "ready") {
+        if let Some(rest) = l.strip_prefix("child ") {
+            outside.push(rest.split_whitespace().next().unwrap().parse().unwrap());
+        }
+    }
+    let watch = StopWatch::start(outside);
+
+    // Python's own unmaps feed the pool too (an arena freed while a worker waits): it may grow a chunk between
+    // attaching and the mark after it, traced. So the pool is marked before the trace as well.
+    let unseen = mark(&mut server);
+    let server_pid = server.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &server_pid, "--tree", "--leaks", "--json", "--smaps-every", "250ms"]);
+    wait_attached(&mut sc, &[server.pid, leak, churn, idle]);
+    server.send("spawn late");
+    let late_line = server.out.next();
+    let late: i32 = late_line.strip_prefix("worker late ").and_then(|p| p.parse().ok()).expect(&late_line);
+    // It is traced before it does anything: the workers all start on "go".
+    wait_attached(&mut sc, &[late]);
+    let before = mark(&mut server);
+    server.send("go");
+    server.send("wait 2400");
+    assert_eq!(server.out.next(), "waited");
+    // Paused before the trace ends: what the pools hold at the end is what they held then.
+    server.send("pause");
+    assert_eq!(server.out.next(), "paused");
+    let after = mark(&mut server);
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    let stops = watch.stops();
+    assert!(status.success(), "{err:#?}");
+    assert!(stops.is_empty(), "a process outside the tree was stopped: {stops:?}");
+    for pid in [server.pid, leak, churn, idle, late] {
+        assert_eq!(tracer_pid(pid), Some(0), "process {pid} detached");
+    }
+    // Every worker runs on after the trace (the server asks each of them).
+    server.send("go");
+    assert_eq!(mark(&mut server).len(), 4, "the workers answer after the trace");
+
+    let values = json_lines(&out);
+    assert!(
+        values.iter().filter(|v| v["type"] != "process").all(|v| v["data"]["pid"].is_i64()),
+        "every line carries its pid"
+    );
+    let processes: Vec<&Value> = values.iter().filter(|v| v["type"] == "process").map(|v| &v["data"]).collect();
+    let ranked: Vec<i64> = processes.iter().map(|p| p["pid"].as_i64().unwrap()).collect();
+    let mut first_two = ranked[..2].to_vec();
+    first_two.sort();
+    let mut leakers = vec![i64::from(leak), i64::from(late)];
+    leakers.sort();
+    assert_eq!(first_two, leakers, "the leaking workers come first: {processes:#?}");
+    for pid in [server.pid, churn, idle] {
+        assert!(ranked.contains(&i64::from(pid)), "process {pid} is in the report: {processes:#?}");
+    }
+    let late_row = processes.iter().find(|p| p["pid"] == late).unwrap();
+    assert!(late_row["joined"].as_f64().unwrap() > 0.0, "{late_row}");
+
+    // Each leaking worker's pool: every chunk it mapped during the trace, on its stack (or on none where the
+    // analysis dropped a stack, which the summary says).
+    for pid in [leak, late] {
+        // At least what it grew by between the marks; at most what it grew by since before the trace.
+        let grown = after[&pid] - before[&pid];
+        let most = after[&pid] - unseen.get(&pid).copied().unwrap_or(0);
+        assert!(grown > 0, "worker {pid}'s pool grew: {before:?} {after:?}");
+        let leaks = of_pid(&values, "leak", pid);
+        let pool: u64 = leaks
+            .iter()
+            .filter(|l| names(l).iter().any(|n| n == "ucs_mpool_grow"))
+            .map(|l| l["still_mapped"].as_u64().unwrap())
+            .sum();
+        let no_stack: u64 = leaks
+            .iter()
+            .filter(|l| l["stack"].as_array().is_none_or(|s| s.is_empty()))
+            .map(|l| l["still_mapped"].as_u64().unwrap())
+            .sum();
+        assert!(pool <= most && pool + no_stack >= grown, "worker {pid}: {grown} to {most} grown, {pool} + {no_stack}");
+        assert!(no_stack == 0 || err.iter().any(|l| l.contains("without their stack")), "{err:#?}");
+        let first = leaks.first().unwrap_or_else(|| panic!("worker {pid} has leak candidates: {out:#?}"));
+        assert!(names(first).iter().any(|n| n == "ucs_mpool_grow"), "worker {pid}: {first}");
+    }
+    let leak_row = processes.iter().find(|p| p["pid"] == leak).unwrap();
+    assert!(leak_row["lasting_mib_per_min"].as_f64().unwrap() > 0.0, "{leak_row}");
+    // The churning worker's temporaries are a working set, not growth; the idle one holds nothing traced.
+    let temps = |l: &&Value| names(l).iter().any(|n| n == "new_mmap_object");
+    assert!(of_pid(&values, "working_set", churn).iter().any(temps), "{out:#?}");
+    assert!(!of_pid(&values, "leak", churn).iter().any(|l| temps(l) && l["verdict"] == "growth"), "{out:#?}");
+    assert!(!of_pid(&values, "leak", idle).iter().any(|l| l["verdict"] == "growth"), "{out:#?}");
+    // Each process's summary is said on stderr as its own.
+    for pid in [server.pid, leak, churn, idle, late] {
+        assert!(err.iter().any(|l| l.starts_with(&format!("syscatch: process {pid}: "))), "{err:#?}");
+    }
+}
