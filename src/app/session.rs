@@ -70,6 +70,8 @@ pub struct Row {
     pub class: Option<(String, i64)>,
     /// The share of its regions' growth resident on traced stacks (0 to 1), when anything grew.
     pub traced: Option<f64>,
+    /// Its findings: rule, title, and the growth each explains (MiB/min), in the report's order.
+    pub findings: Vec<(String, String, Option<f64>)>,
 }
 
 impl Row {
@@ -94,6 +96,15 @@ impl Row {
             mib_per_min: lasting_kb.map(|kb| report.window.mib_per_min(kb.saturating_mul(1024))),
             class: class.filter(|(_, g)| *g > 0),
             traced: (growth > 0).then(|| traced.min(growth) as f64 / growth as f64),
+            findings: report
+                .diagnosis
+                .iter()
+                .flat_map(|d| {
+                    d.findings.iter().map(move |f| {
+                        (f.rule.clone(), f.title.clone(), crate::report::findings::finding_rate(f, report, d))
+                    })
+                })
+                .collect(),
         }
     }
 }
@@ -336,6 +347,12 @@ fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
             });
             crate::report::json::line(&mut w, "process", v)?;
         }
+        for f in shared_findings(done) {
+            let processes: Vec<_> =
+                f.2.iter().map(|(pid, rate)| json!({"pid": pid, "growth_mib_per_min": rate})).collect();
+            let v = json!({"rule": f.0, "title": f.1, "processes": processes, "of": done.len()});
+            crate::report::json::line(&mut w, "shared_finding", v)?;
+        }
         for (who, member, _, _) in done.iter() {
             crate::report::json::with_pid(&member.report.take(), who.pid, &mut w)?;
         }
@@ -369,6 +386,21 @@ fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
                 who.command
             )?;
         }
+        let shared = shared_findings(done);
+        if !shared.is_empty() {
+            writeln!(w, "\nFindings by process (each process's report below):")?;
+        }
+        for (rule, title, holds) in &shared {
+            let each: Vec<String> = holds
+                .iter()
+                .map(|(pid, rate)| match rate {
+                    Some(r) => format!("{pid} ({r:.2} MiB/min)"),
+                    None => pid.to_string(),
+                })
+                .collect();
+            writeln!(w, "  in {} of {} processes: {title}  [{rule}]", holds.len(), done.len())?;
+            writeln!(w, "     {}", each.join(", "))?;
+        }
         for (who, member, end, _) in done.iter() {
             writeln!(w, "\n=== process {}: {} ===", who.pids(), who.command)?;
             if let Err(e) = end {
@@ -389,6 +421,27 @@ fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A rule that found something: its id, its title, and each process it holds in with the growth it explains there
+/// (MiB/min).
+type Shared = (String, String, Vec<(Tid, Option<f64>)>);
+
+/// Each rule that found something, once, with the processes it holds in (in the table's order) and the growth it
+/// explains in each; rules holding in more processes first.
+fn shared_findings(done: &[Done]) -> Vec<Shared> {
+    let mut out: Vec<Shared> = Vec::new();
+    for (who, member, _, _) in done {
+        let Some(row) = member.row.lock().ok().and_then(|r| r.clone()) else { continue };
+        for (rule, title, rate) in row.findings {
+            match out.iter_mut().find(|f| f.0 == rule) {
+                Some(f) => f.2.push((who.pid, rate)),
+                None => out.push((rule, title, vec![(who.pid, rate)])),
+            }
+        }
+    }
+    out.sort_by_key(|f| std::cmp::Reverse(f.2.len()));
+    out
 }
 
 /// How a member's trace ended, in a word or two.

@@ -83,7 +83,7 @@ fn per_min(bytes: u64, secs: f64) -> f64 {
 
 /// A finding's growth rate in MiB/min: its stacks' over the middle half of the trace, its classes' over all of it;
 /// none for a size.
-fn finding_rate(f: &Finding, report: &LeakReport, d: &Diagnosis) -> Option<f64> {
+pub(crate) fn finding_rate(f: &Finding, report: &LeakReport, d: &Diagnosis) -> Option<f64> {
     match f.growth? {
         Growth::Stacks(b) => Some(report.window.mib_per_min(b)),
         Growth::Class(b) => Some(per_min(b, d.duration_s)),

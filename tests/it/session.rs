@@ -97,8 +97,8 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
 
     let values = json_lines(&out);
     assert!(
-        values.iter().filter(|v| v["type"] != "process").all(|v| v["data"]["pid"].is_i64()),
-        "every line carries its pid"
+        values.iter().filter(|v| v["type"] != "shared_finding").all(|v| v["data"]["pid"].is_i64()),
+        "every line of a process carries its pid"
     );
     let processes: Vec<&Value> = values.iter().filter(|v| v["type"] == "process").map(|v| &v["data"]).collect();
     let ranked: Vec<i64> = processes.iter().map(|p| p["pid"].as_i64().unwrap()).collect();
@@ -136,6 +136,12 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
         let first = leaks.first().unwrap_or_else(|| panic!("worker {pid} has leak candidates: {out:#?}"));
         assert!(names(first).iter().any(|n| n == "ucs_mpool_grow"), "worker {pid}: {first}");
     }
+    // The finding that holds in both leaking workers is said once, with both.
+    let shared: Vec<&Value> = values.iter().filter(|v| v["type"] == "shared_finding").map(|v| &v["data"]).collect();
+    let ucx = shared.iter().find(|f| f["rule"] == "ucx-rcache-invalidation").expect("the UCX finding");
+    let mut holds: Vec<i64> = ucx["processes"].as_array().unwrap().iter().map(|p| p["pid"].as_i64().unwrap()).collect();
+    holds.sort();
+    assert_eq!(holds, leakers, "{ucx}");
     let leak_row = processes.iter().find(|p| p["pid"] == leak).unwrap();
     assert!(leak_row["lasting_mib_per_min"].as_f64().unwrap() > 0.0, "{leak_row}");
     // The churning worker's temporaries are a working set, not growth; the idle one holds nothing traced.
