@@ -127,6 +127,8 @@ target_cmd() { # mode -> TCMD
 source "$ROOT/scripts/bench/lib.sh"
 # Sparse hits and the Python worker's throughput (what the target pays): scripts/bench/target_pays.sh.
 source "$ROOT/scripts/bench/target_pays.sh"
+# shellcheck source=scripts/bench/tree.sh
+source "$ROOT/scripts/bench/tree.sh"
 
 # ---------------------------------------------------------------- per-hit rows
 bench_floor() { # id name pin n
@@ -785,6 +787,10 @@ bench_sparse 10 "$N_SPARSE10"
 bench_sparse 100 "$N_SPARSE100"
 # A Python worker's throughput under each tool (issue 26): the share of its untraced steps/s it keeps.
 bench_worker
+# Several processes in one trace (issue 36): four workers traced together against one alone; syscatch's RSS and CPU
+# with 1, 4 and 16 processes.
+bench_tree_workers
+bench_tree_cost
 # A munmap written to --fast's ring without a stop, per call (issue 26), and a pinned target's work rate in the first
 # second after syscatch --leaks attaches and in the next (the analysis threads and the prefetch stay off its CPU).
 bench_ring_munmap "$N_RING"

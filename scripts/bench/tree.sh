@@ -1,0 +1,152 @@
+# shellcheck shell=bash
+# Several processes traced at once (issue 36), sourced by scripts/bench.sh: what each of four Python workers keeps of
+# its throughput when the four are traced together by one `syscatch --pid A,B,C,D --leaks`, beside the share one
+# keeps traced alone (the other three running untraced meanwhile); and syscatch's own peak RSS and CPU time for a
+# trace of 1, 4 and 16 processes.
+
+# Asks every worker of `ins`/`outs` for its rate over `secs` at once; prints their steps/s, space-separated.
+rates_of() { # secs in-fds out-fds
+    local secs=$1 fd line out=()
+    local -a ins=($2) outs=($3)
+    for fd in "${ins[@]}"; do echo "rate $secs" >&"$fd"; done
+    for fd in "${outs[@]}"; do
+        read -r -t "$READ_TIMEOUT" -u "$fd" line || return 1
+        [[ $line =~ ^rate\ ([0-9.]+)\ syscalls ]] || return 1
+        out+=("${BASH_REMATCH[1]}")
+    done
+    echo "${out[*]}"
+}
+
+# Four scripts/bench/worker.py processes (one thread each: four on two CPUs, as a host with more ranks than CPUs to
+# spare), measured by their own clocks in RUNS turns; each turn measures three modes in a rotated order: untraced,
+# the first worker traced alone, the four traced together. A traced mode is given WORKER_SECS / 2 to settle
+# (attach, arm, the symbol prefetch), then measured for WORKER_SECS. A share is a worker's steps/s in a mode over its
+# own untraced steps/s of the same turn.
+bench_tree_workers() {
+    local ids=(tree_untraced tree_one tree_four) id want_any=0 turn j m r i ok=0 settle
+    for id in "${ids[@]}"; do want "$id" && want_any=1; done
+    if ((!want_any)); then
+        for id in "${ids[@]}"; do skip "$id" "four workers" x; done
+        return
+    fi
+    say "four Python workers: untraced, one traced alone, the four traced together"
+    local py
+    py=$(command -v python3) || {
+        for id in "${ids[@]}"; do row "$id" "four workers" x not_installed "no python3"; done
+        return
+    }
+    gcc -O2 -Wall -fPIC -shared -pthread -o "$TMP/libworker.so" "$ROOT/scripts/bench/worker_lib.c" -ldl ||
+        die "cannot compile scripts/bench/worker_lib.c"
+    local pids=() ins=() outs=()
+    for ((i = 0; i < 4; i++)); do
+        target_start "" "$py" "$ROOT/scripts/bench/worker.py" "$TMP/libworker.so" 1 || die "cannot start a worker"
+        pids+=("$T_PID") ins+=("$T_IN") outs+=("$T_OUT")
+    done
+    local all
+    all=$(
+        IFS=,
+        echo "${pids[*]}"
+    )
+    settle=$(calc "$WORKER_SECS / 2")
+    local modes=(untraced one four) untraced_sum=() one=() four=() four_min=() bad=""
+    rates_of "$WORKER_SECS" "${ins[*]}" "${outs[*]}" >/dev/null || ok=1 # warm-up
+    for ((turn = 0; turn < RUNS && ok == 0; turn++)); do
+        local -A got=()
+        for ((j = 0; j < 3; j++)); do
+            m=${modes[(j + turn) % 3]}
+            if [[ $m != untraced ]]; then
+                local target=${pids[0]}
+                [[ $m == four ]] && target=$all
+                tracer_start "" err '^syscatch: attached' "$SC" --pid "$target" --leaks || {
+                    bad="did not arm: $(tail -1 "$TR_LOG")"
+                    ok=1
+                    break
+                }
+                rates_of "$settle" "${ins[*]}" "${outs[*]}" >/dev/null || ok=1
+            fi
+            r=$(rates_of "$WORKER_SECS" "${ins[*]}" "${outs[*]}") || ok=1
+            if [[ $m != untraced ]]; then
+                kill -INT "$TR_PROC"
+                tracer_wait || bad="exited with status $?: $(tail -1 "$TR_LOG")"
+                [[ $m == four && $(grep -c '^syscatch: attached' "$TR_LOG") != 4 ]] &&
+                    bad="attached to $(grep -c '^syscatch: attached' "$TR_LOG") of 4 workers"
+            fi
+            ((ok == 0)) || break
+            got[$m]=$r
+        done
+        ((ok == 0)) && [[ -z $bad ]] || break
+        local -a u=(${got[untraced]}) o=(${got[one]}) f=(${got[four]})
+        untraced_sum+=("$(calc "${u[0]} + ${u[1]} + ${u[2]} + ${u[3]}")")
+        one+=("$(calc "${o[0]} / ${u[0]}")")
+        local shares=()
+        for ((i = 0; i < 4; i++)); do shares+=("$(calc "${f[i]} / ${u[i]}")"); done
+        four+=("$(median "${shares[@]}")") four_min+=("$(minof "${shares[@]}")")
+    done
+    local fd
+    for ((i = 0; i < 4; i++)); do
+        (echo quit >&"${ins[i]}") 2>/dev/null
+        fd=${ins[i]}
+        exec {fd}>&-
+        fd=${outs[i]}
+        exec {fd}<&-
+    done
+    wait 2>/dev/null
+    if ((ok != 0)) || [[ -n $bad || ${#one[@]} == 0 ]]; then
+        for id in "${ids[@]}"; do row "$id" "four workers" x failed "${bad:-a round failed}"; done
+        return
+    fi
+    row_values tree_untraced "four workers untraced, steps/s of the four" steps/s "" "one thread each, 2 CPUs" \
+        "${untraced_sum[@]}"
+    row_values tree_one "  one traced alone (--leaks), share it keeps" x "" "the other three untraced" "${one[@]}"
+    row_values tree_four "  the four traced together (--pid A,B,C,D --leaks), share each keeps (goal >= 0.90)" x "" \
+        "median of the four per turn; the least kept per turn: ${four_min[*]}" "${four[@]}"
+}
+
+# syscatch --leaks --for 2s on N idle Python processes: its peak RSS (GNU time's maximum resident set size) and its
+# CPU time (user + system), median of RUNS traces each.
+bench_tree_cost() {
+    local n id py i j line pids t
+    py=$(command -v python3) || return
+    for n in 1 4 16; do
+        id=tree_rss_$n
+        if ! want "$id" && ! want "tree_cpu_$n"; then
+            skip "$id" "syscatch's RSS, $n processes" MiB
+            skip "tree_cpu_$n" "syscatch's CPU, $n processes" s
+            continue
+        fi
+        say "syscatch --leaks --for 2s on $n idle Python processes"
+        local started=() ins=() rss=() cpu=() bad=""
+        pids=""
+        for ((i = 0; i < n; i++)); do
+            target_start "" "$py" -c 'import os, sys; print("pid", os.getpid(), flush=True); sys.stdin.read()' ||
+                die "cannot start an idle Python"
+            pids+="${pids:+,}$T_PID" ins+=("$T_IN")
+            started+=("$T_OUT")
+        done
+        for ((j = 0; j < RUNS; j++)); do
+            /usr/bin/time -f '%M %U %S' -o "$TMP/tree.time" "$SC" --pid "$pids" --leaks --for 2s \
+                >"$TMP/tree.out" 2>"$TMP/tree.err" || bad="exit status $?: $(tail -1 "$TMP/tree.err")"
+            t=$(tail -1 "$TMP/tree.time")
+            [[ $(grep -c '^syscatch: attached' "$TMP/tree.err") == "$n" ]] ||
+                bad="attached to $(grep -c '^syscatch: attached' "$TMP/tree.err") of $n"
+            read -r line u s <<<"$t"
+            rss+=("$(calc "$line / 1024")") cpu+=("$(calc "$u + $s")")
+        done
+        local fd
+        for ((i = 0; i < n; i++)); do
+            fd=${ins[i]}
+            exec {fd}>&-
+            fd=${started[i]}
+            exec {fd}<&-
+        done
+        wait 2>/dev/null
+        if [[ -n $bad ]]; then
+            row "$id" "syscatch's peak RSS, --leaks on $n processes" MiB failed "$bad"
+            row "tree_cpu_$n" "  its CPU time" s failed "$bad"
+            continue
+        fi
+        row_values "$id" "syscatch's peak RSS, --leaks --for 2s on $n idle Pythons" MiB "" \
+            "per process: $(calc "$(median "${rss[@]}") / $n") MiB" "${rss[@]}"
+        row_values "tree_cpu_$n" "  its CPU time (user + system)" s "" "" "${cpu[@]}"
+    done
+}
