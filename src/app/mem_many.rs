@@ -80,7 +80,10 @@ pub fn run(args: &MemArgs, chosen: Selection) -> Result<i32> {
             Some(r) => rows.push(r),
             None => {
                 eprintln!("syscatch: process {pid} exited before its memory was read");
-                status = selection::PARTIAL;
+                // Only a process named counts as missing (one of a tree may end as it likes).
+                if args.select.pid.contains(&pid) {
+                    status = selection::PARTIAL;
+                }
             }
         }
     }
@@ -95,6 +98,8 @@ pub fn run(args: &MemArgs, chosen: Selection) -> Result<i32> {
     signals::stop_timer();
     let tty = !args.json && std::io::stdout().is_terminal();
     let roots: Vec<Tid> = rows.iter().map(|r| r.who.pid).collect();
+    // Processes of the tree past --max-processes, said once.
+    let mut refused = std::collections::HashSet::new();
     let mut times = vec![0.0];
     for r in &mut rows {
         r.series.push(r.first.total.rss_swap());
@@ -118,12 +123,14 @@ pub fn run(args: &MemArgs, chosen: Selection) -> Result<i32> {
                 Ok(s) => r.last = Some(s),
                 Err(_) => {
                     r.gone = true;
+                    // Its /proc/PID/mem is let go: an open one keeps nothing alive, but names a pid reused later.
+                    r.mem = None;
                     eprintln!("syscatch: process {} ({}) exited at {time:.1}s", r.who.pid, r.who.command);
                 }
             }
         }
         if args.select.tree {
-            join_new(&mut rows, &roots, time, n);
+            join_new(&mut rows, &roots, time, n, args.select.max_processes, &mut refused);
         }
         for r in &mut rows {
             r.series.resize(n, 0);
@@ -148,14 +155,30 @@ pub fn run(args: &MemArgs, chosen: Selection) -> Result<i32> {
 }
 
 /// The descendants of `roots` that started since the last sample join the table.
-fn join_new(rows: &mut Vec<Row>, roots: &[Tid], time: f64, samples: usize) {
+fn join_new(
+    rows: &mut Vec<Row>,
+    roots: &[Tid],
+    time: f64,
+    samples: usize,
+    max: usize,
+    refused: &mut std::collections::HashSet<Tid>,
+) {
     let table = selection::read_table();
     for pid in crate::model::proctree::descendants(&table, roots) {
         if rows.iter().any(|r| r.who.pid == pid) {
             continue;
         }
         let Some(p) = table.iter().find(|p| p.pid == pid) else { continue };
-        if crate::model::proctree::skip_reason(p).is_some() {
+        if crate::model::proctree::skip_reason(p).is_some() || selection::ours(pid) {
+            continue;
+        }
+        if rows.iter().filter(|r| !r.gone).count() >= max {
+            if refused.insert(pid) {
+                eprintln!(
+                    "syscatch: process {pid} ({}) started but is not shown: --max-processes {max} reached",
+                    p.name
+                );
+            }
             continue;
         }
         if let Some(mut r) = Row::start(selection::describe(pid), time) {

@@ -27,6 +27,9 @@ const TREE_POLL: Duration = Duration::from_millis(100);
 /// How many looks a new process that cannot be traced yet (no libc mapped: it is starting) gets.
 const RETRIES: u32 = 20;
 
+/// How many times a trace that failed after attaching (the process changed its code meanwhile) is started again.
+const RUN_RETRIES: u32 = 3;
+
 /// Bytes written by one member, kept for the session's output.
 #[derive(Clone, Default)]
 pub struct Buffer(Arc<Mutex<Vec<u8>>>);
@@ -72,6 +75,21 @@ pub struct Row {
     pub traced: Option<f64>,
     /// Its findings: rule, title, and the growth each explains (MiB/min), in the report's order.
     pub findings: Vec<(String, String, Option<f64>)>,
+    /// Bytes its traced stacks mapped and unmapped again during the trace (working sets).
+    pub churn: u64,
+}
+
+impl Row {
+    /// In a word: `growing` (lasting growth), `churning` (mapping and unmapping, nothing lasting), `flat`; `?`
+    /// with too few samples.
+    pub fn verdict(&self) -> &'static str {
+        match self.lasting_kb {
+            None => "?",
+            Some(kb) if kb > 0 => "growing",
+            Some(_) if self.churn > 0 => "churning",
+            Some(_) => "flat",
+        }
+    }
 }
 
 impl Row {
@@ -105,6 +123,7 @@ impl Row {
                     })
                 })
                 .collect(),
+            churn: report.leaks.iter().chain(&report.quiet).map(|c| c.stats.unmapped).fold(0, u64::saturating_add),
         }
     }
 }
@@ -138,7 +157,7 @@ pub fn trace(
             // A descendant that cannot be traced yet (starting, a vfork child) is tried again by `follow_tree`.
             Err(_) if !named => {}
             Err(e) => {
-                eprintln!("syscatch: {e:#}");
+                say(format_args!("{e:#}"));
                 status = PARTIAL;
             }
         }
@@ -147,12 +166,28 @@ pub fn trace(
         return Err(anyhow!("no process could be traced"));
     }
     let mut done = Vec::new();
-    if args.select.tree {
-        follow_tree(args, out, &mut members, &mut done, &numbers, asked, deadline, start);
+    // A panic while following the tree (a parser fed by a new process) must not exit with the others attached:
+    // every member is asked to end, and joined (each detaches as after any fault).
+    let followed = match args.select.tree {
+        true => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            follow_tree(args, out, &mut members, &mut done, &numbers, asked, deadline, start)
+        })),
+        false => Ok(()),
+    };
+    if followed.is_err() {
+        signals::fault();
     }
     for t in members {
         let end = t.thread.join().unwrap_or_else(|_| Err(anyhow!("internal error: the tracer thread panicked")));
         done.push((t.who, t.member, end, t.joined));
+    }
+    if followed.is_err() {
+        let what = crate::app::crash::take().unwrap_or_else(|| "a panic".into());
+        return Err(anyhow!("internal error following the tree: {what}; every process was detached"));
+    }
+    if done.iter().all(|(_, _, end, _)| end.is_err()) {
+        let first = done.into_iter().find_map(|(_, _, end, _)| end.err());
+        return Err(first.unwrap_or_else(|| anyhow!("no process could be traced")));
     }
     if done.iter().any(|(_, _, end, _)| end.is_err()) {
         status = PARTIAL;
@@ -198,10 +233,19 @@ fn begin(
 ) -> Result<Traced> {
     let pid = who.pid;
     check_target(pid)?;
-    // A vfork child before its exec runs in its parent's memory: what we would plant, we would plant there.
-    let parent = crate::model::status::parse_status(&crate::os::procfs::read_status(pid).unwrap_or_default()).ppid;
-    if parent > 0 && crate::os::ptrace::same_vm(pid, parent) {
-        return Err(anyhow!("process {pid} runs in its parent's memory (a vfork child before its exec)"));
+    // A vfork child before its exec runs in its parent's memory: what we would plant, we would plant there. Only a
+    // process not exec'd since its fork can be one, and such a process is taken only when the kernel says it has
+    // memory of its own.
+    let stat = crate::os::procfs::read_stat(pid).ok().and_then(|t| crate::model::proctree::parse_stat(&t));
+    if let Some(p) = stat.filter(|p| p.forked && p.ppid > 0)
+        && crate::os::ptrace::compare_vm(pid, p.ppid) != Some(false)
+    {
+        return Err(anyhow!(
+            "process {pid} has not exec'd since its fork and may run in its parent's memory (a vfork child)"
+        ));
+    }
+    if deadline_near(deadline) {
+        return Err(anyhow!("process {pid} started as the trace ended"));
     }
     let mem = open_mem(pid)?;
     let site = syscall_site(pid, &mem)?;
@@ -218,6 +262,16 @@ fn begin(
         .spawn(move || run_trace(&o, plan, Start::Attach(pid)))
         .map_err(|e| anyhow!("cannot start the tracer thread of process {pid}: {e}"))?;
     Ok(Traced { who, member, thread, joined })
+}
+
+/// Whether the trace's deadline is less than a look away: a process found then is not worth stopping.
+fn deadline_near(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() + TREE_POLL >= d)
+}
+
+/// One line on stderr; a closed stderr is not a reason to stop (a panic here would exit with processes attached).
+fn say(line: std::fmt::Arguments) {
+    let _ = writeln!(std::io::stderr(), "syscatch: {line}");
 }
 
 /// Until the trace ends (its duration, a stop signal, every member done), the descendants of the traced
@@ -237,6 +291,8 @@ fn follow_tree(
 ) {
     let mut seen: HashSet<Tid> = members.iter().map(|t| t.who.pid).collect();
     let mut tries: std::collections::HashMap<Tid, u32> = Default::default();
+    // Traces that failed after attaching, by process: each retry stops the process's threads again.
+    let mut runs: std::collections::HashMap<Tid, u32> = Default::default();
     loop {
         std::thread::sleep(TREE_POLL);
         let over = deadline.is_some_and(|d| Instant::now() + TREE_POLL >= d);
@@ -254,20 +310,28 @@ fn follow_tree(
             let end = t.thread.join().unwrap_or_else(|_| Err(anyhow!("internal error: the tracer thread panicked")));
             let pid = t.who.pid;
             let alive = crate::live::process::check_process(pid, crate::live::process::Ids::Process).is_ok();
-            let tried = tries.get(&pid).copied().unwrap_or(0);
+            let tried = runs.get(&pid).copied().unwrap_or(0);
             match end {
-                Ok(End::Exec) => again.push(pid),
+                Ok(End::Exec) if alive => {
+                    say(format_args!(
+                        "process {pid} exec'd: traced again as its new program (its calls before the exec are not in \
+                         the report)"
+                    ));
+                    again.push(pid);
+                }
                 // A trace that failed to start on a process that is starting itself (a library patching a
-                // function between the plan and the arming): tried again with a new plan, for a while.
-                Err(e) if alive && t.joined > 0.0 && tried < RETRIES => {
-                    tries.insert(pid, tried + 1);
-                    eprintln!("syscatch: process {pid}: trying again: {e:#}");
+                // function between the plan and the arming): tried again with a new plan, a few times.
+                Err(e) if alive && t.joined > 0.0 && tried < RUN_RETRIES => {
+                    runs.insert(pid, tried + 1);
+                    say(format_args!("process {pid}: trying again: {e:#}"));
                     again.push(pid);
                 }
                 end => finished.push((t.who, t.member, end, t.joined)),
             }
         }
-        let roots: Vec<Tid> = members.iter().map(|t| t.who.pid).chain(again.iter().copied()).collect();
+        // The processes named stay roots when their own trace has ended or failed (a supervisor without libc).
+        let named = args.select.pid.iter().copied().filter(|&p| crate::os::procfs::read_stat(p).is_ok());
+        let roots: Vec<Tid> = members.iter().map(|t| t.who.pid).chain(again.iter().copied()).chain(named).collect();
         let table = selection::read_table();
         let born = crate::model::proctree::descendants(&table, &roots);
         tries.retain(|pid, _| born.contains(pid) || again.contains(pid));
@@ -278,7 +342,7 @@ fn follow_tree(
                 continue;
             }
             let Some(p) = table.iter().find(|p| p.pid == pid) else { continue };
-            if crate::model::proctree::skip_reason(p).is_some() {
+            if crate::model::proctree::skip_reason(p).is_some() || selection::ours(pid) {
                 continue;
             }
             // Forked and not exec'd yet: most such children exec at once (multiprocessing's spawn, a shell); one
@@ -288,16 +352,16 @@ fn follow_tree(
                 continue;
             }
             if members.len() >= args.select.max_processes {
-                eprintln!(
-                    "syscatch: process {pid} ({}) started but is not traced: --max-processes {} reached",
+                say(format_args!(
+                    "process {pid} ({}) started but is not traced: --max-processes {} reached",
                     p.name, args.select.max_processes
-                );
+                ));
                 continue;
             }
             let joined = start.elapsed().as_secs_f64();
             match begin(args, out, selection::describe(pid), numbers, asked, deadline, joined) {
                 Ok(t) => {
-                    eprintln!("syscatch: process {pid} ({}) started at {joined:.1}s: traced", t.who.command);
+                    say(format_args!("process {pid} ({}) started at {joined:.1}s: traced", t.who.command));
                     members.push(t);
                 }
                 Err(e) => {
@@ -306,7 +370,7 @@ fn follow_tree(
                     *n += 1;
                     if *n >= RETRIES {
                         tries.remove(&pid);
-                        eprintln!("syscatch: process {pid} started at {joined:.1}s and is not traced: {e:#}");
+                        say(format_args!("process {pid} started at {joined:.1}s and is not traced: {e:#}"));
                     }
                 }
             }
@@ -342,6 +406,8 @@ fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
                 "growing_class": r.class.as_ref().map(|c| &c.0),
                 "growing_class_kb": r.class.as_ref().map(|c| c.1),
                 "traced_share": r.traced,
+                "verdict": end.is_ok().then(|| r.verdict()),
+                "churn_bytes": r.churn,
                 "end": end_text(end),
                 "error": end.as_ref().err().map(|e| format!("{e:#}")),
             });
@@ -360,8 +426,8 @@ fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
         writeln!(w, "{} processes, ranked by lasting growth:", done.len())?;
         writeln!(
             w,
-            "{:>8}  {:>10} {:>10}  {:>12}  {:<24} {:>7}  {:<12} command",
-            "pid", "before", "after", "lasting", "grows most", "traced", "trace"
+            "{:>8}  {:<8}  {:>10} {:>10}  {:>14}  {:<24} {:>7}  {:<12} command",
+            "pid", "memory", "before", "after", "lasting", "grows most", "traced", "trace"
         )?;
         for (who, member, end, _) in done.iter() {
             let r = row(member).unwrap_or_default();
@@ -375,8 +441,9 @@ fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
             let traced = r.traced.map(|t| format!("{:.0}%", t * 100.0)).unwrap_or("-".into());
             writeln!(
                 w,
-                "{:>8}  {:>10} {:>10}  {:>12}  {:<24} {:>7}  {:<12} {}",
+                "{:>8}  {:<8}  {:>10} {:>10}  {:>14}  {:<24} {:>7}  {:<12} {}",
                 who.pids(),
+                if end.is_ok() { r.verdict() } else { "-" },
                 kb(r.before_kb),
                 kb(r.after_kb),
                 lasting,

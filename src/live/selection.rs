@@ -101,6 +101,7 @@ pub fn select(pids: &[Tid], tree: bool, max: usize) -> Result<Selection, SelectE
             let Some(p) = table.iter().find(|p| p.pid == pid) else { continue };
             match proctree::skip_reason(p) {
                 Some(why) => sel.notes.push(format!("process {pid} ({}) in the tree is skipped: {why}", p.name)),
+                None if ours(pid) => {}
                 None => chosen.push(pid),
             }
         }
@@ -110,6 +111,12 @@ pub fn select(pids: &[Tid], tree: bool, max: usize) -> Result<Selection, SelectE
     }
     sel.processes = chosen.into_iter().map(describe).collect();
     Ok(sel)
+}
+
+/// Whether `pid` is syscatch's own (itself, a guardian it started, another syscatch): never one to trace, and
+/// left out of a tree silently.
+pub fn ours(pid: Tid) -> bool {
+    pid == std::process::id() as Tid || procfs::runs_our_binary(pid)
 }
 
 /// Every process of the machine (of our pid namespace) now; one that exits while read is left out.
@@ -154,6 +161,13 @@ mod tests {
         assert!(matches!(select(&[], false, 8), Err(SelectError::Empty)));
         let e = select(&[i32::MAX, i32::MAX - 1], false, 8).unwrap_err().to_string();
         assert!(e.starts_with("none of the processes named can be looked at: no process with pid"), "{e}");
+    }
+
+    #[test]
+    fn our_own_processes_are_ours() {
+        assert!(ours(std::process::id() as Tid));
+        // pid 1 runs another program than this test binary.
+        assert!(!ours(1));
     }
 
     #[test]

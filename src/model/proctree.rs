@@ -65,7 +65,7 @@ pub fn descendants(table: &[Proc], roots: &[Tid]) -> Vec<Tid> {
 }
 
 /// Why a process of the tree is left out, or `None` to take it: a zombie has no memory left, a kernel thread
-/// none at all.
+/// none at all. (The caller also leaves out syscatch's own processes.)
 pub fn skip_reason(p: &Proc) -> Option<&'static str> {
     if p.kernel {
         Some("a kernel thread (no user memory)")

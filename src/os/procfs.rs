@@ -65,6 +65,17 @@ pub fn read_stat(pid: Tid) -> io::Result<String> {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
 }
 
+/// Whether process `pid` runs the same executable file as syscatch (syscatch itself, its guardians, another
+/// syscatch): compared by device and inode.
+pub fn runs_our_binary(pid: Tid) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(ours), Ok(theirs)) = (std::fs::metadata("/proc/self/exe"), std::fs::metadata(format!("/proc/{pid}/exe")))
+    else {
+        return false;
+    };
+    (ours.dev(), ours.ino()) == (theirs.dev(), theirs.ino())
+}
+
 /// `/proc/PID/cmdline`: the arguments, each ended by a NUL (empty for a kernel thread or a zombie).
 pub fn read_cmdline(pid: Tid) -> io::Result<Vec<u8>> {
     std::fs::read(format!("/proc/{pid}/cmdline"))

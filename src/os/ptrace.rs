@@ -181,6 +181,19 @@ fn decode(tid: Tid, status: i32) -> Stop {
 }
 
 /// Whether two processes share one address space (kcmp KCMP_VM): a vfork or CLONE_VM child does.
+/// `kcmp(KCMP_VM)` of two processes: `Some(true)` when they share one address space, `None` when the kernel
+/// cannot tell (no kcmp, a seccomp filter, a process gone or without memory).
+pub fn compare_vm(a: Tid, b: Tid) -> Option<bool> {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp takes only integers and reads nothing from our memory.
+    let r = unsafe { libc::syscall(libc::SYS_kcmp, a as libc::c_long, b as libc::c_long, KCMP_VM, 0, 0) };
+    match r {
+        0 => Some(true),
+        1..=3 => Some(false),
+        _ => None,
+    }
+}
+
 pub fn same_vm(a: Tid, b: Tid) -> bool {
     const KCMP_VM: libc::c_long = 1;
     // SAFETY: kcmp takes only integers and reads nothing from our memory.

@@ -92,7 +92,8 @@ impl ThreadTick {
             let mut sev: libc::sigevent = std::mem::zeroed();
             sev.sigev_notify = libc::SIGEV_THREAD_ID;
             sev.sigev_signo = libc::SIGALRM;
-            sev.sigev_notify_thread_id = libc::gettid();
+            // The raw call: libc's gettid is a weak reference left null in the static build.
+            sev.sigev_notify_thread_id = libc::syscall(libc::SYS_gettid) as libc::c_int;
             let mut timer: libc::timer_t = std::ptr::null_mut();
             if libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut timer) != 0 {
                 return Err(std::io::Error::last_os_error());

@@ -79,6 +79,40 @@ fn static_binary_traces_from_a_root_holding_only_itself_and_proc() {
     assert_eq!(t.wait().code(), Some(0));
 }
 
+/// Two processes at once: each traced on a thread of its own, whose tick is a timer of that thread (the static build
+/// has no working libc gettid: a session that called it crashed before attaching).
+#[test]
+fn static_binary_traces_two_processes_at_once() {
+    require_ptrace();
+    let bin = dist().join("syscatch");
+    let mut a = Target::start(&testprog("target"), &[]);
+    let mut b = Target::start(&testprog("target"), &[]);
+    let list = format!("{},{}", a.pid, b.pid);
+    let mut sc = start_syscatch(Command::new(&bin).args(["--pid", &list, "--leaks", "--json"]));
+    sc.wait_attached();
+    sc.wait_attached();
+    let mut kept = Vec::new();
+    for t in [&mut a, &mut b] {
+        t.send("mmap 3");
+        kept.push(truth_mmaps(&t.out.until(|l| l == "ok")).iter().map(|m| m.1).sum::<u64>());
+    }
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let values = json_lines(&out);
+    for (t, bytes) in [(&a, kept[0]), (&b, kept[1])] {
+        assert!(values.iter().any(|v| v["type"] == "process" && v["data"]["pid"] == t.pid), "{out:#?}");
+        let held: u64 = values
+            .iter()
+            .filter(|v| v["type"] == "leak" && v["data"]["pid"] == t.pid)
+            .map(|v| v["data"]["still_mapped"].as_u64().unwrap())
+            .sum();
+        assert!(held >= bytes, "process {}: {bytes} bytes mapped, {held} held on its stacks", t.pid);
+    }
+    assert_eq!(tracer_pid(a.pid), Some(0));
+    assert_eq!(tracer_pid(b.pid), Some(0));
+}
+
 #[test]
 fn wheel_installs_into_a_fresh_venv_and_traces_python() {
     require_ptrace();

@@ -144,6 +144,11 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
     assert_eq!(holds, leakers, "{ucx}");
     let leak_row = processes.iter().find(|p| p["pid"] == leak).unwrap();
     assert!(leak_row["lasting_mib_per_min"].as_f64().unwrap() > 0.0, "{leak_row}");
+    // In a word each: the leakers grow, the churning worker churns, the idle one and the server are flat.
+    let verdict = |pid: i32| processes.iter().find(|p| p["pid"] == pid).map(|p| p["verdict"].clone());
+    for (pid, want) in [(leak, "growing"), (late, "growing"), (churn, "churning"), (idle, "flat")] {
+        assert_eq!(verdict(pid), Some(Value::from(want)), "process {pid}: {processes:#?}");
+    }
     // The churning worker's temporaries are a working set, not growth; the idle one holds nothing traced.
     let temps = |l: &&Value| names(l).iter().any(|n| n == "new_mmap_object");
     assert!(of_pid(&values, "working_set", churn).iter().any(temps), "{out:#?}");
