@@ -257,7 +257,7 @@ fn emit(w: &mut impl Write, json: bool, rows: &[Row], watch: Option<(usize, bool
         };
         writeln!(
             w,
-            "{:>8} {:>10} {:>10}{grow} {:>9} {:>15} {:>9} {:>9} {:>9} {:>9}  {:<9} {}",
+            "{:>8} {:>10} {:>10}{grow} {:>9} {:>15} {:>9} {:>9} {:>9} {:>9}  {:<9} {}{}",
             r.who.pid,
             human(s.total.rss_swap()),
             human(s.total.pss),
@@ -269,6 +269,11 @@ fn emit(w: &mut impl Write, json: bool, rows: &[Row], watch: Option<(usize, bool
             human(class(r, OTHER)),
             r.alloc.name,
             r.who.command,
+            // A process in a container: its pid there too.
+            match r.who.nspid.as_slice() {
+                [_, .., inner] => format!(" (pid {inner} in its namespace)"),
+                _ => String::new(),
+            },
         )?;
     }
     let grow = match watch {

@@ -193,7 +193,26 @@ pub fn trace(
         status = PARTIAL;
     }
     write_session(out, &mut done)?;
+    say_own_usage(done.len(), start.elapsed().as_secs_f64());
     Ok(status)
+}
+
+/// syscatch's own CPU time and peak memory over the session, in all and by process.
+fn say_own_usage(processes: usize, secs: f64) {
+    use crate::model::proctree::{parse_cpu_ticks, parse_status_kb};
+    let cpu = crate::os::procfs::read_stat(std::process::id() as Tid).ok().and_then(|s| parse_cpu_ticks(&s));
+    let hwm = crate::os::procfs::read_status(std::process::id() as Tid).ok().and_then(|s| parse_status_kb(&s, "VmHWM"));
+    let (Some((user, system)), Some(hwm), n) = (cpu, hwm, processes.max(1) as f64) else { return };
+    // /proc counts CPU time in USER_HZ ticks, 100 a second on Linux whatever the kernel's HZ.
+    let cpu_s = (user + system) as f64 / 100.0;
+    say(format_args!(
+        "{processes} processes traced for {secs:.1}s; syscatch's own CPU time {cpu_s:.2}s ({:.2}s a process, {:.1}% of \
+         one CPU), its peak RSS {:.1} MiB ({:.1} MiB a process)",
+        cpu_s / n,
+        cpu_s / secs.max(1e-3) * 100.0,
+        hwm as f64 / 1024.0,
+        hwm as f64 / 1024.0 / n
+    ));
 }
 
 /// What a session cannot do yet, refused before anything is touched.

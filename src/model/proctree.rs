@@ -101,6 +101,20 @@ pub fn short_command(name: &str, cmdline: &[u8], max: usize) -> String {
     line
 }
 
+/// User and system CPU time of a `/proc/PID/stat` line, in clock ticks (USER_HZ, 100 a second on Linux).
+pub fn parse_cpu_ticks(stat: &str) -> Option<(u64, u64)> {
+    let mut rest = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
+    let utime = rest.nth(11)?.parse().ok()?;
+    let stime = rest.next()?.parse().ok()?;
+    Some((utime, stime))
+}
+
+/// A `KEY:  N kB` line of /proc/PID/status (`VmHWM`, `VmRSS`), in KiB.
+pub fn parse_status_kb(status: &str, key: &str) -> Option<u64> {
+    let line = status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?;
+    line.split_ascii_whitespace().next()?.parse().ok()
+}
+
 /// The `NSpid:` line of /proc/PID/status: the pid in each pid namespace, outermost first (one entry outside any
 /// container). Empty when missing or malformed.
 pub fn parse_nspid(status: &str) -> Vec<Tid> {
@@ -161,6 +175,16 @@ mod tests {
         assert_eq!(short_command("ucx_like", b"./ucx_like\0", 40), "ucx_like");
         assert_eq!(short_command("kworker/0:1", b"", 40), "kworker/0:1");
         assert_eq!(short_command("x", b"x\0a\nb\0", 40), "x a b");
+    }
+
+    #[test]
+    fn usage() {
+        let stat = "9 (a b) S 1 9 9 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 4 0 5 100 10";
+        assert_eq!(parse_cpu_ticks(stat), Some((250, 75)));
+        assert_eq!(parse_cpu_ticks("9 (x) S 1 2"), None);
+        assert_eq!(parse_status_kb("VmRSS:\t  10 kB\nVmHWM:\t  2048 kB\n", "VmHWM"), Some(2048));
+        assert_eq!(parse_status_kb("VmHWM:\tx kB\n", "VmHWM"), None);
+        assert_eq!(parse_status_kb("VmHWMx:\t1 kB\n", "VmHWM"), None);
     }
 
     #[test]

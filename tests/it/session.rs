@@ -154,6 +154,13 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
     assert!(of_pid(&values, "working_set", churn).iter().any(temps), "{out:#?}");
     assert!(!of_pid(&values, "leak", churn).iter().any(|l| temps(l) && l["verdict"] == "growth"), "{out:#?}");
     assert!(!of_pid(&values, "leak", idle).iter().any(|l| l["verdict"] == "growth"), "{out:#?}");
+    // syscatch's own cost, in all and by process.
+    assert!(
+        err.iter().any(|l| l.starts_with("syscatch: ")
+            && l.contains(" processes traced for ")
+            && l.contains("MiB a process")),
+        "{err:#?}"
+    );
     // Each process's summary is said on stderr as its own.
     for pid in [server.pid, leak, churn, idle, late] {
         assert!(err.iter().any(|l| l.starts_with(&format!("syscatch: process {pid}: "))), "{err:#?}");
