@@ -77,6 +77,22 @@ pub struct Row {
     pub findings: Vec<(String, String, Option<f64>)>,
     /// Bytes its traced stacks mapped and unmapped again during the trace (working sets).
     pub churn: u64,
+    /// Its leak candidates, largest first (at most [`STACKS_KEPT`]), by what their frames are.
+    pub stacks: Vec<StackRow>,
+}
+
+/// How many leak candidates of each process are matched across processes.
+const STACKS_KEPT: usize = 10;
+
+/// One leak candidate of a process, named so that the same code in another process has the same key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StackRow {
+    /// Each frame as `function (module)` (a Python frame: `function (file)`), innermost first: addresses differ
+    /// between processes, functions and modules do not.
+    pub key: Vec<String>,
+    pub growth: u64,
+    pub still_mapped: u64,
+    pub mib_per_min: f64,
 }
 
 impl Row {
@@ -124,7 +140,29 @@ impl Row {
                 })
                 .collect(),
             churn: report.leaks.iter().chain(&report.quiet).map(|c| c.stats.unmapped).fold(0, u64::saturating_add),
+            stacks: report
+                .leaks
+                .iter()
+                .take(STACKS_KEPT)
+                .map(|c| StackRow {
+                    key: report.stack(c.id).map(|st| st.frames.iter().map(frame_key).collect()).unwrap_or_default(),
+                    growth: c.growth,
+                    still_mapped: c.stats.still_mapped,
+                    mib_per_min: report.window.mib_per_min(c.growth),
+                })
+                .filter(|s| !s.key.is_empty())
+                .collect(),
         }
+    }
+}
+
+/// A frame as the same code in any process names it.
+fn frame_key(f: &crate::model::stack::Frame) -> String {
+    let module = f.module.as_deref().map(crate::model::modules::file_name);
+    let place = module.or(f.file.as_deref()).unwrap_or("?");
+    match &f.function {
+        Some(func) => format!("{func} ({place})"),
+        None => format!("? ({place})"),
     }
 }
 
@@ -438,6 +476,15 @@ fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
             let v = json!({"rule": f.0, "title": f.1, "processes": processes, "of": done.len()});
             crate::report::json::line(&mut w, "shared_finding", v)?;
         }
+        for (key, holds) in shared_stacks(done) {
+            let processes: Vec<_> = holds
+                .iter()
+                .map(|(pid, s)| {
+                    json!({"pid": pid, "growth": s.growth, "still_mapped": s.still_mapped, "growth_mib_per_min": s.mib_per_min})
+                })
+                .collect();
+            crate::report::json::line(&mut w, "shared_stack", json!({"frames": key, "processes": processes}))?;
+        }
         for (who, member, _, _) in done.iter() {
             crate::report::json::with_pid(&member.report.take(), who.pid, &mut w)?;
         }
@@ -487,6 +534,28 @@ fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
             writeln!(w, "  in {} of {} processes: {title}  [{rule}]", holds.len(), done.len())?;
             writeln!(w, "     {}", each.join(", "))?;
         }
+        let stacks = shared_stacks(done);
+        if !stacks.is_empty() {
+            writeln!(w, "\nLeak candidates with the same frames in several processes (any addresses):")?;
+        }
+        for (key, holds) in &stacks {
+            // Named by its first frames past libc's entry points (the wrapper every stack shares).
+            let named: Vec<&str> =
+                key.iter().map(String::as_str).filter(|f| !f.ends_with("(libc.so.6)")).take(3).collect();
+            writeln!(w, "  in {} processes: {}", holds.len(), named.join(" <- "))?;
+            let each: Vec<String> = holds
+                .iter()
+                .map(|(pid, s)| {
+                    format!(
+                        "{pid}: grew {} ({:.2} MiB/min), {} still mapped",
+                        mib(s.growth),
+                        s.mib_per_min,
+                        mib(s.still_mapped)
+                    )
+                })
+                .collect();
+            writeln!(w, "     {}", each.join("; "))?;
+        }
         for (who, member, end, _) in done.iter() {
             writeln!(w, "\n=== process {}: {} ===", who.pids(), who.command)?;
             if let Err(e) = end {
@@ -509,6 +578,28 @@ fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
     Ok(())
 }
 
+/// A stack's frames (see [`StackRow::key`]) and each process it holds memory in, with its figures there.
+type SharedStack = (Vec<String>, Vec<(Tid, StackRow)>);
+
+/// The leak candidates whose frames are the same in several processes, each once with the processes it holds
+/// memory in (pid and its figures, in the table's order); most processes, then most growth, first.
+fn shared_stacks(done: &[Done]) -> Vec<SharedStack> {
+    let mut out: Vec<SharedStack> = Vec::new();
+    for (who, member, _, _) in done {
+        let Some(row) = member.row.lock().ok().and_then(|r| r.clone()) else { continue };
+        for st in row.stacks {
+            match out.iter_mut().find(|(k, _)| *k == st.key) {
+                Some((_, holds)) => holds.push((who.pid, st)),
+                None => out.push((st.key.clone(), vec![(who.pid, st)])),
+            }
+        }
+    }
+    out.retain(|(_, holds)| holds.len() > 1);
+    let growth = |h: &[(Tid, StackRow)]| h.iter().map(|(_, s)| s.growth).sum::<u64>();
+    out.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(growth(&b.1).cmp(&growth(&a.1))));
+    out
+}
+
 /// A rule that found something: its id, its title, and each process it holds in with the growth it explains there
 /// (MiB/min).
 type Shared = (String, String, Vec<(Tid, Option<f64>)>);
@@ -528,6 +619,14 @@ fn shared_findings(done: &[Done]) -> Vec<Shared> {
     }
     out.sort_by_key(|f| std::cmp::Reverse(f.2.len()));
     out
+}
+
+/// Bytes as MiB, or KiB under one.
+fn mib(bytes: u64) -> String {
+    match bytes {
+        ..1048576 => format!("{} KiB", bytes / 1024),
+        _ => format!("{:.1} MiB", bytes as f64 / 1048576.0),
+    }
 }
 
 /// How a member's trace ended, in a word or two.

@@ -97,7 +97,10 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
 
     let values = json_lines(&out);
     assert!(
-        values.iter().filter(|v| v["type"] != "shared_finding").all(|v| v["data"]["pid"].is_i64()),
+        values
+            .iter()
+            .filter(|v| v["type"] != "shared_finding" && v["type"] != "shared_stack")
+            .all(|v| v["data"]["pid"].is_i64()),
         "every line of a process carries its pid"
     );
     let processes: Vec<&Value> = values.iter().filter(|v| v["type"] == "process").map(|v| &v["data"]).collect();
@@ -142,6 +145,16 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
     let mut holds: Vec<i64> = ucx["processes"].as_array().unwrap().iter().map(|p| p["pid"].as_i64().unwrap()).collect();
     holds.sort();
     assert_eq!(holds, leakers, "{ucx}");
+    // And the pool's stack, the same code in both (any addresses), is one line with each worker's figures.
+    let stacks: Vec<&Value> = values.iter().filter(|v| v["type"] == "shared_stack").map(|v| &v["data"]).collect();
+    let pool = stacks
+        .iter()
+        .find(|s| s["frames"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().starts_with("ucs_mpool_grow ")))
+        .unwrap_or_else(|| panic!("the pool's stack across processes: {stacks:#?}"));
+    let mut holds: Vec<i64> =
+        pool["processes"].as_array().unwrap().iter().map(|p| p["pid"].as_i64().unwrap()).collect();
+    holds.sort();
+    assert_eq!(holds, leakers, "{pool}");
     let leak_row = processes.iter().find(|p| p["pid"] == leak).unwrap();
     assert!(leak_row["lasting_mib_per_min"].as_f64().unwrap() > 0.0, "{leak_row}");
     // In a word each: the leakers grow, the churning worker churns, the idle one and the server are flat.
