@@ -6,6 +6,7 @@
 use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
 fn of_pid<'a>(values: &'a [Value], kind: &str, pid: i32) -> Vec<&'a Value> {
@@ -177,5 +178,46 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
     // Each process's summary is said on stderr as its own.
     for pid in [server.pid, leak, churn, idle, late] {
         assert!(err.iter().any(|l| l.starts_with(&format!("syscatch: process {pid}: "))), "{err:#?}");
+    }
+}
+
+/// A process that exits during the trace leaves it, said in its row, and the others go on; then a session whose
+/// syscatch is SIGKILLed leaves every process running, restored by its own guardian.
+#[test]
+fn a_process_leaves_the_session_and_a_killed_session_harms_none() {
+    require_ptrace();
+    let prog = testprog("target");
+    let (mut a, mut b, mut c) = (Target::start(&prog, &[]), Target::start(&prog, &[]), Target::start(&prog, &[]));
+    let list = format!("{},{},{}", a.pid, b.pid, c.pid);
+    let mut sc = Syscatch::start(&["--pid", &list, "--leaks", "--json", "--smaps-every", "100ms"]);
+    wait_attached(&mut sc, &[a.pid, b.pid, c.pid]);
+    let a_pid = a.pid;
+    a.send("exit 7");
+    assert_eq!(a.wait().code(), Some(7), "it exits as it would untraced");
+    b.send("mmap 3");
+    let kept: u64 = truth_mmaps(&b.out.until(|l| l == "ok")).iter().map(|m| m.1).sum();
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let values = json_lines(&out);
+    let row =
+        |pid: i32| values.iter().find(|v| v["type"] == "process" && v["data"]["pid"] == pid).map(|v| v["data"].clone());
+    assert_eq!(row(a_pid).map(|r| r["end"].clone()), Some(Value::from("exited (7)")), "{out:#?}");
+    assert_eq!(row(b.pid).map(|r| r["end"].clone()), Some(Value::from("stopped")), "{out:#?}");
+    let held: u64 = of_pid(&values, "leak", b.pid).iter().map(|l| l["still_mapped"].as_u64().unwrap()).sum();
+    assert!(held >= kept, "{kept} bytes mapped by process {}, {held} held: {out:#?}", b.pid);
+
+    // SIGKILLed with both armed: each guardian puts its process's bytes back; both run on and map as before.
+    let list = format!("{},{}", b.pid, c.pid);
+    let mut sc = Syscatch::start(&["--pid", &list, "--leaks"]);
+    wait_attached(&mut sc, &[b.pid, c.pid]);
+    sc.signal(libc::SIGKILL);
+    let (status, _, err) = sc.finish();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{err:#?}");
+    for t in [&mut b, &mut c] {
+        assert!(poll(|| tracer_pid(t.pid) == Some(0)), "process {} let go", t.pid);
+        t.send("mmap 2");
+        assert_eq!(truth_mmaps(&t.out.until(|l| l == "ok")).len(), 2, "process {} maps after the kill", t.pid);
+        assert_text_pristine_but_gate(t.pid, &format!("process {} after syscatch's SIGKILL", t.pid));
     }
 }
