@@ -58,8 +58,12 @@ pub struct ReportFiles {
 /// Creates every output of `out` (refusing a bad path before anything else happens): the event renderer and
 /// the report files.
 pub fn open_outputs(out: &Output, spawned: bool) -> Result<(Box<dyn Renderer + Send>, ReportFiles)> {
-    let w: Box<dyn Write + Send> =
-        if render_events(out) { event_writer(out.path.as_deref(), spawned)? } else { Box::new(std::io::sink()) };
+    let stream = out.member.as_ref().and_then(|m| m.stream(out.json));
+    let w: Box<dyn Write + Send> = match (render_events(out), stream) {
+        (true, Some(stream)) => Box::new(stream),
+        (true, None) => event_writer(out.path.as_deref(), spawned)?,
+        (false, _) => Box::new(std::io::sink()),
+    };
     let create = |p: &PathBuf| {
         std::fs::File::create(p).map(std::io::BufWriter::new).with_context(|| format!("cannot create {}", p.display()))
     };
@@ -70,7 +74,7 @@ pub fn open_outputs(out: &Output, spawned: bool) -> Result<(Box<dyn Renderer + S
         html: out.html.as_ref().map(create).transpose()?,
     };
     let renderer: Box<dyn Renderer + Send> =
-        if out.json { Box::new(Json::new(w)) } else { Box::new(Text::new(w, std::io::stderr())) };
+        if out.json { Box::new(Json::new(w)) } else { Box::new(Text::new(w, summary_writer(out))) };
     Ok((renderer, files))
 }
 

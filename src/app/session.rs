@@ -51,6 +51,48 @@ impl Write for Buffer {
     }
 }
 
+/// The session's stdout, shared by its members' event streams.
+pub type Out = Arc<Mutex<Box<dyn Write + Send>>>;
+
+/// One process's events, written to the session's shared output a batch at a time (the analysis flushes after
+/// each batch), so that one process's event and its stack are never split by another's: in JSON each line gets
+/// the process's `pid`, in text each line starts with `[pid N] `, as strace -f marks its lines.
+pub struct Stream {
+    pid: Tid,
+    json: bool,
+    shared: Out,
+    batch: Vec<u8>,
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.batch.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let batch = std::mem::take(&mut self.batch);
+        let mut out = self.shared.lock().map_err(|_| std::io::Error::other("a writer of the output panicked"))?;
+        if self.json {
+            crate::report::json::with_pid(&batch, self.pid, &mut *out)?;
+        } else {
+            for line in batch.split_inclusive(|&b| b == b'\n') {
+                write!(out, "[pid {}] ", self.pid)?;
+                out.write_all(line)?;
+            }
+        }
+        out.flush()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if !self.batch.is_empty() {
+            let _ = self.flush();
+        }
+    }
+}
+
 /// What one process of a session writes: its report (stdout's part), its summary and notes (stderr's part), and
 /// its row of the table of processes.
 #[derive(Clone, Default)]
@@ -58,6 +100,15 @@ pub struct Member {
     pub report: Buffer,
     pub err: Buffer,
     pub row: Arc<Mutex<Option<Row>>>,
+    /// Without `--leaks`: where its events go (the session's stdout, shared), and whose they are.
+    pub events: Option<(Tid, Out)>,
+}
+
+impl Member {
+    /// Its event writer, when its events are streamed.
+    pub fn stream(&self, json: bool) -> Option<Stream> {
+        self.events.clone().map(|(pid, shared)| Stream { pid, json, shared, batch: Vec::new() })
+    }
 }
 
 /// One process's figures for the table, worked out from its report.
@@ -166,6 +217,18 @@ fn frame_key(f: &crate::model::stack::Frame) -> String {
     }
 }
 
+/// What every process of the session is traced with.
+struct Session<'a> {
+    args: &'a TraceArgs,
+    out: &'a Output,
+    numbers: HashSet<u64>,
+    asked: &'a HashSet<u64>,
+    deadline: Option<Instant>,
+    start: Instant,
+    /// Where the members' events go, without `--leaks` (stdout, shared).
+    events: Out,
+}
+
 /// One process of the session: who, its member's output, and its trace's thread.
 struct Traced {
     who: Chosen,
@@ -186,11 +249,14 @@ pub fn trace(
     refuse_unsupported(args, out)?;
     let start = Instant::now();
     let deadline = out.duration.map(|d| start + d);
+    let stdout: Box<dyn Write + Send> = Box::new(std::io::BufWriter::new(std::io::stdout()));
+    let events = Arc::new(Mutex::new(stdout));
+    let session = Session { args, out, numbers, asked, deadline, start, events };
     let mut status = chosen.status();
     let mut members: Vec<Traced> = Vec::new();
     for who in chosen.processes {
         let named = args.select.pid.contains(&who.pid);
-        match begin(args, out, who, &numbers, asked, deadline, 0.0) {
+        match begin(&session, who, 0.0) {
             Ok(t) => members.push(t),
             // A descendant that cannot be traced yet (starting, a vfork child) is tried again by `follow_tree`.
             Err(_) if !named => {}
@@ -207,9 +273,9 @@ pub fn trace(
     // A panic while following the tree (a parser fed by a new process) must not exit with the others attached:
     // every member is asked to end, and joined (each detaches as after any fault).
     let followed = match args.select.tree {
-        true => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            follow_tree(args, out, &mut members, &mut done, &numbers, asked, deadline, start)
-        })),
+        true => {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| follow_tree(&session, &mut members, &mut done)))
+        }
         false => Ok(()),
     };
     if followed.is_err() {
@@ -255,12 +321,7 @@ fn say_own_usage(processes: usize, secs: f64) {
 
 /// What a session cannot do yet, refused before anything is touched.
 fn refuse_unsupported(args: &TraceArgs, out: &Output) -> Result<()> {
-    let not_yet = |what: &str| {
-        usage(format!("{what} goes with one process for now: with several (--pid list, --tree), use --leaks alone"))
-    };
-    if !out.report {
-        return Err(usage("several processes (--pid list, --tree) are traced with --leaks for now"));
-    }
+    let not_yet = |what: &str| usage(format!("{what} goes with one process for now (not with a --pid list or --tree)"));
     for (given, what) in [
         (out.path.is_some(), "-o FILE"),
         (out.record.is_some(), "--record"),
@@ -279,15 +340,9 @@ fn refuse_unsupported(args: &TraceArgs, out: &Output) -> Result<()> {
 }
 
 /// Checks one process, makes its plan and starts its trace on a thread of its own.
-fn begin(
-    args: &TraceArgs,
-    out: &Output,
-    who: Chosen,
-    numbers: &HashSet<u64>,
-    asked: &HashSet<u64>,
-    deadline: Option<Instant>,
-    joined: f64,
-) -> Result<Traced> {
+fn begin(session: &Session, who: Chosen, joined: f64) -> Result<Traced> {
+    let Session { args, out, numbers, asked, deadline, events, .. } = session;
+    let (out, deadline) = (*out, *deadline);
     let pid = who.pid;
     check_target(pid)?;
     // A vfork child before its exec runs in its parent's memory: what we would plant, we would plant there. Only a
@@ -307,8 +362,11 @@ fn begin(
     let mem = open_mem(pid)?;
     let site = syscall_site(pid, &mem)?;
     drop(mem);
-    let plan = crate::app::plans::leak_plan(pid, numbers.clone(), asked, site, !args.no_fast)?;
-    let member = Member::default();
+    let plan = match out.report {
+        true => crate::app::plans::leak_plan(pid, numbers.clone(), asked, site, !args.no_fast)?,
+        false => crate::app::plans::trace_plan(pid, numbers.clone(), site, args.fast, args.only_syscall_wrapper)?,
+    };
+    let member = Member { events: (!out.report).then(|| (pid, events.clone())), ..Member::default() };
     let mut o = out.clone();
     o.member = Some(member.clone());
     o.label = format!("pid {pid}");
@@ -335,17 +393,8 @@ fn say(line: std::fmt::Arguments) {
 /// processes that start meanwhile join it. A process caught between fork and exec (multiprocessing's spawn) ends
 /// its trace at the exec: it is traced again, as the program it became; one caught before its libc is mapped is
 /// tried again at the next look, for a while.
-#[allow(clippy::too_many_arguments)]
-fn follow_tree(
-    args: &TraceArgs,
-    out: &Output,
-    members: &mut Vec<Traced>,
-    finished: &mut Vec<Done>,
-    numbers: &HashSet<u64>,
-    asked: &HashSet<u64>,
-    deadline: Option<Instant>,
-    start: Instant,
-) {
+fn follow_tree(session: &Session, members: &mut Vec<Traced>, finished: &mut Vec<Done>) {
+    let Session { args, deadline, start, .. } = session;
     let mut seen: HashSet<Tid> = members.iter().map(|t| t.who.pid).collect();
     let mut tries: std::collections::HashMap<Tid, u32> = Default::default();
     // Traces that failed after attaching, by process: each retry stops the process's threads again.
@@ -416,7 +465,7 @@ fn follow_tree(
                 continue;
             }
             let joined = start.elapsed().as_secs_f64();
-            match begin(args, out, selection::describe(pid), numbers, asked, deadline, joined) {
+            match begin(session, selection::describe(pid), joined) {
                 Ok(t) => {
                     say(format_args!("process {pid} ({}) started at {joined:.1}s: traced", t.who.command));
                     members.push(t);
@@ -447,7 +496,18 @@ fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
     done.sort_by(|a, b| rate(b).total_cmp(&rate(a)).then(a.0.pid.cmp(&b.0.pid)));
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
-    if out.json {
+    if !out.report {
+        // The events went out as they came, each process's marked; what is left is a line for each process.
+        if out.json {
+            for (who, _, end, joined) in done.iter() {
+                let v = json!({
+                    "pid": who.pid, "name": who.name, "command": who.command, "nspid": who.nspid, "joined": joined,
+                    "end": end_text(end), "error": end.as_ref().err().map(|e| format!("{e:#}")),
+                });
+                crate::report::json::line(&mut w, "process", v)?;
+            }
+        }
+    } else if out.json {
         for (who, member, end, joined) in done.iter() {
             let r = row(member).unwrap_or_default();
             let v = json!({
@@ -568,7 +628,10 @@ fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
     drop(w);
     let stderr = std::io::stderr();
     let mut e = stderr.lock();
-    for (who, member, _, _) in done.iter() {
+    for (who, member, end, _) in done.iter() {
+        if let (Err(why), false) = (end, out.report) {
+            writeln!(e, "syscatch: process {}: not traced: {why:#}", who.pid)?;
+        }
         // Each line of its summary says whose it is.
         for line in String::from_utf8_lossy(&member.err.take()).lines() {
             let line = line.strip_prefix("syscatch: ").unwrap_or(line);

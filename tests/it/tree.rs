@@ -181,14 +181,61 @@ fn a_list_with_a_missing_pid_does_the_others_and_says_so() {
     assert_eq!((code, out.as_str()), (2, ""), "{err}");
     assert!(err.contains("2 processes selected, above the limit of 1"), "{err}");
 
-    // A trace of several processes is a --leaks report for now, without files; each refused before attaching.
+    // A trace of several processes writes no files yet: refused before attaching.
     let kid = f.children.keys().next().unwrap().to_string();
     let both = format!("{pid},{kid}");
-    let (code, _, err) = run_syscatch(&["--pid", &both, "--for", "1s"]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("several processes (--pid list, --tree) are traced with --leaks for now"), "{err}");
     let (code, _, err) = run_syscatch(&["--pid", &both, "--leaks", "--record", "x.rec", "--for", "1s"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--record goes with one process for now"), "{err}");
+    let (code, _, err) = run_syscatch(&["--pid", &both, "-o", "x.jsonl", "--for", "1s"]);
+    assert_eq!(code, 2, "{err}");
     assert_eq!(tracer_pid(f.t.pid), Some(0));
+}
+
+/// Without --leaks, several processes' events come as they happen, each of them marked with its process, exact.
+#[test]
+fn events_of_two_processes_each_carry_their_pid() {
+    require_ptrace();
+    let prog = testprog("target");
+    let (mut a, mut b) = (Target::start(&prog, &[]), Target::start(&prog, &[]));
+    let list = format!("{},{}", a.pid, b.pid);
+    for json in [true, false] {
+        let mut args = vec!["--pid", list.as_str()];
+        if json {
+            args.push("--json");
+        }
+        let mut sc = Syscatch::start(&args);
+        sc.wait_attached();
+        sc.wait_attached();
+        let ta = truth_mmaps(&{
+            a.send("mmap 2");
+            a.out.until(|l| l == "ok")
+        });
+        let tb = truth_mmaps(&{
+            b.send("mmap 3");
+            b.out.until(|l| l == "ok")
+        });
+        sc.signal(libc::SIGINT);
+        let (status, out, err) = sc.finish();
+        assert!(status.success(), "{err:#?}");
+        if json {
+            let values = json_lines(&out);
+            let of = |pid: i32| {
+                let v: Vec<Value> =
+                    values.iter().filter(|v| v["type"] != "event" || v["data"]["pid"] == pid).cloned().collect();
+                captured_mmaps(&v.into_iter().filter(|v| v["type"] == "event").collect::<Vec<_>>())
+            };
+            assert_eq!(of(a.pid), ta, "{out:#?}");
+            assert_eq!(of(b.pid), tb, "{out:#?}");
+            assert!(values.iter().all(|v| v["data"]["pid"].is_i64()), "every line carries its pid");
+        } else {
+            for (t, n) in [(&a, 2), (&b, 3)] {
+                let mark = format!("[pid {}] ", t.pid);
+                let calls = out.iter().filter(|l| l.starts_with(&mark) && l.contains(" mmap(")).count();
+                assert_eq!(calls, n, "{out:#?}");
+            }
+            assert!(out.iter().all(|l| l.starts_with("[pid ")), "{out:#?}");
+        }
+        assert!(err.iter().any(|l| l.starts_with(&format!("syscatch: process {}: ", b.pid))), "{err:#?}");
+    }
 }
