@@ -131,7 +131,7 @@ pub fn finish(
             report.diagnosis = Some(d);
         }
         if let Some(m) = &out.member {
-            let row = crate::app::session::Row::of(&report, ending.facts.as_ref());
+            let row = crate::app::session_report::Row::of(&report, ending.facts.as_ref());
             if let Ok(mut r) = m.row.lock() {
                 *r = Some(row);
             }
