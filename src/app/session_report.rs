@@ -118,138 +118,16 @@ fn frame_key(f: &crate::model::stack::Frame) -> String {
 
 /// The table of processes ranked by lasting growth, then each process's report under its header.
 pub(crate) fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
-    let row = |m: &Member| m.row.lock().ok().and_then(|r| r.clone());
     let rate = |d: &Done| row(&d.1).and_then(|r| r.mib_per_min).unwrap_or(f64::NEG_INFINITY);
     done.sort_by(|a, b| rate(b).total_cmp(&rate(a)).then(a.0.pid.cmp(&b.0.pid)));
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
-    if !out.report {
+    match (out.report, out.json) {
         // The events went out as they came, each process's marked; what is left is a line for each process.
-        if out.json {
-            for (who, _, end, joined) in done.iter() {
-                let v = json!({
-                    "pid": who.pid, "name": who.name, "command": who.command, "nspid": who.nspid, "joined": joined,
-                    "end": end_text(end), "error": end.as_ref().err().map(|e| format!("{e:#}")),
-                });
-                crate::report::json::line(&mut w, "process", v)?;
-            }
-        }
-    } else if out.json {
-        for (who, member, end, joined) in done.iter() {
-            let r = row(member).unwrap_or_default();
-            let v = json!({
-                "pid": who.pid,
-                "name": who.name,
-                "command": who.command,
-                "nspid": who.nspid,
-                "joined": joined,
-                "rss_swap_before_kb": r.before_kb,
-                "rss_swap_after_kb": r.after_kb,
-                "lasting_kb": r.lasting_kb,
-                "lasting_mib_per_min": r.mib_per_min,
-                "growing_class": r.class.as_ref().map(|c| &c.0),
-                "growing_class_kb": r.class.as_ref().map(|c| c.1),
-                "traced_share": r.traced,
-                "verdict": end.is_ok().then(|| r.verdict()),
-                "churn_bytes": r.churn,
-                "end": end_text(end),
-                "error": end.as_ref().err().map(|e| format!("{e:#}")),
-            });
-            crate::report::json::line(&mut w, "process", v)?;
-        }
-        for f in shared_findings(done) {
-            let processes: Vec<_> =
-                f.2.iter().map(|(pid, rate)| json!({"pid": pid, "growth_mib_per_min": rate})).collect();
-            let v = json!({"rule": f.0, "title": f.1, "processes": processes, "of": done.len()});
-            crate::report::json::line(&mut w, "shared_finding", v)?;
-        }
-        for (key, holds) in shared_stacks(done) {
-            let processes: Vec<_> = holds
-                .iter()
-                .map(|(pid, s)| {
-                    json!({"pid": pid, "growth": s.growth, "still_mapped": s.still_mapped, "growth_mib_per_min": s.mib_per_min})
-                })
-                .collect();
-            crate::report::json::line(&mut w, "shared_stack", json!({"frames": key, "processes": processes}))?;
-        }
-        for (who, member, _, _) in done.iter() {
-            crate::report::json::with_pid(&member.report.take(), who.pid, &mut w)?;
-        }
-    } else {
-        writeln!(w, "{} processes, ranked by lasting growth:", done.len())?;
-        writeln!(
-            w,
-            "{:>8}  {:<8}  {:>10} {:>10}  {:>14}  {:<24} {:>7}  {:<12} command",
-            "pid", "memory", "before", "after", "lasting", "grows most", "traced", "trace"
-        )?;
-        for (who, member, end, _) in done.iter() {
-            let r = row(member).unwrap_or_default();
-            let kb = |v: Option<i64>| v.map(|kb| format!("{:.1} MiB", kb as f64 / 1024.0)).unwrap_or("?".into());
-            let grown = |kb: i64| match kb {
-                ..1024 => format!("+{kb} KiB"),
-                _ => format!("+{:.1} MiB", kb as f64 / 1024.0),
-            };
-            let lasting = r.mib_per_min.map(|m| format!("{m:.2} MiB/min")).unwrap_or("?".into());
-            let class = r.class.as_ref().map(|(c, g)| format!("{c} {}", grown(*g)));
-            let traced = r.traced.map(|t| format!("{:.0}%", t * 100.0)).unwrap_or("-".into());
-            writeln!(
-                w,
-                "{:>8}  {:<8}  {:>10} {:>10}  {:>14}  {:<24} {:>7}  {:<12} {}",
-                who.pids(),
-                if end.is_ok() { r.verdict() } else { "-" },
-                kb(r.before_kb),
-                kb(r.after_kb),
-                lasting,
-                class.unwrap_or_else(|| "-".into()),
-                traced,
-                end_text(end),
-                who.command
-            )?;
-        }
-        let shared = shared_findings(done);
-        if !shared.is_empty() {
-            writeln!(w, "\nFindings by process (each process's report below):")?;
-        }
-        for (rule, title, holds) in &shared {
-            let each: Vec<String> = holds
-                .iter()
-                .map(|(pid, rate)| match rate {
-                    Some(r) => format!("{pid} ({r:.2} MiB/min)"),
-                    None => pid.to_string(),
-                })
-                .collect();
-            writeln!(w, "  in {} of {} processes: {title}  [{rule}]", holds.len(), done.len())?;
-            writeln!(w, "     {}", each.join(", "))?;
-        }
-        let stacks = shared_stacks(done);
-        if !stacks.is_empty() {
-            writeln!(w, "\nLeak candidates with the same frames in several processes (any addresses):")?;
-        }
-        for (key, holds) in &stacks {
-            // Named by its first frames past libc's entry points (the wrapper every stack shares).
-            let named: Vec<&str> =
-                key.iter().map(String::as_str).filter(|f| !f.ends_with("(libc.so.6)")).take(3).collect();
-            writeln!(w, "  in {} processes: {}", holds.len(), named.join(" <- "))?;
-            let each: Vec<String> = holds
-                .iter()
-                .map(|(pid, s)| {
-                    format!(
-                        "{pid}: grew {} ({:.2} MiB/min), {} still mapped",
-                        mib(s.growth),
-                        s.mib_per_min,
-                        mib(s.still_mapped)
-                    )
-                })
-                .collect();
-            writeln!(w, "     {}", each.join("; "))?;
-        }
-        for (who, member, end, _) in done.iter() {
-            writeln!(w, "\n=== process {}: {} ===", who.pids(), who.command)?;
-            if let Err(e) = end {
-                writeln!(w, "not traced: {e:#}")?;
-            }
-            w.write_all(&member.report.take())?;
-        }
+        (false, true) => process_lines(&mut w, done)?,
+        (false, false) => {}
+        (true, true) => report_json(&mut w, done)?,
+        (true, false) => report_text(&mut w, done)?,
     }
     w.flush()?;
     drop(w);
@@ -264,6 +142,145 @@ pub(crate) fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
             let line = line.strip_prefix("syscatch: ").unwrap_or(line);
             writeln!(e, "syscatch: process {}: {line}", who.pid)?;
         }
+    }
+    Ok(())
+}
+
+/// A process's figures, once its trace has finished.
+fn row(m: &Member) -> Option<Row> {
+    m.row.lock().ok().and_then(|r| r.clone())
+}
+
+/// Without `--leaks`, in JSON: a `process` line each.
+fn process_lines(w: &mut impl Write, done: &[Done]) -> Result<()> {
+    for (who, _, end, joined) in done.iter() {
+        let v = json!({
+            "pid": who.pid, "name": who.name, "command": who.command, "nspid": who.nspid, "joined": joined,
+            "end": end_text(end), "error": end.as_ref().err().map(|e| format!("{e:#}")),
+        });
+        crate::report::json::line(w, "process", v)?;
+    }
+    Ok(())
+}
+
+/// The report in JSON: `process`, `shared_finding` and `shared_stack` lines, then each process's lines with its pid.
+fn report_json(w: &mut impl Write, done: &[Done]) -> Result<()> {
+    for (who, member, end, joined) in done.iter() {
+        let r = row(member).unwrap_or_default();
+        let v = json!({
+            "pid": who.pid,
+            "name": who.name,
+            "command": who.command,
+            "nspid": who.nspid,
+            "joined": joined,
+            "rss_swap_before_kb": r.before_kb,
+            "rss_swap_after_kb": r.after_kb,
+            "lasting_kb": r.lasting_kb,
+            "lasting_mib_per_min": r.mib_per_min,
+            "growing_class": r.class.as_ref().map(|c| &c.0),
+            "growing_class_kb": r.class.as_ref().map(|c| c.1),
+            "traced_share": r.traced,
+            "verdict": end.is_ok().then(|| r.verdict()),
+            "churn_bytes": r.churn,
+            "end": end_text(end),
+            "error": end.as_ref().err().map(|e| format!("{e:#}")),
+        });
+        crate::report::json::line(&mut *w, "process", v)?;
+    }
+    for f in shared_findings(done) {
+        let processes: Vec<_> = f.2.iter().map(|(pid, rate)| json!({"pid": pid, "growth_mib_per_min": rate})).collect();
+        let v = json!({"rule": f.0, "title": f.1, "processes": processes, "of": done.len()});
+        crate::report::json::line(&mut *w, "shared_finding", v)?;
+    }
+    for (key, holds) in shared_stacks(done) {
+        let processes: Vec<_> = holds
+            .iter()
+            .map(|(pid, s)| {
+                json!({"pid": pid, "growth": s.growth, "still_mapped": s.still_mapped, "growth_mib_per_min": s.mib_per_min})
+            })
+            .collect();
+        crate::report::json::line(&mut *w, "shared_stack", json!({"frames": key, "processes": processes}))?;
+    }
+    for (who, member, _, _) in done.iter() {
+        crate::report::json::with_pid(&member.report.take(), who.pid, &mut *w)?;
+    }
+    Ok(())
+}
+
+/// The report in text: the table, the findings and stacks across processes, each process's report.
+fn report_text(w: &mut impl Write, done: &[Done]) -> Result<()> {
+    writeln!(w, "{} processes, ranked by lasting growth:", done.len())?;
+    writeln!(
+        w,
+        "{:>8}  {:<8}  {:>10} {:>10}  {:>14}  {:<24} {:>7}  {:<12} command",
+        "pid", "memory", "before", "after", "lasting", "grows most", "traced", "trace"
+    )?;
+    for (who, member, end, _) in done.iter() {
+        let r = row(member).unwrap_or_default();
+        let kb = |v: Option<i64>| v.map(|kb| format!("{:.1} MiB", kb as f64 / 1024.0)).unwrap_or("?".into());
+        let grown = |kb: i64| match kb {
+            ..1024 => format!("+{kb} KiB"),
+            _ => format!("+{:.1} MiB", kb as f64 / 1024.0),
+        };
+        let lasting = r.mib_per_min.map(|m| format!("{m:.2} MiB/min")).unwrap_or("?".into());
+        let class = r.class.as_ref().map(|(c, g)| format!("{c} {}", grown(*g)));
+        let traced = r.traced.map(|t| format!("{:.0}%", t * 100.0)).unwrap_or("-".into());
+        writeln!(
+            w,
+            "{:>8}  {:<8}  {:>10} {:>10}  {:>14}  {:<24} {:>7}  {:<12} {}",
+            who.pids(),
+            if end.is_ok() { r.verdict() } else { "-" },
+            kb(r.before_kb),
+            kb(r.after_kb),
+            lasting,
+            class.unwrap_or_else(|| "-".into()),
+            traced,
+            end_text(end),
+            who.command
+        )?;
+    }
+    let shared = shared_findings(done);
+    if !shared.is_empty() {
+        writeln!(w, "\nFindings by process (each process's report below):")?;
+    }
+    for (rule, title, holds) in &shared {
+        let each: Vec<String> = holds
+            .iter()
+            .map(|(pid, rate)| match rate {
+                Some(r) => format!("{pid} ({r:.2} MiB/min)"),
+                None => pid.to_string(),
+            })
+            .collect();
+        writeln!(w, "  in {} of {} processes: {title}  [{rule}]", holds.len(), done.len())?;
+        writeln!(w, "     {}", each.join(", "))?;
+    }
+    let stacks = shared_stacks(done);
+    if !stacks.is_empty() {
+        writeln!(w, "\nLeak candidates with the same frames in several processes (any addresses):")?;
+    }
+    for (key, holds) in &stacks {
+        // Named by its first frames past libc's entry points (the wrapper every stack shares).
+        let named: Vec<&str> = key.iter().map(String::as_str).filter(|f| !f.ends_with("(libc.so.6)")).take(3).collect();
+        writeln!(w, "  in {} processes: {}", holds.len(), named.join(" <- "))?;
+        let each: Vec<String> = holds
+            .iter()
+            .map(|(pid, s)| {
+                format!(
+                    "{pid}: grew {} ({:.2} MiB/min), {} still mapped",
+                    mib(s.growth),
+                    s.mib_per_min,
+                    mib(s.still_mapped)
+                )
+            })
+            .collect();
+        writeln!(w, "     {}", each.join("; "))?;
+    }
+    for (who, member, end, _) in done.iter() {
+        writeln!(w, "\n=== process {}: {} ===", who.pids(), who.command)?;
+        if let Err(e) = end {
+            writeln!(w, "not traced: {e:#}")?;
+        }
+        w.write_all(&member.report.take())?;
     }
     Ok(())
 }
