@@ -17,6 +17,7 @@ pub mod probe;
 pub mod record;
 pub mod report;
 pub mod session;
+pub mod session_files;
 pub mod session_report;
 pub mod shell;
 pub mod stack;

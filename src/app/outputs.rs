@@ -64,14 +64,18 @@ pub fn open_outputs(out: &Output, spawned: bool) -> Result<(Box<dyn Renderer + S
         (true, None) => event_writer(out.path.as_deref(), spawned)?,
         (false, _) => Box::new(std::io::sink()),
     };
-    let create = |p: &PathBuf| {
-        std::fs::File::create(p).map(std::io::BufWriter::new).with_context(|| format!("cannot create {}", p.display()))
+    // A session's member writes none: the session writes every process's stacks into one of each.
+    let create = |p: &Option<PathBuf>| match (p, &out.member) {
+        (Some(p), None) => std::fs::File::create(p)
+            .map(|f| Some(std::io::BufWriter::new(f)))
+            .with_context(|| format!("cannot create {}", p.display())),
+        _ => Ok(None),
     };
     let files = ReportFiles {
-        folded: out.folded.as_ref().map(create).transpose()?,
-        flame: out.flamegraph.as_ref().map(create).transpose()?,
-        pprof: out.pprof.as_ref().map(create).transpose()?,
-        html: out.html.as_ref().map(create).transpose()?,
+        folded: create(&out.folded)?,
+        flame: create(&out.flamegraph)?,
+        pprof: create(&out.pprof)?,
+        html: create(&out.html)?,
     };
     let renderer: Box<dyn Renderer + Send> =
         if out.json { Box::new(Json::new(w)) } else { Box::new(Text::new(w, summary_writer(out))) };
@@ -135,6 +139,9 @@ pub fn finish(
             if let Ok(mut r) = m.row.lock() {
                 *r = Some(row);
             }
+            if let Ok(mut p) = m.profile.lock() {
+                *p = Some(crate::app::session_files::Profile::of(&report, out));
+            }
         }
         if out.leaks.is_some() {
             renderer.leaks(&report)?;
@@ -161,7 +168,7 @@ pub fn finish(
                 .and_then(|_| f.flush())
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
-        if let Some(limit) = out.fail_over {
+        if let (Some(limit), None) = (out.fail_over, &out.member) {
             gate = crate::report::leaks::gate(&report, limit);
         }
     }

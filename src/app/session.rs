@@ -100,7 +100,10 @@ pub struct Member {
     pub report: Buffer,
     pub err: Buffer,
     pub row: Arc<Mutex<Option<Row>>>,
-    /// Without `--leaks`: where its events go (the session's stdout, shared), and whose they are.
+    /// What its report gives the session's `--folded`, `--flamegraph`, `--pprof` and `--fail-over`.
+    pub profile: Arc<Mutex<Option<crate::app::session_files::Profile>>>,
+    /// Where its events go (the session's stdout or `-o FILE`, shared), and whose they are; with `--leaks`, only
+    /// with `-o`.
     pub events: Option<(Tid, Out)>,
 }
 
@@ -119,7 +122,7 @@ struct Session<'a> {
     asked: &'a HashSet<u64>,
     deadline: Option<Instant>,
     start: Instant,
-    /// Where the members' events go, without `--leaks` (stdout, shared).
+    /// Where the members' events go (stdout or `-o FILE`, shared).
     events: Out,
 }
 
@@ -141,10 +144,10 @@ pub fn trace(
     asked: &HashSet<u64>,
 ) -> Result<i32> {
     refuse_unsupported(args, out)?;
+    let files = crate::app::session_files::Files::create(out)?;
     let start = Instant::now();
     let deadline = out.duration.map(|d| start + d);
-    let stdout: Box<dyn Write + Send> = Box::new(std::io::BufWriter::new(std::io::stdout()));
-    let events = Arc::new(Mutex::new(stdout));
+    let events: Out = Arc::new(Mutex::new(crate::app::outputs::event_writer(out.path.as_deref(), false)?));
     let session = Session { args, out, numbers, asked, deadline, start, events };
     let mut status = chosen.status();
     let mut members: Vec<Traced> = Vec::new();
@@ -190,8 +193,9 @@ pub fn trace(
     if done.iter().any(|(_, _, end, _)| end.is_err()) {
         status = PARTIAL;
     }
-    write_session(out, &mut done)?;
+    write_session(out, &mut done, &session.events)?;
     say_own_usage(done.len(), start.elapsed().as_secs_f64());
+    files.write(out, &done, u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))?;
     Ok(status)
 }
 
@@ -216,15 +220,7 @@ fn say_own_usage(processes: usize, secs: f64) {
 /// What a session cannot do yet, refused before anything is touched.
 fn refuse_unsupported(args: &TraceArgs, out: &Output) -> Result<()> {
     let not_yet = |what: &str| usage(format!("{what} goes with one process for now (not with a --pid list or --tree)"));
-    for (given, what) in [
-        (out.path.is_some(), "-o FILE"),
-        (out.record.is_some(), "--record"),
-        (out.folded.is_some(), "--folded"),
-        (out.flamegraph.is_some(), "--flamegraph"),
-        (out.pprof.is_some(), "--pprof"),
-        (out.html.is_some(), "--html"),
-        (out.fail_over.is_some(), "--fail-over"),
-    ] {
+    for (given, what) in [(out.record.is_some(), "--record"), (out.html.is_some(), "--html")] {
         if given {
             return Err(not_yet(what));
         }
@@ -260,7 +256,8 @@ fn begin(session: &Session, who: Chosen, joined: f64) -> Result<Traced> {
         true => crate::app::plans::leak_plan(pid, numbers.clone(), asked, site, !args.no_fast)?,
         false => crate::app::plans::trace_plan(pid, numbers.clone(), site, args.fast, args.only_syscall_wrapper)?,
     };
-    let member = Member { events: (!out.report).then(|| (pid, events.clone())), ..Member::default() };
+    let streamed = crate::app::outputs::render_events(out);
+    let member = Member { events: streamed.then(|| (pid, events.clone())), ..Member::default() };
     let mut o = out.clone();
     o.member = Some(member.clone());
     o.label = format!("pid {pid}");

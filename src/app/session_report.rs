@@ -117,14 +117,17 @@ fn frame_key(f: &crate::model::stack::Frame) -> String {
 }
 
 /// The table of processes ranked by lasting growth, then each process's report under its header.
-pub(crate) fn write_session(out: &Output, done: &mut [Done]) -> Result<()> {
+pub(crate) fn write_session(out: &Output, done: &mut [Done], events: &super::session::Out) -> Result<()> {
     let rate = |d: &Done| row(&d.1).and_then(|r| r.mib_per_min).unwrap_or(f64::NEG_INFINITY);
     done.sort_by(|a, b| rate(b).total_cmp(&rate(a)).then(a.0.pid.cmp(&b.0.pid)));
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
     match (out.report, out.json) {
         // The events went out as they came, each process's marked; what is left is a line for each process.
-        (false, true) => process_lines(&mut w, done)?,
+        (false, true) => match events.lock() {
+            Ok(mut e) => process_lines(&mut *e, done).and_then(|_| Ok(e.flush()?))?,
+            Err(_) => process_lines(&mut w, done)?,
+        },
         (false, false) => {}
         (true, true) => report_json(&mut w, done)?,
         (true, false) => report_text(&mut w, done)?,

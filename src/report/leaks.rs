@@ -281,46 +281,59 @@ impl LeakReport<'_> {
 
     /// A gzipped pprof profile: one sample per stack (values in [`crate::report::pprof::SAMPLE_TYPES`] order).
     pub fn pprof(&self, w: &mut dyn Write, duration_ns: u64) -> io::Result<()> {
-        let empty = Stack::default();
         let samples: Vec<crate::report::pprof::Sample> = self
-            .leaks
+            .samples()
+            .into_iter()
+            .map(|(frames, values)| crate::report::pprof::Sample { frames, values, labels: &[] })
+            .collect();
+        crate::report::pprof::write(w, &samples, duration_ns)
+    }
+
+    /// Each stack's frames and its values in [`crate::report::pprof::SAMPLE_TYPES`] order.
+    pub fn samples(&self) -> Vec<(&[Frame], [i64; 6])> {
+        const NONE: &[Frame] = &[];
+        self.leaks
             .iter()
-            .map(|c| crate::report::pprof::Sample {
-                frames: &self.stack(c.id).unwrap_or(&empty).frames,
-                values: [
+            .map(|c| {
+                let frames = self.stack(c.id).map(|s| &s.frames[..]).unwrap_or(NONE);
+                let values = [
                     c.growth as i64,
                     c.stats.still_mapped as i64,
                     self.resident_of(c.id) as i64,
                     c.stats.mmaps as i64,
                     c.stats.mapped as i64,
                     c.stats.calls() as i64,
-                ],
+                ];
+                (frames, values)
             })
-            .collect();
-        crate::report::pprof::write(w, &samples, duration_ns)
+            .collect()
     }
 
     /// A flame graph of the stacks by `weight` (SVG).
     pub fn flamegraph(&self, w: &mut dyn Write, weight: Weight) -> io::Result<()> {
-        let lines = self.folded(weight);
-        let mut opts = inferno::flamegraph::Options::default();
-        opts.title = match weight {
-            Weight::Growth => "Growth: bytes mapped and kept in the middle of the trace, steadily, by stack",
-            Weight::StillMapped => "Bytes still mapped, by the stack that mapped them",
-            Weight::Resident => "Resident bytes still mapped, by the stack that mapped them",
-            Weight::Mapped => "Bytes mapped during the trace, by stack",
-            Weight::Calls => "Calls, by stack",
-        }
-        .into();
-        opts.count_name = if weight == Weight::Calls { "calls" } else { "bytes" }.into();
-        if lines.is_empty() {
-            opts.title = format!("No {} on a traced stack (see --weight)", weight.name());
-        }
-        let placeholder = ["(nothing) 1".to_string()];
-        let lines = if lines.is_empty() { &placeholder[..] } else { &lines[..] };
-        inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
-            .map_err(|e| io::Error::other(e.to_string()))
+        flamegraph(&self.folded(weight), w, weight)
     }
+}
+
+/// A flame graph of collapsed stacks (see [`LeakReport::folded`]) weighed by `weight` (SVG).
+pub fn flamegraph(lines: &[String], w: &mut dyn Write, weight: Weight) -> io::Result<()> {
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = match weight {
+        Weight::Growth => "Growth: bytes mapped and kept in the middle of the trace, steadily, by stack",
+        Weight::StillMapped => "Bytes still mapped, by the stack that mapped them",
+        Weight::Resident => "Resident bytes still mapped, by the stack that mapped them",
+        Weight::Mapped => "Bytes mapped during the trace, by stack",
+        Weight::Calls => "Calls, by stack",
+    }
+    .into();
+    opts.count_name = if weight == Weight::Calls { "calls" } else { "bytes" }.into();
+    if lines.is_empty() {
+        opts.title = format!("No {} on a traced stack (see --weight)", weight.name());
+    }
+    let placeholder = ["(nothing) 1".to_string()];
+    let lines = if lines.is_empty() { &placeholder[..] } else { lines };
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
+        .map_err(|e| io::Error::other(e.to_string()))
 }
 
 /// A frame's name in collapsed stacks: no `;` or spaces, which the format uses as separators.

@@ -8,10 +8,12 @@ use crate::model::stack::Frame;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-/// One sample: frames innermost first and its values in [`SAMPLE_TYPES`] order.
+/// One sample: frames innermost first, its values in [`SAMPLE_TYPES`] order, and its labels (key, value): a
+/// session's samples carry `pid` and `process`, so a fleet profiler can filter by process.
 pub struct Sample<'a> {
     pub frames: &'a [Frame],
     pub values: [i64; 6],
+    pub labels: &'a [(&'a str, String)],
 }
 
 /// (type, unit) of each sample value; the first is the default. Named as heap profiles name what means the same
@@ -163,6 +165,12 @@ pub fn encode(samples: &[Sample], duration_ns: u64) -> Vec<u8> {
         let mut m = Vec::new();
         packed(&mut m, 1, ids.into_iter());
         packed(&mut m, 2, s.values.iter().map(|&v| v as u64));
+        for (k, v) in s.labels {
+            let mut label = Vec::new();
+            uint(&mut label, 1, b.string(k));
+            uint(&mut label, 2, b.string(v));
+            bytes(&mut m, 3, &label);
+        }
         bytes(&mut out, 2, &m);
     }
     let default = b.string(SAMPLE_TYPES[0].0);
@@ -203,8 +211,11 @@ mod tests {
         assert_eq!(b.stack(&frames), [1, 2]);
         assert_eq!(b.stack(&frames[1..]), [1, 2], "same addresses, same locations");
         assert_eq!(b.function_ids.len(), 3);
-        let p = encode(&[Sample { frames: &frames, values: [4096, 4096, 4096, 1, 4096, 1] }], 1);
+        let labels = [("pid", "1234".to_string())];
+        let p = encode(&[Sample { frames: &frames, values: [4096, 4096, 4096, 1, 4096, 1], labels: &labels }], 1);
         assert!(p.windows(6).any(|w| w == b"caller"));
+        // The label's key and value are in the string table.
+        assert!(p.windows(4).any(|w| w == b"1234") && p.windows(3).any(|w| w == b"pid"));
     }
 
     #[test]

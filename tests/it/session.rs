@@ -69,7 +69,25 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
     // attaching and the mark after it, traced. So the pool is marked before the trace as well.
     let unseen = mark(&mut server);
     let server_pid = server.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &server_pid, "--tree", "--leaks", "--json", "--smaps-every", "250ms"]);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let (folded, profile, flame) = (dir.join("server.folded"), dir.join("server.pb.gz"), dir.join("server.svg"));
+    let mut sc = Syscatch::start(&[
+        "--pid",
+        &server_pid,
+        "--tree",
+        "--leaks",
+        "--json",
+        "--smaps-every",
+        "250ms",
+        "--folded",
+        folded.to_str().unwrap(),
+        "--pprof",
+        profile.to_str().unwrap(),
+        "--flamegraph",
+        flame.to_str().unwrap(),
+        "--fail-over",
+        "1KiB/min",
+    ]);
     wait_attached(&mut sc, &[server.pid, leak, churn, idle]);
     server.send("spawn late");
     let late_line = server.out.next();
@@ -87,7 +105,11 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
     sc.signal(libc::SIGINT);
     let (status, out, err) = sc.finish();
     let stops = watch.stops();
-    assert!(status.success(), "{err:#?}");
+    // The leaking workers grew faster than --fail-over: the gate fails, naming them, after the whole report.
+    assert_eq!(status.code(), Some(3), "{err:#?}");
+    let gate = err.last().unwrap();
+    assert!(gate.contains(&format!("process {leak}: the traced stacks grew ")), "{gate}");
+    assert!(gate.contains(&format!("process {late}: ")) && !gate.contains(&format!("process {idle}:")), "{gate}");
     assert!(stops.is_empty(), "a process outside the tree was stopped: {stops:?}");
     for pid in [server.pid, leak, churn, idle, late] {
         assert_eq!(tracer_pid(pid), Some(0), "process {pid} detached");
@@ -168,6 +190,29 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
     assert!(of_pid(&values, "working_set", churn).iter().any(temps), "{out:#?}");
     assert!(!of_pid(&values, "leak", churn).iter().any(|l| temps(l) && l["verdict"] == "growth"), "{out:#?}");
     assert!(!of_pid(&values, "leak", idle).iter().any(|l| l["verdict"] == "growth"), "{out:#?}");
+    // One folded file and one profile for the tree: each process's stacks under a root frame naming it (as
+    // py-spy's), each sample labelled with its process.
+    let folded = std::fs::read_to_string(&folded).unwrap();
+    assert!(folded.lines().all(|l| l.starts_with("process ")), "{folded}");
+    for pid in [leak, late] {
+        let root = format!("process {pid}:\"");
+        assert!(folded.lines().any(|l| l.starts_with(&root) && l.contains(";ucs_mpool_grow;")), "{folded}");
+    }
+    let svg = std::fs::read_to_string(&flame).unwrap();
+    assert!(svg.contains(&format!("process {leak}:&quot;")) && svg.contains("ucs_mpool_grow"), "{svg}");
+    let go = |args: &[&str]| {
+        let o = Command::new("go").args(["tool", "pprof"]).args(args).arg(&profile).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let tags = go(&["-tags"]);
+    assert!(tags.contains(" pid:") && tags.contains(" process:"), "{tags}");
+    // (A regular expression: pprof takes a bare number for a range of numeric labels.)
+    let focus = format!("-tagfocus=pid=^{late}$");
+    let traces = go(&["-traces", &focus]);
+    let pids: Vec<&str> = traces.lines().filter_map(|l| l.trim().strip_prefix("pid:")).map(str::trim).collect();
+    assert!(traces.contains("ucs_mpool_grow") && pids.iter().all(|p| *p == late.to_string()), "{traces}");
+    assert!(!pids.is_empty(), "{traces}");
     // syscatch's own cost, in all and by process.
     assert!(
         err.iter().any(|l| l.starts_with("syscatch: ")

@@ -187,22 +187,27 @@ fn a_list_with_a_missing_pid_does_the_others_and_says_so() {
     let (code, _, err) = run_syscatch(&["--pid", &both, "--leaks", "--record", "x.rec", "--for", "1s"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--record goes with one process for now"), "{err}");
-    let (code, _, err) = run_syscatch(&["--pid", &both, "-o", "x.jsonl", "--for", "1s"]);
+    let (code, _, err) = run_syscatch(&["--pid", &both, "--leaks", "--html", "x.html", "--for", "1s"]);
     assert_eq!(code, 2, "{err}");
     assert_eq!(tracer_pid(f.t.pid), Some(0));
 }
 
-/// Without --leaks, several processes' events come as they happen, each of them marked with its process, exact.
+/// Without --leaks, several processes' events come as they happen (on stdout, or in the file of `-o`), each of
+/// them marked with its process, exact.
 #[test]
 fn events_of_two_processes_each_carry_their_pid() {
     require_ptrace();
     let prog = testprog("target");
     let (mut a, mut b) = (Target::start(&prog, &[]), Target::start(&prog, &[]));
     let list = format!("{},{}", a.pid, b.pid);
-    for json in [true, false] {
+    let file = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("two_processes.jsonl");
+    for (json, to_file) in [(true, false), (false, false), (true, true)] {
         let mut args = vec!["--pid", list.as_str()];
         if json {
             args.push("--json");
+        }
+        if to_file {
+            args.extend(["-o", file.to_str().unwrap()]);
         }
         let mut sc = Syscatch::start(&args);
         sc.wait_attached();
@@ -216,8 +221,12 @@ fn events_of_two_processes_each_carry_their_pid() {
             b.out.until(|l| l == "ok")
         });
         sc.signal(libc::SIGINT);
-        let (status, out, err) = sc.finish();
+        let (status, mut out, err) = sc.finish();
         assert!(status.success(), "{err:#?}");
+        if to_file {
+            assert!(out.is_empty(), "{out:#?}");
+            out = std::fs::read_to_string(&file).unwrap().lines().map(str::to_string).collect();
+        }
         if json {
             let values = json_lines(&out);
             let of = |pid: i32| {

@@ -1,0 +1,126 @@
+//! A session's report files (`--folded`, `--flamegraph`, `--pprof`) and its `--fail-over` gate: every process's
+//! stacks in one file, each process's under a root frame naming it (`process 1234:"python3 server.py"`, as
+//! py-spy's `--subprocesses` writes), each pprof sample labelled with its `pid` and `process` so that a fleet
+//! profiler can filter by process.
+
+use super::session::Done;
+use crate::analysis::leaks::LeakReport;
+use crate::app::trace::{GateFailed, Output};
+use crate::model::stack::Frame;
+use anyhow::{Context, Result};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+/// What a process's report gives the session's files, kept as its trace finishes.
+#[derive(Default)]
+pub struct Profile {
+    /// Its collapsed stacks by `--weight` (see [`LeakReport::folded`]).
+    pub folded: Vec<String>,
+    /// Each stack's frames and values (see [`LeakReport::samples`]).
+    pub samples: Vec<(Vec<Frame>, [i64; 6])>,
+    /// The `--fail-over` line, when its traced stacks grew faster.
+    pub gate: Option<String>,
+}
+
+impl Profile {
+    /// What the session's files asked for in `out` need of a finished report.
+    pub fn of(report: &LeakReport, out: &Output) -> Profile {
+        Profile {
+            folded: match out.folded.is_some() || out.flamegraph.is_some() {
+                true => report.folded(out.weight),
+                false => Vec::new(),
+            },
+            samples: match out.pprof.is_some() {
+                true => report.samples().into_iter().map(|(f, v)| (f.to_vec(), v)).collect(),
+                false => Vec::new(),
+            },
+            gate: out.fail_over.and_then(|limit| crate::report::leaks::gate(report, limit)),
+        }
+    }
+}
+
+/// The session's files, created before anything is touched (a bad path is refused first).
+pub struct Files {
+    folded: Option<(PathBuf, BufWriter<File>)>,
+    flame: Option<(PathBuf, BufWriter<File>)>,
+    pprof: Option<(PathBuf, BufWriter<File>)>,
+}
+
+impl Files {
+    pub fn create(out: &Output) -> Result<Files> {
+        let create = |p: &Option<PathBuf>| -> Result<Option<(PathBuf, BufWriter<File>)>> {
+            let Some(p) = p else { return Ok(None) };
+            let f = File::create(p).with_context(|| format!("cannot create {}", p.display()))?;
+            Ok(Some((p.clone(), BufWriter::new(f))))
+        };
+        Ok(Files { folded: create(&out.folded)?, flame: create(&out.flamegraph)?, pprof: create(&out.pprof)? })
+    }
+
+    /// Writes every process's stacks into the files, then fails with the first process over `--fail-over`.
+    pub fn write(mut self, out: &Output, done: &[Done], duration_ns: u64) -> Result<()> {
+        let profiles: Vec<(&Done, Profile)> =
+            done.iter().map(|d| (d, d.1.profile.lock().ok().and_then(|mut p| p.take()).unwrap_or_default())).collect();
+        let folded: Vec<String> = profiles
+            .iter()
+            .flat_map(|((who, ..), p)| {
+                let root = root_frame(who.pid, &who.command);
+                p.folded.iter().map(move |l| format!("{root};{l}"))
+            })
+            .collect();
+        if let Some((path, f)) = self.folded.as_mut() {
+            let text: String = folded.iter().map(|l| format!("{l}\n")).collect();
+            f.write_all(text.as_bytes())
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let Some((path, f)) = self.flame.as_mut() {
+            crate::report::leaks::flamegraph(&folded, f, out.weight)
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let Some((path, f)) = self.pprof.as_mut() {
+            let labels: Vec<[(&str, String); 2]> = profiles
+                .iter()
+                .map(|((who, ..), _)| [("pid", who.pid.to_string()), ("process", who.command.clone())])
+                .collect();
+            let samples: Vec<crate::report::pprof::Sample> = profiles
+                .iter()
+                .zip(&labels)
+                .flat_map(|((_, p), labels)| {
+                    p.samples.iter().map(|(frames, values)| crate::report::pprof::Sample {
+                        frames,
+                        values: *values,
+                        labels,
+                    })
+                })
+                .collect();
+            crate::report::pprof::write(f, &samples, duration_ns)
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        let over: Vec<String> = profiles
+            .iter()
+            .filter_map(|((who, ..), p)| p.gate.as_ref().map(|g| format!("process {}: {g}", who.pid)))
+            .collect();
+        match over.is_empty() {
+            true => Ok(()),
+            false => Err(GateFailed(over.join("; ")).into()),
+        }
+    }
+}
+
+/// The frame every stack of a process starts from in a session's folded stacks and flame graph.
+fn root_frame(pid: crate::os::Tid, command: &str) -> String {
+    format!("process {pid}:\"{}\"", command.replace(';', ":"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_frame_names_the_process_without_the_separator() {
+        assert_eq!(root_frame(12, "sh -c a;b"), "process 12:\"sh -c a:b\"");
+    }
+}
