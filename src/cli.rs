@@ -307,6 +307,9 @@ pub struct ReportArgs {
     /// With --leaks: more findings rules (JSON, format in docs/guide.md).
     #[arg(long)]
     pub rules: Option<PathBuf>,
+    /// Of a recording of several processes, report only process PID.
+    #[arg(short, long, value_name = "PID")]
+    pub pid: Option<i32>,
 }
 
 #[derive(Args, Debug)]

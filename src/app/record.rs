@@ -13,7 +13,7 @@ use crate::analysis::modules::{ModuleSource, SourceError};
 use crate::analysis::rules::ProcessFacts;
 use crate::model::Tid;
 use crate::model::bytes::Bytes;
-use crate::model::event::{Event, StackCapture, Summary};
+use crate::model::event::{End, Event, StackCapture, Summary};
 use crate::model::modules::{Module, ModuleMap, hex, unhex};
 use crate::model::regs::{Reg, Regs};
 use crate::model::smaps::{SmapsRegion, Span};
@@ -28,8 +28,11 @@ use std::sync::{Arc, Mutex};
 
 /// The first field of the header: what the file is.
 pub const FORMAT: &str = "syscatch-recording";
-/// Bumped when a record changes meaning; a reader refuses other versions.
-pub const VERSION: u32 = 1;
+/// Bumped when a record changes meaning; a reader refuses versions it does not know. Version 2 adds sessions:
+/// a file of several recordings one after another, each its own gzip member, and a [`Record::Session`] last.
+pub const VERSION: u32 = 2;
+/// The versions this syscatch reads.
+const READS: std::ops::RangeInclusive<u32> = 1..=VERSION;
 
 /// One line of a recording.
 #[derive(Serialize, Deserialize)]
@@ -90,6 +93,24 @@ pub enum Record {
     End {
         events: u64,
     },
+    /// After the recordings of a session's processes: each process traced (those without a recording too), in
+    /// the report's order.
+    Session {
+        processes: Vec<RecProcess>,
+    },
+}
+
+/// One process of a recorded session.
+#[derive(Serialize, Deserialize, Clone)]
+pub struct RecProcess {
+    pub pid: Tid,
+    pub name: String,
+    pub command: String,
+    pub nspid: Vec<Tid>,
+    /// Seconds after the session's start that its trace began.
+    pub joined: f64,
+    /// How its trace ended, or why it failed.
+    pub end: Result<End, String>,
 }
 
 /// One captured call.
@@ -323,42 +344,85 @@ pub struct Reader {
     pub facts: Option<ProcessFacts>,
     pub summary: Option<Summary>,
     pub events: u64,
+    /// Which recording of the file it is (0 but in a session's).
+    segment: usize,
+}
+
+/// A recording file: one process's recording, or a session's (several, and who each process is).
+pub struct Opened {
+    pub parts: Vec<Reader>,
+    /// A session's processes, in its report's order; empty for one process's recording.
+    pub processes: Vec<RecProcess>,
 }
 
 fn open_lines(path: &Path) -> Result<impl Iterator<Item = std::io::Result<String>> + use<>> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    Ok(BufReader::new(flate2::read::GzDecoder::new(BufReader::new(file))).lines())
+    // A session's recording is several gzip members one after another.
+    Ok(BufReader::new(flate2::read::MultiGzDecoder::new(BufReader::new(file))).lines())
 }
 
 /// Records whose lines start so are read only by [`Reader::stream`].
 const STREAMED: [&str; 3] = [r#"{"t":"event""#, r#"{"t":"smaps""#, r#"{"t":"sample""#];
 
 impl Reader {
-    /// Reads the header and every record but events and samples; refuses a file that is not a recording, of
-    /// another version, or truncated, with one line.
-    pub fn open(path: &Path) -> Result<Reader> {
+    /// Reads every header and every record but events and samples; refuses a file that is not a recording, of
+    /// a version this syscatch does not read, or truncated, with one line.
+    pub fn open_all(path: &Path) -> Result<Opened> {
         let name = path.display();
         let bad = |what: String| anyhow!("{name} is not a syscatch recording ({what}); make one with --record FILE");
-        let mut lines = open_lines(path)?;
-        let first = match lines.next() {
-            Some(Ok(l)) => l,
-            Some(Err(e)) => return Err(bad(e.to_string())),
-            None => return Err(bad("it is empty".into())),
-        };
-        let (pid, syscatch) = match serde_json::from_str::<Record>(&first) {
-            Ok(Record::Header { format, version, pid, syscatch, .. }) if format == FORMAT => {
-                if version != VERSION {
-                    bail!(
-                        "{name} is a version {version} recording; this syscatch ({}) reads version {VERSION}: \
-                         report it with the syscatch that wrote it ({syscatch})",
-                        crate::cli::VERSION
-                    );
-                }
-                (pid, syscatch)
+        let mut parts: Vec<Reader> = Vec::new();
+        let mut processes = None;
+        // Whether the last recording has its end record.
+        let mut ended = true;
+        for (n, line) in open_lines(path)?.enumerate() {
+            let line = match (line, n) {
+                (Ok(l), _) => l,
+                (Err(e), 0) => return Err(bad(e.to_string())),
+                (Err(e), _) => return Err(truncated(path, &e.to_string())),
+            };
+            if processes.is_some() {
+                bail!("{name}: records after the session's end (line {}): not one recording", n + 1);
             }
-            _ => return Err(bad("no header".into())),
-        };
-        let mut r = Reader {
+            if !ended && STREAMED.iter().any(|p| line.starts_with(p)) {
+                continue;
+            }
+            let rec: Record = match serde_json::from_str(&line) {
+                Ok(rec) => rec,
+                Err(_) if n == 0 => return Err(bad("no header".into())),
+                Err(e) => bail!("{name}: line {} is not a record this syscatch knows ({e})", n + 1),
+            };
+            match (rec, parts.last_mut().filter(|_| !ended)) {
+                (Record::Header { format, version, pid, syscatch, .. }, None) if format == FORMAT => {
+                    if !READS.contains(&version) {
+                        bail!(
+                            "{name} is a version {version} recording; this syscatch ({}) reads versions {} to \
+                             {VERSION}: report it with the syscatch that wrote it ({syscatch})",
+                            crate::cli::VERSION,
+                            READS.start()
+                        );
+                    }
+                    parts.push(Reader::new(path, pid, syscatch, parts.len()));
+                    ended = false;
+                }
+                (Record::Header { .. }, None) if n == 0 => return Err(bad("no header".into())),
+                (Record::Header { .. }, _) => bail!("{name}: a second header at line {}: not one recording", n + 1),
+                (Record::Session { processes: p }, None) if n > 0 => processes = Some(p),
+                (_, None) if n == 0 => return Err(bad("no header".into())),
+                (_, None) => bail!("{name}: records after the end record (line {}): not one recording", n + 1),
+                (rec, Some(r)) => ended = r.take(rec),
+            }
+        }
+        if parts.is_empty() {
+            return Err(bad("it is empty".into()));
+        }
+        if !ended {
+            return Err(truncated(path, "no end record"));
+        }
+        Ok(Opened { parts, processes: processes.unwrap_or_default() })
+    }
+
+    fn new(path: &Path, pid: Tid, syscatch: String, segment: usize) -> Reader {
+        Reader {
             path: path.to_path_buf(),
             pid,
             syscatch,
@@ -370,51 +434,50 @@ impl Reader {
             facts: None,
             summary: None,
             events: 0,
-        };
-        let mut ended = false;
-        for (n, line) in lines.enumerate() {
-            let line = line.map_err(|e| truncated(path, &e.to_string()))?;
-            if ended {
-                bail!("{name}: records after the end record (line {}): not one recording", n + 2);
-            }
-            if STREAMED.iter().any(|p| line.starts_with(p)) {
-                continue;
-            }
-            let rec: Record = serde_json::from_str(&line)
-                .map_err(|e| anyhow!("{name}: line {} is not a record this syscatch knows ({e})", n + 2))?;
-            match rec {
-                Record::Maps { text } => r.maps.push(text),
-                Record::Module { path, start, build_id } => {
-                    r.modules.insert((path, start), build_id);
-                }
-                Record::Vdso { start, image } => {
-                    r.vdso.insert(start, image);
-                }
-                Record::Residency { start, end, max, pages, resident } => {
-                    r.residency.insert((start, end, max), (pages, resident));
-                }
-                Record::Plan { depths, watched } => r.plan = Some((depths, watched)),
-                Record::Facts(f) => r.facts = Some(*f),
-                Record::Summary(s) => r.summary = Some(*s),
-                Record::End { events } => {
-                    r.events = events;
-                    ended = true;
-                }
-                Record::Header { .. } => bail!("{name}: a second header at line {}: not one recording", n + 2),
-                Record::Event(_) | Record::Smaps { .. } | Record::Sample { .. } => {}
-            }
+            segment,
         }
-        if !ended {
-            return Err(truncated(path, "no end record"));
-        }
-        Ok(r)
     }
 
-    /// The events and smaps samples, in the order the analysis met them.
+    /// Takes one record of its recording (not an event or a sample); true for the end record.
+    fn take(&mut self, rec: Record) -> bool {
+        match rec {
+            Record::Maps { text } => self.maps.push(text),
+            Record::Module { path, start, build_id } => {
+                self.modules.insert((path, start), build_id);
+            }
+            Record::Vdso { start, image } => {
+                self.vdso.insert(start, image);
+            }
+            Record::Residency { start, end, max, pages, resident } => {
+                self.residency.insert((start, end, max), (pages, resident));
+            }
+            Record::Plan { depths, watched } => self.plan = Some((depths, watched)),
+            Record::Facts(f) => self.facts = Some(*f),
+            Record::Summary(s) => self.summary = Some(*s),
+            Record::End { events } => {
+                self.events = events;
+                return true;
+            }
+            Record::Header { .. } | Record::Session { .. } => {}
+            Record::Event(_) | Record::Smaps { .. } | Record::Sample { .. } => {}
+        }
+        false
+    }
+
+    /// The events and smaps samples of its recording, in the order the analysis met them.
     pub fn stream(&self) -> Result<impl Iterator<Item = Result<Streamed>> + use<>> {
         let path = self.path.clone();
+        let segment = self.segment;
         let lines = open_lines(&path)?;
-        Ok(lines.enumerate().filter_map(move |(n, line)| {
+        // Each header starts the next recording of the file.
+        let mut headers = 0;
+        let mine = lines.enumerate().filter(move |(_, line)| {
+            if line.as_ref().is_ok_and(|l| l.starts_with(r#"{"t":"header""#)) {
+                headers += 1;
+            }
+            headers == segment + 1 || line.is_err()
+        });
+        Ok(mine.filter_map(move |(n, line)| {
             let line = match line {
                 Ok(l) => l,
                 Err(e) => return Some(Err(truncated(&path, &e.to_string()))),
@@ -557,5 +620,80 @@ mod tests {
             };
             assert_eq!(back, [span]);
         }
+    }
+
+    /// Writes `records` as one gzip member appended to `path`.
+    fn append(path: &Path, records: &[Record]) {
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+        let mut gz = flate2::write::GzEncoder::new(f, flate2::Compression::fast());
+        for r in records {
+            serde_json::to_writer(&mut gz, r).unwrap();
+            gz.write_all(b"\n").unwrap();
+        }
+        gz.finish().unwrap();
+    }
+
+    fn one(pid: Tid, version: u32, time: f64) -> Vec<Record> {
+        let header = Record::Header { format: FORMAT.into(), version, pid, syscatch: "test".into(), stack_bytes: 0 };
+        let sample = Record::Sample { spans: Vec::new(), time: Some(time), baseline: false };
+        vec![header, sample, Record::End { events: 0 }]
+    }
+
+    /// A recording of version 1 still reads; a session's is its processes' recordings one after another, each
+    /// streaming only its own samples, and who they were; one cut short or with records after its end is refused.
+    #[test]
+    fn a_session_is_its_processes_recordings_in_turn() {
+        let dir = std::env::temp_dir().join(format!("syscatch-record-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = dir.join("old.rec");
+        append(&old, &one(7, 1, 0.5));
+        let opened = Reader::open_all(&old).unwrap();
+        assert_eq!((opened.parts.len(), opened.processes.len(), opened.parts[0].pid), (1, 0, 7));
+
+        let session = dir.join("session.rec");
+        append(&session, &one(10, VERSION, 1.0));
+        append(&session, &one(11, VERSION, 2.0));
+        let who = |pid| RecProcess {
+            pid,
+            name: "w".into(),
+            command: "w --rank".into(),
+            nspid: vec![pid],
+            joined: 0.0,
+            end: Ok(End::Duration),
+        };
+        append(&session, &[Record::Session { processes: vec![who(11), who(10), who(12)] }]);
+        let opened = Reader::open_all(&session).unwrap();
+        let pids: Vec<Tid> = opened.parts.iter().map(|r| r.pid).collect();
+        assert_eq!(pids, [10, 11]);
+        assert_eq!(opened.processes.iter().map(|p| p.pid).collect::<Vec<_>>(), [11, 10, 12]);
+        for (r, want) in opened.parts.iter().zip([1.0, 2.0]) {
+            let times: Vec<Option<f64>> = r
+                .stream()
+                .unwrap()
+                .map(|s| match s.unwrap() {
+                    Streamed::Sample(t, ..) => t,
+                    Streamed::Event(..) => None,
+                })
+                .collect();
+            assert_eq!(times, [Some(want)], "process {}", r.pid);
+        }
+
+        let cut = dir.join("cut.rec");
+        let mut records = one(10, VERSION, 1.0);
+        records.pop();
+        append(&cut, &one(11, VERSION, 1.0));
+        append(&cut, &records);
+        let err = Reader::open_all(&cut).err().unwrap().to_string();
+        assert!(err.contains("truncated"), "{err}");
+        let after = dir.join("after.rec");
+        append(&after, &one(10, VERSION, 1.0));
+        append(&after, &[Record::Session { processes: vec![who(10)] }, Record::End { events: 0 }]);
+        let err = Reader::open_all(&after).err().unwrap().to_string();
+        assert!(err.contains("after the session's end"), "{err}");
+        let newer = dir.join("newer.rec");
+        append(&newer, &one(10, VERSION + 1, 1.0));
+        let err = Reader::open_all(&newer).err().unwrap().to_string();
+        assert!(err.contains(&format!("is a version {} recording", VERSION + 1)), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::app::analyze::{self as analysis, Queued};
 use crate::app::outputs::{self, Ending};
-use crate::app::record::{Reader, Replay, Streamed};
+use crate::app::record::{Opened, Reader, Replay, Streamed};
 use crate::app::trace::{self, Output};
 use crate::cli::ReportArgs;
 use crate::model::event::Summary;
@@ -35,14 +35,24 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         }
         return diff(args, base, window);
     }
-    let rec = Reader::open(&args.file)?;
+    let out = output(args, leaks, window, format!("recording {}", args.file.display()))?;
+    let rec = match one_of(Reader::open_all(&args.file)?, args.pid, &args.file)? {
+        Ok(rec) => rec,
+        Err(opened) => return session(&out, opened),
+    };
     say_recording(&args.file, &rec);
     if let Some(end) = rec.summary.as_ref().map(|s| s.duration.as_secs_f64())
         && window.0 >= end
     {
         return Err(trace::usage(format!("--from {:.3}s is past the end of the recording ({end:.3}s)", window.0)));
     }
-    let out = Output {
+    report_one(&out, &rec)?;
+    Ok(0)
+}
+
+/// The report's output options.
+fn output(args: &ReportArgs, leaks: bool, window: (f64, Option<f64>), label: String) -> Result<Output> {
+    Ok(Output {
         json: args.json,
         path: args.output.clone(),
         stack_bytes: 0,
@@ -53,7 +63,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         flamegraph: args.flamegraph.clone(),
         pprof: args.pprof.clone(),
         html: args.html.clone(),
-        label: format!("recording {}", args.file.display()),
+        label,
         weight: args.weight,
         fail_over: args.fail_over,
         window,
@@ -63,18 +73,97 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         smaps_every: std::time::Duration::ZERO,
         stop_every_call: false,
         member: None,
-    };
-    let (renderer, files) = outputs::open_outputs(&out, false)?;
-    let (done, mut summary, ending) = replay(&rec, &out, renderer)?;
-    if let (Some(from), Some(to)) = (args.from, args.to.or(Some(summary.duration))) {
+    })
+}
+
+/// The recording to report of a file: its only one, or process `pid`'s of a session's; a session's whole
+/// without `pid`.
+fn one_of(mut opened: Opened, pid: Option<i32>, path: &std::path::Path) -> Result<Result<Reader, Opened>> {
+    let whole = opened.processes.is_empty();
+    match pid {
+        None if whole => Ok(Ok(opened.parts.remove(0))),
+        None => Ok(Err(opened)),
+        Some(pid) => match opened.parts.iter().position(|r| r.pid == pid) {
+            Some(i) => Ok(Ok(opened.parts.swap_remove(i))),
+            None => {
+                let pids: Vec<String> = opened.parts.iter().map(|r| r.pid.to_string()).collect();
+                Err(trace::usage(format!(
+                    "{} has no recording of process {pid} (it has {})",
+                    path.display(),
+                    pids.join(", ")
+                )))
+            }
+        },
+    }
+}
+
+/// One process's recording analysed, its report written (to a session member's buffers when `out` has one).
+fn report_one(out: &Output, rec: &Reader) -> Result<()> {
+    let (renderer, files) = outputs::open_outputs(out, false)?;
+    let (done, mut summary, ending) = replay(rec, out, renderer)?;
+    let window = out.window;
+    if window.0 > 0.0 {
+        let to = window.1.unwrap_or(f64::INFINITY).min(summary.duration.as_secs_f64());
         summary.warnings.push(format!(
-            "the report covers {:.2}s to {:.2}s of the recording (its calls before are not counted, their memory \
+            "the report covers {:.2}s to {to:.2}s of the recording (its calls before are not counted, their memory \
              not held by any stack)",
-            from.as_secs_f64(),
-            to.as_secs_f64().min(summary.duration.as_secs_f64())
+            window.0
         ));
     }
-    outputs::finish(&out, done, &mut summary, ending, files, false)?;
+    outputs::finish(out, done, &mut summary, ending, files, false)
+}
+
+/// A session's recording reported as the live session was: the table of processes, what holds in several,
+/// each process's report, and the files for all of them.
+fn session(out: &Output, opened: Opened) -> Result<i32> {
+    use crate::app::session::Member;
+    if out.html.is_some() {
+        return Err(trace::usage("--html goes with one process for now: choose one with --pid"));
+    }
+    let files = crate::app::session_files::Files::create(out)?;
+    let events: crate::app::session::Out =
+        Arc::new(std::sync::Mutex::new(outputs::event_writer(out.path.as_deref(), false)?));
+    // Each process's recording is analysed on a thread of its own, as it was traced.
+    let done: Vec<_> = std::thread::scope(|scope| {
+        let threads: Vec<_> = opened
+            .processes
+            .iter()
+            .map(|p| {
+                let member = Member {
+                    events: outputs::render_events(out).then(|| (p.pid, events.clone())),
+                    ..Member::default()
+                };
+                let rec = opened.parts.iter().find(|r| r.pid == p.pid);
+                let o = Output { member: Some(member.clone()), label: format!("pid {}", p.pid), ..out.clone() };
+                let thread = scope.spawn(move || match (&p.end, rec) {
+                    (Ok(end), Some(rec)) => {
+                        say_recording(&rec.path, rec);
+                        report_one(&o, rec).map(|_| end.clone())
+                    }
+                    (Ok(_), None) => Err(anyhow!("its recording is not in the file")),
+                    (Err(why), _) => Err(anyhow!("{why}")),
+                });
+                (p, member, thread)
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|(p, member, thread)| {
+                let who = crate::live::selection::Chosen {
+                    pid: p.pid,
+                    name: p.name.clone(),
+                    command: p.command.clone(),
+                    nspid: p.nspid.clone(),
+                };
+                let end = thread.join().unwrap_or_else(|_| Err(anyhow!("internal error: the analysis panicked")));
+                (who, member, end, p.joined)
+            })
+            .collect()
+    });
+    let mut done = done;
+    let duration = opened.parts.iter().filter_map(|r| r.summary.as_ref().map(|s| s.duration)).max().unwrap_or_default();
+    crate::app::session_report::write_session(out, &mut done, &events)?;
+    files.write(out, &done, u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX))?;
     Ok(0)
 }
 
@@ -154,55 +243,129 @@ fn replay(rec: &Reader, out: &Output, renderer: Box<dyn Renderer + Send>) -> Res
     Ok((done, summary, ending))
 }
 
-/// `report --diff BASE NEW`: each recording's growth by stack, matched by symbolized frames.
+/// `report --diff BASE NEW`: each recording's growth by stack, matched by symbolized frames. Recordings of
+/// several processes are compared process by process, matched by command line (in pid order among the same).
 fn diff(args: &ReportArgs, base: &std::path::Path, window: (f64, Option<f64>)) -> Result<i32> {
-    let mut reports = Vec::new();
-    for path in [base, args.file.as_path()] {
-        let rec = Reader::open(path)?;
-        say_recording(path, &rec);
-        let out = Output {
-            json: false,
-            path: None,
-            stack_bytes: 0,
-            stack_depth: args.stack_depth,
-            duration: None,
-            leaks: Some(std::time::Duration::ZERO),
-            folded: None,
-            flamegraph: None,
-            pprof: None,
-            html: None,
-            label: String::new(),
-            weight: args.weight,
-            fail_over: None,
-            window,
-            report: true,
-            rules: Vec::new(),
-            record: None,
-            smaps_every: std::time::Duration::ZERO,
-            stop_every_call: false,
-            member: None,
-        };
-        let sink: Box<dyn Renderer + Send> = Box::new(crate::report::json::Json::new(std::io::sink()));
-        let (done, summary, mut ending) = replay(&rec, &out, sink)?;
-        let mut tracker = done.leaks.ok_or_else(|| anyhow!("internal error: no leak model"))?;
-        tracker.weigh_residency(&mut *ending.residency);
-        reports.push((tracker, summary));
-    }
-    let (new_tracker, _) = reports.pop().expect("two reports");
-    let (base_tracker, _) = reports.pop().expect("two reports");
-    let (b, n) = (base_tracker.report(), new_tracker.report());
-    let rows = crate::report::diff::compare(&b, &n);
+    let pairs = pair(Reader::open_all(base)?, Reader::open_all(&args.file)?, args.pid, &args.file)?;
     let mut w: Box<dyn std::io::Write> = Box::new(std::io::BufWriter::new(std::io::stdout()));
-    if args.json {
-        crate::report::diff::write_json(&rows, &b, &n, &mut w)?;
-    } else {
-        crate::report::diff::write_text(&rows, &b, &n, base, &args.file, &mut w)?;
+    let mut over = Vec::new();
+    // Every recording's model is made on a thread of its own.
+    let models: Vec<Result<_>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = pairs
+            .iter()
+            .map(|p| {
+                let model = |r| move || diff_model(args, r, window);
+                (scope.spawn(model(&p.base)), scope.spawn(model(&p.new)))
+            })
+            .collect();
+        let join = |t: std::thread::ScopedJoinHandle<'_, Result<_>>| {
+            t.join().unwrap_or_else(|_| Err(anyhow!("internal error: the analysis panicked")))
+        };
+        threads.into_iter().map(|(b, n)| Ok((join(b)?, join(n)?))).collect()
+    });
+    for (p, models) in pairs.iter().zip(models) {
+        let (b, n) = models?;
+        let (b, n) = (b.report(), n.report());
+        let rows = crate::report::diff::compare(&b, &n);
+        let (bpid, npid) = (p.base.pid, p.new.pid);
+        match (&p.command, args.json) {
+            (Some(command), true) => {
+                let v = serde_json::json!({"pid": npid, "base_pid": bpid, "command": command});
+                crate::report::json::line(&mut w, "process", v)?;
+                let mut buf = Vec::new();
+                crate::report::diff::write_json(&rows, &b, &n, &mut buf)?;
+                crate::report::json::with_pid(&buf, npid, &mut w)?;
+            }
+            (Some(command), false) => {
+                writeln!(w, "=== process {npid} (process {bpid} in {}): {command} ===", base.display())?;
+                crate::report::diff::write_text(&rows, &b, &n, base, &args.file, &mut w)?;
+            }
+            (None, true) => crate::report::diff::write_json(&rows, &b, &n, &mut w)?,
+            (None, false) => crate::report::diff::write_text(&rows, &b, &n, base, &args.file, &mut w)?,
+        }
+        if let Some(line) = args.fail_over.and_then(|limit| crate::report::leaks::gate(&n, limit)) {
+            over.push(match p.command {
+                Some(_) => format!("process {npid}: {line}"),
+                None => line,
+            });
+        }
     }
     w.flush()?;
-    if let Some(limit) = args.fail_over
-        && let Some(line) = crate::report::leaks::gate(&n, limit)
-    {
-        return Err(trace::GateFailed(line).into());
+    match over.is_empty() {
+        true => Ok(0),
+        false => Err(trace::GateFailed(over.join("; ")).into()),
     }
-    Ok(0)
+}
+
+/// The leak model of one recording, for `--diff`.
+fn diff_model(
+    args: &ReportArgs,
+    rec: &Reader,
+    window: (f64, Option<f64>),
+) -> Result<crate::analysis::leaks::LeakTracker> {
+    say_recording(&rec.path, rec);
+    let mut out = output(args, true, window, String::new())?;
+    (out.json, out.path, out.folded, out.flamegraph, out.pprof, out.html, out.fail_over) =
+        (false, None, None, None, None, None, None);
+    out.rules = Vec::new();
+    let sink: Box<dyn Renderer + Send> = Box::new(crate::report::json::Json::new(std::io::sink()));
+    let (done, _, mut ending) = replay(rec, &out, sink)?;
+    let mut tracker = done.leaks.ok_or_else(|| anyhow!("internal error: no leak model"))?;
+    tracker.weigh_residency(&mut *ending.residency);
+    Ok(tracker)
+}
+
+/// The same process in two recordings; its command line when either holds several processes.
+struct Pair {
+    command: Option<String>,
+    base: Reader,
+    new: Reader,
+}
+
+/// Matches the processes of two recordings (of `pid` only, in NEW, when given): a process's recording with the
+/// same process's, else one of the same command line, in pid order; two recordings of one process each are
+/// compared whatever they are.
+fn pair(base: Opened, new: Opened, pid: Option<i32>, path: &std::path::Path) -> Result<Vec<Pair>> {
+    let several = !base.processes.is_empty() || !new.processes.is_empty();
+    let commands = |o: Opened| -> Vec<(Option<String>, Reader)> {
+        let mut v: Vec<_> = o
+            .parts
+            .into_iter()
+            .map(|r| (o.processes.iter().find(|p| p.pid == r.pid).map(|p| p.command.clone()), r))
+            .collect();
+        v.sort_by_key(|(_, r)| r.pid);
+        v
+    };
+    let (mut bases, mut news) = (commands(base), commands(new));
+    if let Some(pid) = pid {
+        news.retain(|(_, r)| r.pid == pid);
+        if news.is_empty() {
+            return Err(trace::usage(format!("{} has no recording of process {pid}", path.display())));
+        }
+    }
+    if bases.len() == 1 && news.len() == 1 {
+        let ((bc, base), (nc, new)) = (bases.remove(0), news.remove(0));
+        let command = several.then(|| nc.or(bc).unwrap_or_default());
+        return Ok(vec![Pair { command, base, new }]);
+    }
+    let mut pairs = Vec::new();
+    for (command, new) in news {
+        // The same process recorded twice first (a server recorded again later), then one of the same command.
+        let same = |(c, r): &(Option<String>, Reader)| *c == command && r.pid == new.pid;
+        match bases.iter().position(same).or_else(|| bases.iter().position(|(c, _)| *c == command)) {
+            Some(i) => {
+                let (_, base) = bases.remove(i);
+                pairs.push(Pair { command: Some(command.unwrap_or_default()), base, new });
+            }
+            None => eprintln!(
+                "syscatch: process {} ({}) has no process of the same command line in the base: not compared",
+                new.pid,
+                command.as_deref().unwrap_or("?")
+            ),
+        }
+    }
+    if pairs.is_empty() {
+        return Err(anyhow!("no process of {} has the command line of one in the base recording", path.display()));
+    }
+    Ok(pairs)
 }

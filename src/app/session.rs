@@ -102,6 +102,8 @@ pub struct Member {
     pub row: Arc<Mutex<Option<Row>>>,
     /// What its report gives the session's `--folded`, `--flamegraph`, `--pprof` and `--fail-over`.
     pub profile: Arc<Mutex<Option<crate::app::session_files::Profile>>>,
+    /// Its part of the session's recording (`--record`), while it is traced.
+    pub part: Option<std::path::PathBuf>,
     /// Where its events go (the session's stdout or `-o FILE`, shared), and whose they are; with `--leaks`, only
     /// with `-o`.
     pub events: Option<(Tid, Out)>,
@@ -143,7 +145,7 @@ pub fn trace(
     numbers: HashSet<u64>,
     asked: &HashSet<u64>,
 ) -> Result<i32> {
-    refuse_unsupported(args, out)?;
+    refuse_unsupported(out)?;
     let files = crate::app::session_files::Files::create(out)?;
     let start = Instant::now();
     let deadline = out.duration.map(|d| start + d);
@@ -218,15 +220,11 @@ fn say_own_usage(processes: usize, secs: f64) {
 }
 
 /// What a session cannot do yet, refused before anything is touched.
-fn refuse_unsupported(args: &TraceArgs, out: &Output) -> Result<()> {
-    let not_yet = |what: &str| usage(format!("{what} goes with one process for now (not with a --pid list or --tree)"));
-    for (given, what) in [(out.record.is_some(), "--record"), (out.html.is_some(), "--html")] {
-        if given {
-            return Err(not_yet(what));
-        }
+fn refuse_unsupported(out: &Output) -> Result<()> {
+    match out.html.is_some() {
+        true => Err(usage("--html goes with one process for now (not with a --pid list or --tree)")),
+        false => Ok(()),
     }
-    let _ = args;
-    Ok(())
 }
 
 /// Checks one process, makes its plan and starts its trace on a thread of its own.
@@ -257,8 +255,10 @@ fn begin(session: &Session, who: Chosen, joined: f64) -> Result<Traced> {
         false => crate::app::plans::trace_plan(pid, numbers.clone(), site, args.fast, args.only_syscall_wrapper)?,
     };
     let streamed = crate::app::outputs::render_events(out);
-    let member = Member { events: streamed.then(|| (pid, events.clone())), ..Member::default() };
+    let part = out.record.as_deref().map(|f| crate::app::session_files::part_path(f, pid, joined));
+    let member = Member { events: streamed.then(|| (pid, events.clone())), part: part.clone(), ..Member::default() };
     let mut o = out.clone();
+    o.record = part;
     o.member = Some(member.clone());
     o.label = format!("pid {pid}");
     // The time left, for a process that joins late.
@@ -308,8 +308,11 @@ fn follow_tree(session: &Session, members: &mut Vec<Traced>, finished: &mut Vec<
             let pid = t.who.pid;
             let alive = crate::live::process::check_process(pid, crate::live::process::Ids::Process).is_ok();
             let tried = runs.get(&pid).copied().unwrap_or(0);
+            // A process traced again has no part in the recording from the trace that ended.
+            let drop_part = || t.member.part.as_ref().map(std::fs::remove_file);
             match end {
                 Ok(End::Exec) if alive => {
+                    drop_part();
                     say(format_args!(
                         "process {pid} exec'd: traced again as its new program (its calls before the exec are not in \
                          the report)"
@@ -320,6 +323,7 @@ fn follow_tree(session: &Session, members: &mut Vec<Traced>, finished: &mut Vec<
                 // function between the plan and the arming): tried again with a new plan, a few times.
                 Err(e) if alive && t.joined > 0.0 && tried < RUN_RETRIES => {
                     runs.insert(pid, tried + 1);
+                    drop_part();
                     say(format_args!("process {pid}: trying again: {e:#}"));
                     again.push(pid);
                 }

@@ -1,7 +1,9 @@
-//! A session's report files (`--folded`, `--flamegraph`, `--pprof`) and its `--fail-over` gate: every process's
-//! stacks in one file, each process's under a root frame naming it (`process 1234:"python3 server.py"`, as
-//! py-spy's `--subprocesses` writes), each pprof sample labelled with its `pid` and `process` so that a fleet
-//! profiler can filter by process.
+//! A session's files (`--folded`, `--flamegraph`, `--pprof`, `--record`) and its `--fail-over` gate: every
+//! process's stacks in one file, each process's under a root frame naming it (`process 1234:"python3 server.py"`,
+//! as py-spy's `--subprocesses` writes), each pprof sample labelled with its `pid` and `process` so that a fleet
+//! profiler can filter by process. A session's recording is each process's recording (written beside it as the
+//! trace goes, `FILE.PID.N.part`, each a whole recording once its trace ends) joined into one file at the end,
+//! followed by who the processes were.
 
 use super::session::Done;
 use crate::analysis::leaks::LeakReport;
@@ -45,6 +47,14 @@ pub struct Files {
     folded: Option<(PathBuf, BufWriter<File>)>,
     flame: Option<(PathBuf, BufWriter<File>)>,
     pprof: Option<(PathBuf, BufWriter<File>)>,
+    record: Option<(PathBuf, BufWriter<File>)>,
+}
+
+/// Where a process's part of the session's recording `file` is written while it is traced.
+pub fn part_path(file: &std::path::Path, pid: crate::os::Tid, joined: f64) -> PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push(format!(".{pid}.{}.part", (joined * 1000.0) as u64));
+    PathBuf::from(name)
 }
 
 impl Files {
@@ -54,7 +64,12 @@ impl Files {
             let f = File::create(p).with_context(|| format!("cannot create {}", p.display()))?;
             Ok(Some((p.clone(), BufWriter::new(f))))
         };
-        Ok(Files { folded: create(&out.folded)?, flame: create(&out.flamegraph)?, pprof: create(&out.pprof)? })
+        Ok(Files {
+            folded: create(&out.folded)?,
+            flame: create(&out.flamegraph)?,
+            pprof: create(&out.pprof)?,
+            record: create(&out.record)?,
+        })
     }
 
     /// Writes every process's stacks into the files, then fails with the first process over `--fail-over`.
@@ -99,6 +114,9 @@ impl Files {
                 .and_then(|_| f.flush())
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
+        if let Some((path, f)) = self.record.as_mut() {
+            join_recording(f, done).with_context(|| format!("cannot write {}", path.display()))?;
+        }
         let over: Vec<String> = profiles
             .iter()
             .filter_map(|((who, ..), p)| p.gate.as_ref().map(|g| format!("process {}: {g}", who.pid)))
@@ -108,6 +126,38 @@ impl Files {
             false => Err(GateFailed(over.join("; ")).into()),
         }
     }
+}
+
+/// Each process's recording in turn (those whose trace ended well), then who the processes were; the parts are
+/// removed.
+fn join_recording(f: &mut BufWriter<File>, done: &[Done]) -> std::io::Result<()> {
+    use crate::app::record::{RecProcess, Record};
+    let mut processes = Vec::new();
+    for (who, member, end, joined) in done {
+        let part = member.part.as_ref();
+        if let (Some(part), Ok(_)) = (part, end) {
+            std::io::copy(&mut File::open(part)?, f)?;
+        }
+        if let Some(part) = part {
+            let _ = std::fs::remove_file(part);
+        }
+        processes.push(RecProcess {
+            pid: who.pid,
+            name: who.name.clone(),
+            command: who.command.clone(),
+            nspid: who.nspid.clone(),
+            joined: *joined,
+            end: match end {
+                Ok(end) => Ok(end.clone()),
+                Err(e) => Err(format!("{e:#}")),
+            },
+        });
+    }
+    let mut gz = flate2::write::GzEncoder::new(&mut *f, flate2::Compression::fast());
+    serde_json::to_writer(&mut gz, &Record::Session { processes })?;
+    gz.write_all(b"\n")?;
+    gz.finish()?;
+    f.flush()
 }
 
 /// The frame every stack of a process starts from in a session's folded stacks and flame graph.

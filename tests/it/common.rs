@@ -284,6 +284,11 @@ pub fn truth_mmaps(lines: &[String]) -> Vec<(u64, u64)> {
 }
 
 /// Parses syscatch's JSON Lines output into values.
+/// The JSON lines of a whole output.
+pub fn json_text(out: &str) -> Vec<serde_json::Value> {
+    json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>())
+}
+
 pub fn json_lines(lines: &[String]) -> Vec<serde_json::Value> {
     lines.iter().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).expect("valid JSON line")).collect()
 }

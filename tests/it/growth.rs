@@ -19,10 +19,6 @@ fn names(leak: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn json_of(text: &str) -> Vec<Value> {
-    json_lines(&text.lines().map(str::to_string).collect::<Vec<_>>())
-}
-
 /// `testprogs/churn_worker.py` with the UCX-shaped library (`late`: the hook is loaded on "hook after N").
 fn start_worker(late: bool) -> Target {
     let lib = shared_lib("ucx_like_lib");
@@ -189,7 +185,7 @@ fn growth_is_told_from_churn_in_any_window() {
         let from_arg = if k == 0 { "0" } else { &from_s };
         let (code, report, err) = run_syscatch(&["report", rec, "--json", "--from", from_arg, "--to", &to_s]);
         assert_eq!(code, 0, "{err}");
-        let values = json_of(&report);
+        let values = json_text(&report);
         assert_pool_first(&values, None, &format!("{from_arg}..{to_s}"));
         let s = of_type(&values, "series")[0];
         let (f, e) = (s["from"].as_f64().unwrap(), s["to"].as_f64().unwrap());
@@ -251,7 +247,7 @@ fn a_window_and_a_diff_name_the_leak_that_started_halfway() {
     let (status, _, err) = sc.finish();
     assert!(status.success(), "{err:#?}");
     // When the pool's first chunk was mapped, from the events.
-    let evs = json_of(&std::fs::read_to_string(&events).unwrap());
+    let evs = json_text(&std::fs::read_to_string(&events).unwrap());
     let hooked = of_type(&evs, "event")
         .into_iter()
         .filter(|e| e["syscall"] == "mmap" && names(e).iter().any(|n| n == "ucs_mpool_grow"))
@@ -262,12 +258,12 @@ fn a_window_and_a_diff_name_the_leak_that_started_halfway() {
     let at = |s: f64| format!("{:.3}s", s.max(0.001));
     let (code, early, err) = run_syscatch(&["report", rec, "--json", "--to", &at(hooked - 0.05)]);
     assert_eq!(code, 0, "{err}");
-    let early = json_of(&early);
+    let early = json_text(&early);
     assert!(!of_type(&early, "leak").iter().any(|l| names(l).iter().any(|n| n == "ucs_mpool_grow")), "{early:#?}");
     assert!(of_type(&early, "finding").iter().all(|f| f["rule"] != "ucx-rcache-invalidation"), "{early:#?}");
     let (code, late, err) = run_syscatch(&["report", rec, "--json", "--from", &at(hooked + 0.05)]);
     assert_eq!(code, 0, "{err}");
-    assert_pool_first(&json_of(&late), None, "after the hook");
+    assert_pool_first(&json_text(&late), None, "after the hook");
     t.send("quit");
     assert_eq!(t.wait().code(), Some(0));
 
@@ -296,7 +292,7 @@ fn a_window_and_a_diff_name_the_leak_that_started_halfway() {
     let (rec, fixed) = (leaking.as_str(), fixed.as_str());
     let (code, out, err) = run_syscatch(&["report", "--diff", rec, fixed, "--json"]);
     assert_eq!(code, 0, "{err}");
-    let rows = json_of(&out);
+    let rows = json_text(&out);
     let diff = of_type(&rows, "diff");
     let pool =
         |d: &&Value| d["key"].as_array().unwrap().iter().any(|k| k.as_str().unwrap().ends_with(":ucs_mpool_grow"));
@@ -328,7 +324,7 @@ fn an_analysis_seconds_behind_samples_only_within_the_trace() {
     let o = syscatch_cmd().env("SYSCATCH_TEST_FAULT", "analysis-slow").args(args).output().unwrap();
     let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "{err}");
-    let values = json_of(&out);
+    let values = json_text(&out);
     let duration = of_type(&values, "summary")[0]["duration"].as_f64().unwrap();
     let series = of_type(&values, "series")[0];
     let times: Vec<f64> = series["times"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();

@@ -71,6 +71,7 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
     let server_pid = server.pid.to_string();
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let (folded, profile, flame) = (dir.join("server.folded"), dir.join("server.pb.gz"), dir.join("server.svg"));
+    let rec = dir.join("server.rec");
     let mut sc = Syscatch::start(&[
         "--pid",
         &server_pid,
@@ -85,6 +86,8 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
         profile.to_str().unwrap(),
         "--flamegraph",
         flame.to_str().unwrap(),
+        "--record",
+        rec.to_str().unwrap(),
         "--fail-over",
         "1KiB/min",
     ]);
@@ -213,6 +216,7 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
     let pids: Vec<&str> = traces.lines().filter_map(|l| l.trim().strip_prefix("pid:")).map(str::trim).collect();
     assert!(traces.contains("ucs_mpool_grow") && pids.iter().all(|p| *p == late.to_string()), "{traces}");
     assert!(!pids.is_empty(), "{traces}");
+    recorded_session_reports_as_live(&rec, &processes, leak);
     // syscatch's own cost, in all and by process.
     assert!(
         err.iter().any(|l| l.starts_with("syscatch: ")
@@ -224,6 +228,49 @@ fn a_server_tree_is_one_report_that_ranks_the_leaking_workers_first() {
     for pid in [server.pid, leak, churn, idle, late] {
         assert!(err.iter().any(|l| l.starts_with(&format!("syscatch: process {pid}: "))), "{err:#?}");
     }
+}
+
+/// The session's recording reports as the live session did: the same processes and verdicts; one of them alone
+/// with --pid; compared with itself, each process with its own (matched by command line, in pid order), no change.
+fn recorded_session_reports_as_live(rec: &std::path::Path, live: &[&Value], leak: i32) {
+    let rec = rec.to_str().unwrap();
+    let parts: Vec<_> = std::fs::read_dir(std::path::Path::new(rec).parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".part"))
+        .collect();
+    assert!(parts.is_empty(), "the parts are joined and removed: {parts:?}");
+    let (code, out, err) = run_syscatch(&["report", rec, "--leaks", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let values = json_text(&out);
+    let verdicts = |ps: &[&Value]| -> BTreeMap<i64, Value> {
+        ps.iter().map(|p| (p["pid"].as_i64().unwrap(), p["verdict"].clone())).collect()
+    };
+    let replayed: Vec<&Value> = values.iter().filter(|v| v["type"] == "process").map(|v| &v["data"]).collect();
+    assert_eq!(verdicts(&replayed), verdicts(live), "{replayed:#?}");
+    let first = of_pid(&values, "leak", leak);
+    assert!(first.first().is_some_and(|l| names(l).iter().any(|n| n == "ucs_mpool_grow")), "{out}");
+
+    let (code, out, err) = run_syscatch(&["report", rec, "--pid", &leak.to_string(), "--leaks", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let values = json_text(&out);
+    assert!(!values.iter().any(|v| v["type"] == "process"), "one process's report: {out}");
+    let leaks: Vec<&Value> = values.iter().filter(|v| v["type"] == "leak").map(|v| &v["data"]).collect();
+    assert!(leaks.first().is_some_and(|l| names(l).iter().any(|n| n == "ucs_mpool_grow")), "{out}");
+    let (code, _, err) = run_syscatch(&["report", rec, "--pid", "1", "--leaks"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("has no recording of process 1"), "{err}");
+
+    let (code, out, err) = run_syscatch(&["report", "--diff", rec, rec, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let values = json_text(&out);
+    let pairs: Vec<(i64, i64)> = values
+        .iter()
+        .filter(|v| v["type"] == "process")
+        .map(|v| (v["data"]["pid"].as_i64().unwrap(), v["data"]["base_pid"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(pairs.len(), live.len(), "{out}");
+    assert!(pairs.iter().all(|(a, b)| a == b), "{pairs:?}");
 }
 
 /// A process that exits during the trace leaves it, said in its row, and the others go on; then a session whose
