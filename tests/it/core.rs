@@ -307,7 +307,9 @@ fn interrupt_rounds(extra: &[&str], rounds: usize) {
         for _ in 0..wait_events {
             sc.out.next();
         }
-        let sig = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP][round % 3];
+        // Under nohup, syscatch inherits SIGHUP ignored and keeps it so (the trace outlives the terminal).
+        let hup = if sighup_ignored() { libc::SIGINT } else { libc::SIGHUP };
+        let sig = [libc::SIGINT, libc::SIGTERM, hup][round % 3];
         sc.signal(sig);
         let (status, _, err) = sc.finish();
         assert!(status.success(), "seed {seed} round {round}: {err:#?}");
