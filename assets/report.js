@@ -6,7 +6,9 @@
   const errors = [];
   window.syscatchErrors = errors;
   window.addEventListener("error", (e) => errors.push(String(e.message)));
-  const D = JSON.parse(document.getElementById("report-data").textContent);
+  const RAW = JSON.parse(document.getElementById("report-data").textContent);
+  // A session's page holds a report per process: the one shown is chosen above (#pid-N in the address).
+  const D = RAW.processes ? chooseProcess(RAW) : RAW;
   const MIB = 1048576;
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf"];
@@ -22,6 +24,24 @@
     return e;
   }
   const $ = (id) => document.getElementById(id);
+
+  function chooseProcess(all) {
+    const want = (location.hash.match(/^#pid-(\d+)$/) || [])[1];
+    const chosen = all.processes.find((p) => String(p.pid) === want) || all.processes[0];
+    const rate = (p) => (p.lasting_mib_per_min === null ? "?" : p.lasting_mib_per_min.toFixed(2) + " MiB/min");
+    const select = el("select", { id: "process" }, ...all.processes.map((p) => {
+      const o = el("option", { value: String(p.pid), text: `${p.pid}  ${p.verdict}  ${rate(p)}  ${p.command}` });
+      o.selected = p === chosen;
+      return o;
+    }));
+    select.addEventListener("change", () => {
+      location.hash = "pid-" + select.value;
+      location.reload();
+    });
+    const note = `${all.processes.length} processes with a report, ranked by lasting growth`;
+    document.querySelector("header").append(el("p", null, el("label", { text: "process " }, select), " " + note));
+    return Object.assign({}, chosen.page, { title: `${all.title}: process ${chosen.pid} (${chosen.command})` });
+  }
   function size(b) {
     if (b === null || b === undefined) return "-";
     return b >= 10 * MIB ? (b / MIB).toFixed(1) + " MiB" : Math.floor(b / 1024) + " KiB";

@@ -117,9 +117,6 @@ fn report_one(out: &Output, rec: &Reader) -> Result<()> {
 /// each process's report, and the files for all of them.
 fn session(out: &Output, opened: Opened) -> Result<i32> {
     use crate::app::session::Member;
-    if out.html.is_some() {
-        return Err(trace::usage("--html goes with one process for now: choose one with --pid"));
-    }
     let files = crate::app::session_files::Files::create(out)?;
     let events: crate::app::session::Out =
         Arc::new(std::sync::Mutex::new(outputs::event_writer(out.path.as_deref(), false)?));

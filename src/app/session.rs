@@ -6,11 +6,11 @@
 //! at the end the session writes a table of processes ranked by lasting growth, then each process's report under
 //! its header (in JSON, a `process` line and `pid` on every line).
 //!
-//! The pipeline, top to bottom: refuse what a session cannot do yet; start a member per process; follow the tree
-//! until the trace ends; wait for every member; write the table and the reports.
+//! The pipeline, top to bottom: create the session's files; start a member per process; follow the tree until the
+//! trace ends; wait for every member; write the table and the reports, then the files (`session_files`).
 
 use crate::app::session_report::{Row, write_session};
-use crate::app::trace::{Output, Start, check_target, open_mem, run_trace, syscall_site, usage};
+use crate::app::trace::{Output, Start, check_target, open_mem, run_trace, syscall_site};
 use crate::cli::TraceArgs;
 use crate::live::selection::{self, Chosen, PARTIAL, Selection};
 use crate::model::event::End;
@@ -145,7 +145,6 @@ pub fn trace(
     numbers: HashSet<u64>,
     asked: &HashSet<u64>,
 ) -> Result<i32> {
-    refuse_unsupported(out)?;
     let files = crate::app::session_files::Files::create(out)?;
     let start = Instant::now();
     let deadline = out.duration.map(|d| start + d);
@@ -217,14 +216,6 @@ fn say_own_usage(processes: usize, secs: f64) {
         hwm as f64 / 1024.0,
         hwm as f64 / 1024.0 / n
     ));
-}
-
-/// What a session cannot do yet, refused before anything is touched.
-fn refuse_unsupported(out: &Output) -> Result<()> {
-    match out.html.is_some() {
-        true => Err(usage("--html goes with one process for now (not with a --pid list or --tree)")),
-        false => Ok(()),
-    }
 }
 
 /// Checks one process, makes its plan and starts its trace on a thread of its own.

@@ -23,6 +23,8 @@ pub struct Profile {
     pub samples: Vec<(Vec<Frame>, [i64; 6])>,
     /// The `--fail-over` line, when its traced stacks grew faster.
     pub gate: Option<String>,
+    /// Its report's page data (`--html`).
+    pub page: Option<serde_json::Value>,
 }
 
 impl Profile {
@@ -38,6 +40,7 @@ impl Profile {
                 false => Vec::new(),
             },
             gate: out.fail_over.and_then(|limit| crate::report::leaks::gate(report, limit)),
+            page: out.html.is_some().then(|| crate::report::html::page_data(report, &out.label)),
         }
     }
 }
@@ -48,6 +51,7 @@ pub struct Files {
     flame: Option<(PathBuf, BufWriter<File>)>,
     pprof: Option<(PathBuf, BufWriter<File>)>,
     record: Option<(PathBuf, BufWriter<File>)>,
+    html: Option<(PathBuf, BufWriter<File>)>,
 }
 
 /// Where a process's part of the session's recording `file` is written while it is traced.
@@ -69,6 +73,7 @@ impl Files {
             flame: create(&out.flamegraph)?,
             pprof: create(&out.pprof)?,
             record: create(&out.record)?,
+            html: create(&out.html)?,
         })
     }
 
@@ -114,6 +119,11 @@ impl Files {
                 .and_then(|_| f.flush())
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
+        if let Some((path, f)) = self.html.as_mut() {
+            f.write_all(page(&profiles).as_bytes())
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
         if let Some((path, f)) = self.record.as_mut() {
             join_recording(f, done).with_context(|| format!("cannot write {}", path.display()))?;
         }
@@ -126,6 +136,25 @@ impl Files {
             false => Err(GateFailed(over.join("; ")).into()),
         }
     }
+}
+
+/// The session's page: each process's report (those that have one) in the table's order, chosen on the page.
+fn page(profiles: &[(&Done, Profile)]) -> String {
+    let processes: Vec<serde_json::Value> = profiles
+        .iter()
+        .filter_map(|((who, member, _, _), p)| {
+            let row = member.row.lock().ok().and_then(|r| r.clone()).unwrap_or_default();
+            p.page.as_ref().map(|page| {
+                serde_json::json!({
+                    "pid": who.pid, "command": who.command, "verdict": row.verdict(),
+                    "lasting_mib_per_min": row.mib_per_min, "page": page,
+                })
+            })
+        })
+        .collect();
+    let title = format!("{} processes", profiles.len());
+    let data = serde_json::json!({"schema": crate::report::html::PAGE_SCHEMA, "title": title, "processes": processes});
+    crate::report::html::page(&data)
 }
 
 /// Each process's recording in turn (those whose trace ended well), then who the processes were; the parts are

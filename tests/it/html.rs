@@ -175,3 +175,56 @@ fn html_report_renders_the_findings_and_zooms_in_a_browser() {
     t.send("quit");
     assert_eq!(t.wait().code(), Some(0));
 }
+
+/// A session's page: one report per process, chosen with a selector; the address's `#pid-N` shows that process's.
+#[test]
+fn a_session_page_shows_each_process_report_on_choice() {
+    require_ptrace();
+    let (Some(chromium), Some(driver)) = (
+        optional_tool("chromium", "the HTML report's browser test (Debian package chromium)"),
+        optional_tool("chromedriver", "the HTML report's browser test (Debian package chromium-driver)"),
+    ) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let page = dir.join("html-session.html");
+    let prog = testprog("target");
+    let (mut a, mut b) = (Target::start(&prog, &[]), Target::start(&prog, &[]));
+    let list = format!("{},{}", a.pid, b.pid);
+    let mut sc = Syscatch::start(&["--pid", &list, "--smaps-every", "100ms", "--html", page.to_str().unwrap()]);
+    sc.wait_attached();
+    sc.wait_attached();
+    for (t, n) in [(&mut a, "mmap 2"), (&mut b, "mmap 3")] {
+        t.send(n);
+        t.out.until(|l| l == "ok");
+    }
+    sc.signal(libc::SIGINT);
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let data = page_data(&std::fs::read_to_string(&page).unwrap());
+    let pids: Vec<i64> = data["processes"].as_array().unwrap().iter().map(|p| p["pid"].as_i64().unwrap()).collect();
+    let mut sorted = pids.clone();
+    sorted.sort();
+    assert_eq!(sorted, [i64::from(a.pid.min(b.pid)), i64::from(a.pid.max(b.pid))], "{data:#}");
+
+    let profile = dir.join("html-session-profile");
+    let browser = Browser::start(&chromium, &driver, &profile);
+    let shown = |pid: Option<i64>| {
+        browser.open("about:blank");
+        let hash = pid.map(|p| format!("#pid-{p}")).unwrap_or_default();
+        browser.open(&format!("file://{}{hash}", page.display()));
+        let state = browser.eval(STATE);
+        assert_eq!((state["ready"].as_str(), &state["errors"]), (Some("yes"), &Value::Array(Vec::new())), "{state:#}");
+        let title = browser.eval("return document.getElementById('title').textContent");
+        let options = browser.eval("return document.querySelectorAll('#process option').length");
+        assert_eq!(options, 2, "{state:#}");
+        title.as_str().unwrap().to_string()
+    };
+    // The first of the table by default; another by its pid.
+    assert!(shown(None).contains(&format!("process {} (", pids[0])));
+    assert!(shown(Some(pids[1])).contains(&format!("process {} (", pids[1])));
+    for mut t in [a, b] {
+        t.send("exit 0");
+        assert_eq!(t.wait().code(), Some(0));
+    }
+}

@@ -177,12 +177,12 @@ fn a_list_with_a_missing_pid_does_the_others_and_says_so() {
     assert_eq!((code, out.as_str()), (2, ""), "{err}");
     assert!(err.contains("2 processes selected, above the limit of 1"), "{err}");
 
-    // A trace of several processes writes no files yet: refused before attaching.
+    // A session's file that cannot be created is refused before anything is attached.
     let kid = f.children.keys().next().unwrap().to_string();
     let both = format!("{pid},{kid}");
-    let (code, _, err) = run_syscatch(&["--pid", &both, "--leaks", "--html", "x.html", "--for", "1s"]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--html goes with one process for now"), "{err}");
+    let (code, _, err) = run_syscatch(&["--pid", &both, "--leaks", "--html", "/nonexistent/x.html", "--for", "1s"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.trim(), "syscatch: cannot create /nonexistent/x.html: No such file or directory (os error 2)");
     assert_eq!(tracer_pid(f.t.pid), Some(0));
 }
 
