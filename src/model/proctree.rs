@@ -84,10 +84,20 @@ pub fn dedup(pids: &[Tid]) -> Vec<Tid> {
 
 /// What a process is, short: its name and its command line with the program's directory left out, cut to `max`
 /// characters (`python3 -m vllm.entrypoints...`). A program that renamed itself (setproctitle writes one string
-/// with spaces) reads the same way. A kernel thread or an exited process has no command line: its name alone.
+/// with spaces) reads the same way. A kernel thread or an exited process has no command line: its name alone. The
+/// boilerplate that Python's multiprocessing starts its processes with is said in a word: `python3 -B
+/// [multiprocessing spawn]` for `python3 -B -c 'from multiprocessing.spawn import spawn_main; ...'
+/// --multiprocessing-fork`, and so for its resource tracker and fork server.
 pub fn short_command(name: &str, cmdline: &[u8], max: usize) -> String {
-    let args: Vec<String> =
+    let mut args: Vec<String> =
         cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    if let Some(i) = args.iter().position(|a| a == "-c")
+        && let Some(module) = args.get(i + 1).and_then(|code| multiprocessing_module(code))
+    {
+        let word = format!("[multiprocessing {}]", module.replace('_', " "));
+        args.splice(i..i + 2, [word]);
+        args.retain(|a| a != "--multiprocessing-fork");
+    }
     let Some(first) = args.first() else { return name.to_string() };
     let prog = first.rsplit('/').next().unwrap_or(first);
     let mut line = std::iter::once(prog).chain(args[1..].iter().map(String::as_str)).collect::<Vec<_>>().join(" ");
@@ -99,6 +109,12 @@ pub fn short_command(name: &str, cmdline: &[u8], max: usize) -> String {
         line = line.chars().take(max.saturating_sub(3)).collect::<String>() + "...";
     }
     line
+}
+
+/// `spawn` of `from multiprocessing.spawn import spawn_main; ...`: the module of multiprocessing that a `-c` runs.
+fn multiprocessing_module(code: &str) -> Option<&str> {
+    let module = code.strip_prefix("from multiprocessing.")?.split_once(" import")?.0;
+    module.chars().all(|c| c.is_ascii_alphanumeric() || c == '_').then_some(module)
 }
 
 /// User and system CPU time of a `/proc/PID/stat` line, in clock ticks (USER_HZ, 100 a second on Linux).
@@ -175,6 +191,14 @@ mod tests {
         assert_eq!(short_command("ucx_like", b"./ucx_like\0", 40), "ucx_like");
         assert_eq!(short_command("kworker/0:1", b"", 40), "kworker/0:1");
         assert_eq!(short_command("x", b"x\0a\nb\0", 40), "x a b");
+        let spawn =
+            b"/usr/bin/python3\0-B\0-c\0from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, \
+                      pipe_handle=7)\0--multiprocessing-fork\0";
+        assert_eq!(short_command("python3", spawn, 40), "python3 -B [multiprocessing spawn]");
+        let tracker = b"python3\0-c\0from multiprocessing.resource_tracker import main;main(4)\0";
+        assert_eq!(short_command("python3", tracker, 60), "python3 [multiprocessing resource tracker]");
+        // Other code run with -c is left as it is.
+        assert_eq!(short_command("python3", b"python3\0-c\0import os\0", 40), "python3 -c import os");
     }
 
     #[test]

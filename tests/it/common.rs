@@ -13,11 +13,13 @@ use std::time::{Duration, Instant};
 
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Whether this process ignores SIGHUP (run under nohup): so does syscatch, by design.
-pub fn sighup_ignored() -> bool {
+/// Whether this process ignores `sig`, and so the syscatch it starts until it installs its handlers: SIGHUP
+/// under nohup (which syscatch keeps, by design), SIGINT in a background job of a script (a signal that comes
+/// before the handlers is then lost, as for any program).
+pub fn signal_ignored(sig: i32) -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let ign = status.lines().find_map(|l| l.strip_prefix("SigIgn:")).map(str::trim).unwrap_or("0");
-    u64::from_str_radix(ign, 16).is_ok_and(|mask| mask & 1 << (libc::SIGHUP - 1) != 0)
+    u64::from_str_radix(ign, 16).is_ok_and(|mask| mask & 1 << (sig - 1) != 0)
 }
 
 /// Fails loudly when tracing is impossible here (CI runs as root).

@@ -308,7 +308,7 @@ fn interrupt_rounds(extra: &[&str], rounds: usize) {
             sc.out.next();
         }
         // Under nohup, syscatch inherits SIGHUP ignored and keeps it so (the trace outlives the terminal).
-        let hup = if sighup_ignored() { libc::SIGINT } else { libc::SIGHUP };
+        let hup = if signal_ignored(libc::SIGHUP) { libc::SIGINT } else { libc::SIGHUP };
         let sig = [libc::SIGINT, libc::SIGTERM, hup][round % 3];
         sc.signal(sig);
         let (status, _, err) = sc.finish();
