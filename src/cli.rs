@@ -19,6 +19,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("syscatch --pid 1234 --leaks --for 1m --record trace.rec", "the same, and keep everything captured"),
     ("syscatch report trace.rec --leaks", "the report again, later or elsewhere, from the recording"),
     ("syscatch mem --pid 1234", "memory by class from /proc, with advice (the target never stops)"),
+    ("syscatch watch --pid 1234 --tree", "which process of a server grows, how fast, and its time to the limit"),
     ("syscatch stack --pid 1234", "every thread's stack once, like pstack"),
     ("syscatch hooks --pid 1234", "who intercepted mmap, munmap, malloc..."),
     ("syscatch demo", "try it on a bundled program that leaks"),
@@ -68,6 +69,8 @@ pub enum Command {
     Run(RunArgs),
     /// Check a probe script (and with --pid, resolve its locations) without attaching.
     Check(CheckArgs),
+    /// Watch processes for hours from /proc alone (no ptrace): which grows, how fast, and when it meets its limit.
+    Watch(WatchArgs),
     /// Analyse a recording (--record FILE) offline, as the live trace would have: events, --leaks report, files.
     Report(ReportArgs),
     /// Start a bundled program that leaks mappings through syscall(), and trace it.
@@ -221,6 +224,40 @@ pub struct MemArgs {
     /// Write a plot of Rss+Swap over time by class to FILE (SVG), with --watch.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub select: Select,
+    /// How often to sample each process (its smaps_rollup; the whole smaps about once a minute).
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub every: Duration,
+    /// The growth rate is the trend over this much of the latest samples.
+    #[arg(long, value_parser = parse_duration, default_value = "10m")]
+    pub window: Duration,
+    /// Stop after this long; default: until Ctrl-C, or until every process watched has exited.
+    #[arg(long = "for", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// JSON Lines (the default when the output is not a terminal; schema in docs/guide.md).
+    #[arg(long)]
+    pub json: bool,
+    /// Capture a process (the --leaks trace, files into --out) once its growth rate is surely over RATE
+    /// (20MiB/min: the lower end of its interval).
+    #[arg(long, value_parser = parse_rate, value_name = "RATE", requires = "out")]
+    pub trigger: Option<f64>,
+    /// Capture a process once, at its rate, it meets its memory limit within DURATION (30m).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", requires = "out")]
+    pub trigger_oom: Option<Duration>,
+    /// How long a capture traces.
+    #[arg(long, value_parser = parse_duration, default_value = "2m")]
+    pub capture: Duration,
+    /// The directory the captures write their files into (syscatch-PID-UTCTIME.txt, .html, .rec, .pb.gz, .jsonl).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// At most one capture of a process in this long.
+    #[arg(long, value_parser = parse_duration, default_value = "30m")]
+    pub cooldown: Duration,
 }
 
 #[derive(Args, Debug)]

@@ -11,4 +11,5 @@ pub mod memclass;
 pub mod modules;
 pub mod rules;
 pub mod symbolize;
+pub mod trend;
 pub mod unwind;

@@ -3,6 +3,7 @@
 //! its analysis thread.
 
 pub mod analyze;
+pub mod capture;
 pub mod choose;
 pub mod crash;
 pub mod demo;
@@ -22,6 +23,7 @@ pub mod session_report;
 pub mod shell;
 pub mod stack;
 pub mod trace;
+pub mod watch;
 
 use crate::app::trace::{GateFailed, UsageError};
 use crate::cli::{Cli, Command};
@@ -36,6 +38,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Some(Command::Run(a)) => probe::run(&a),
         Some(Command::Check(a)) => probe::check(&a),
         Some(Command::Report(a)) => report::run(&a),
+        Some(Command::Watch(a)) => watch::run(&a),
         Some(Command::Demo(a)) => demo::run(&a),
         Some(Command::Completions(a)) => shell::completions(&a),
         Some(Command::Manpage(a)) => shell::manpage(&a),

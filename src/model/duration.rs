@@ -100,9 +100,32 @@ pub fn parse_rate(text: &str) -> Result<f64, RateError> {
     Ok(rate)
 }
 
+/// `20261206T181530Z`: a time in seconds since the epoch, in UTC, for file names (civil-from-days, after
+/// Howard Hinnant's algorithm).
+pub fn utc_stamp(secs: u64) -> String {
+    let (days, rem) = ((secs / 86400) as i64, secs % 86400);
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_stamps() {
+        assert_eq!(utc_stamp(0), "19700101T000000Z");
+        assert_eq!(utc_stamp(951782400), "20000229T000000Z");
+        assert_eq!(utc_stamp(1796580930), "20261206T181530Z");
+    }
 
     #[test]
     fn grammar() {

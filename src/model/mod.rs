@@ -4,6 +4,7 @@
 
 pub mod addrmap;
 pub mod bytes;
+pub mod cgroup;
 pub mod consts;
 pub mod duration;
 pub mod event;

@@ -279,9 +279,52 @@ fn set_field(r: &mut SmapsRegion, key: &str, value: &str, lean: bool) {
     *slot = kb;
 }
 
+/// The totals of `/proc/PID/smaps_rollup`, in kB.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rollup {
+    pub rss: u64,
+    pub pss: u64,
+    pub anonymous: u64,
+    pub swap: u64,
+}
+
+impl Rollup {
+    pub fn rss_swap(&self) -> u64 {
+        self.rss + self.swap
+    }
+}
+
+/// `None` when the text has no `Rss:` line (not a rollup).
+pub fn parse_rollup(text: &str) -> Option<Rollup> {
+    let mut r = Rollup::default();
+    let mut seen = false;
+    for line in text.lines() {
+        let Some((key, rest)) = line.split_once(':') else { continue };
+        let Some(kb) = rest.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()) else { continue };
+        match key {
+            "Rss" => (r.rss, seen) = (kb, true),
+            "Pss" => r.pss = kb,
+            "Anonymous" => r.anonymous = kb,
+            "Swap" => r.swap = kb,
+            _ => {}
+        }
+    }
+    seen.then_some(r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rollup_sums_rss_and_swap() {
+        let text = "55d0c0a3e000-7ffd5a5f5000 ---p 00000000 00:00 0                          [rollup]\n\
+                    Rss:                1964 kB\nPss:                 322 kB\nPss_Anon:            120 kB\n\
+                    Anonymous:           132 kB\nSwap:                  8 kB\nSwapPss:               8 kB\n";
+        let r = parse_rollup(text).unwrap();
+        assert_eq!((r.rss, r.pss, r.anonymous, r.swap, r.rss_swap()), (1964, 322, 132, 8, 1972));
+        assert_eq!(parse_rollup("Size: 4 kB\n"), None);
+    }
 
     /// Captured from a Linux 6.x process (a swapped-out heap, a THP-backed arena, odd file names), trimmed.
     const SAMPLE: &str = "\

@@ -180,6 +180,12 @@ pub fn read_malloc_conf_link(pid: Tid) -> io::Result<String> {
     std::fs::read_link(root_path(pid, "/etc/malloc.conf")).map(|p| p.to_string_lossy().into_owned())
 }
 
+/// `/proc/PID/smaps_rollup`: the process's smaps summed by the kernel (Linux 4.14), parsed by
+/// `model::smaps::parse_rollup`. It walks every mapping as smaps does, but writes one record.
+pub fn read_smaps_rollup(pid: Tid) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

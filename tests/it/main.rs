@@ -28,4 +28,5 @@ mod session;
 mod stack;
 mod torture;
 mod tree;
+mod watch;
 mod webdriver;
