@@ -5,7 +5,8 @@
 #    programs, dist.sh's checks), gdb and elfutils (stacks compared with gdb's and eu-stack's), libjemalloc2 (the
 #    allocator detection), libc6-dbg at exactly libc6's version (its build-id must match the mapped libc),
 #    python3 with venv (Python targets, the wheel test), golang-go once a test runs `go tool pprof`, chromium and
-#    chromium-driver once a test opens a page in the browser (the HTML report's), and Python
+#    chromium-driver once a test opens a page in the browser (the HTML report's), prometheus once a test scrapes
+#    syscatch with it, and Python
 #    packages listed in tests/requirements.txt, if that exists, into a venv of its own (target/test-venv) put
 #    first on the PATH. Without root it prints the command to run instead and stops.
 # 2. Checks formatting and clippy, builds the release artifacts (scripts/dist.sh: the static binary and the
@@ -28,6 +29,9 @@ if command -v dpkg-query >/dev/null; then
         missing+=("libc6-dbg=$libc_version")
     if grep -rqsE 'go tool pprof|Command::new\("go"\)' tests; then
         installed golang-go || missing+=(golang-go)
+    fi
+    if grep -rqs 'optional_tool("prometheus"' tests; then
+        installed prometheus || missing+=(prometheus)
     fi
     if grep -rqs 'optional_tool("chromium"' tests; then
         for pkg in chromium chromium-driver; do

@@ -258,6 +258,10 @@ pub struct WatchArgs {
     /// At most one capture of a process in this long.
     #[arg(long, value_parser = parse_duration, default_value = "30m")]
     pub cooldown: Duration,
+    /// Serve the figures at http://ADDR/metrics in the Prometheus text format, and the latest capture's pprof at
+    /// /debug/pprof/allocs (ADDR: 127.0.0.1:9464; port 0 takes a free one, said on stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -3,12 +3,13 @@
  *            (pool_grow: syscall(SYS_mmap), every page touched, never unmapped), amid churn;
  *   churner  only churns: CHURN MB a second (argv[3], default 50) of 1 MiB temporaries, mapped, touched, unmapped;
  *   idle     nothing.
- * Prints "pid P", "leaker PID BYTES PERIOD", "churner PID", "idle PID", then "ready". Its ground truth is its
+ * Each child names itself (comm) by its role. Prints "pid P", "leaker PID BYTES PERIOD", "churner PID", "idle PID", then "ready". Its ground truth is its
  * clock: the leaker's deadlines are absolute, so it grows by exactly BYTES per PERIOD. Everyone ends when stdin
  * closes (the children share it). */
 #include "common.h"
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -79,6 +80,7 @@ int main(int argc, char **argv) {
         pid_t pid = fork();
         if (pid < 0) return 1;
         if (pid == 0) {
+            prctl(PR_SET_NAME, roles[i]);
             if (i == 0) live(leak, period, churn);
             if (i == 1) live(0, 0, churn);
             wait_until(1LL << 62);

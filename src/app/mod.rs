@@ -11,6 +11,7 @@ pub mod findings;
 pub mod hooks;
 pub mod mem;
 pub mod mem_many;
+pub mod metrics;
 pub mod outputs;
 pub mod placement;
 pub mod plans;

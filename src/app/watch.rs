@@ -19,6 +19,7 @@
 use crate::analysis::memclass::Class;
 use crate::analysis::trend::{self, Trend};
 use crate::app::capture::{self, Capture, Triggers};
+use crate::app::metrics::{Exposition, Labels, Server};
 use crate::cli::WatchArgs;
 use crate::live::limits::{self, Bound, Headroom};
 use crate::live::memory::read_sample;
@@ -42,6 +43,8 @@ const CLASSES_EVERY: f64 = 12.0;
 /// One process watched.
 struct Watched {
     who: Chosen,
+    /// Its rank in a distributed job (`RANK`, else `LOCAL_RANK`, in its environment), or empty.
+    rank: String,
     /// `(time, Rss+Swap bytes)` of the samples in the window.
     samples: VecDeque<(f64, f64)>,
     now: Rollup,
@@ -71,7 +74,9 @@ impl Watched {
 
 pub fn run(args: &WatchArgs) -> Result<i32> {
     let triggers = triggers(args)?;
+    let server = args.metrics.as_deref().map(Server::start).transpose()?;
     let chosen = crate::app::choose::choose(&args.select)?;
+    let mut read_cpu = Duration::ZERO;
     let status = chosen.status();
     let roots: Vec<Tid> = chosen.processes.iter().map(|c| c.pid).collect();
     let mounts = limits::read_mounts();
@@ -88,6 +93,7 @@ pub fn run(args: &WatchArgs) -> Result<i32> {
     let mut next = Duration::ZERO;
     let mut first = true;
     let mut running: Vec<Capture> = Vec::new();
+    let mut announced = false;
     loop {
         let time = start.elapsed().as_secs_f64();
         if first || args.select.tree {
@@ -110,6 +116,7 @@ pub fn run(args: &WatchArgs) -> Result<i32> {
                 let who = if first { chosen.processes.iter().find(|c| c.pid == pid).cloned() } else { None };
                 let who = who.unwrap_or_else(|| selection::describe(pid));
                 procs.push(Watched {
+                    rank: rank_of(pid),
                     who,
                     samples: VecDeque::new(),
                     now: Rollup::default(),
@@ -141,12 +148,28 @@ pub fn run(args: &WatchArgs) -> Result<i32> {
                 }
             }
         }
-        let cost = crate::os::sched::thread_cpu().saturating_sub(began).saturating_sub(classifying);
+        let spent = crate::os::sched::thread_cpu().saturating_sub(began);
+        read_cpu += spent;
+        let cost = spent.saturating_sub(classifying);
         project(&mut procs);
+        let first_round = !std::mem::replace(&mut announced, true);
         let mut said = Vec::new();
         if let Some(t) = &triggers {
             said.extend(finished(&mut running, &mut procs));
             said.extend(trigger(t, &mut procs, &mut running, time));
+        }
+        if let Some(s) = &server {
+            s.publish(exposition(&procs, read_cpu));
+            // Said once the first sample is there to serve.
+            if first_round {
+                eprintln!("syscatch: serving http://{}/metrics and /debug/pprof/allocs", s.addr);
+            }
+            for c in said.iter().filter(|c| c["state"] == "written") {
+                let files = c["files"].as_array().into_iter().flatten().filter_map(Value::as_str);
+                if let Some(profile) = files.filter(|f| f.ends_with(".pb.gz")).find_map(|f| std::fs::read(f).ok()) {
+                    s.publish_pprof(profile);
+                }
+            }
         }
         if tty {
             table(&mut out, &procs, time, every, window)?;
@@ -422,4 +445,67 @@ fn table(out: &mut impl Write, procs: &[Watched], time: f64, every: Duration, wi
         writeln!(out, "limit: {}, {} left", h.describe(), mib(h.bytes / 1024))?;
     }
     Ok(())
+}
+
+/// `RANK`, else `LOCAL_RANK`, from the process's environment (what torchrun and vLLM's workers are started with).
+fn rank_of(pid: Tid) -> String {
+    let env = procfs::read_environ(pid).unwrap_or_default();
+    let var = |name: &str| {
+        env.split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
+            .map(|v| String::from_utf8_lossy(v).chars().take(16).collect::<String>())
+    };
+    var("RANK").or_else(|| var("LOCAL_RANK")).unwrap_or_default()
+}
+
+/// The figures of the latest sample as `/metrics` serves them: a series per process name and rank (no pid: a
+/// label that changes with every restart would make new series without end), the figures of processes that share
+/// both added up (the least time to the limit).
+fn exposition(procs: &[Watched], read_cpu: Duration) -> String {
+    let mut e = Exposition::default();
+    e.family("syscatch_build_info", "gauge", "syscatch's version and build, always 1.");
+    e.add(
+        "syscatch_build_info",
+        vec![("version", env!("CARGO_PKG_VERSION").into()), ("build", env!("SYSCATCH_BUILD_INFO").into())],
+        1.0,
+    );
+    e.family("syscatch_watched_processes", "gauge", "Processes watched now.");
+    e.add("syscatch_watched_processes", Vec::new(), procs.iter().filter(|w| !w.gone).count() as f64);
+    e.family("syscatch_read_cpu_seconds_total", "counter", "CPU time the watch spent reading /proc.");
+    e.add("syscatch_read_cpu_seconds_total", Vec::new(), read_cpu.as_secs_f64());
+    let families = [
+        ("syscatch_rss_swap_bytes", "gauge", "Rss+Swap of the process (smaps_rollup)."),
+        ("syscatch_memory_bytes", "gauge", "Rss+Swap by class, at the latest reading of the whole smaps."),
+        ("syscatch_growth_bytes_per_second", "gauge", "Lasting growth rate: the trend of the Rss+Swap floor."),
+        ("syscatch_growth_low_bytes_per_second", "gauge", "Lower end of the growth rate's interval."),
+        ("syscatch_growth_high_bytes_per_second", "gauge", "Upper end of the growth rate's interval."),
+        ("syscatch_time_to_limit_seconds", "gauge", "At the growth rates, seconds until the memory limit is met."),
+        ("syscatch_captures_total", "counter", "Captures taken of the process."),
+        ("syscatch_triggers_ignored_total", "counter", "Samples at which a trigger held while a capture ran."),
+    ];
+    for (name, kind, help) in families {
+        e.family(name, kind, help);
+    }
+    for w in procs.iter().filter(|w| !w.gone) {
+        let labels: Labels = vec![("process", w.who.name.clone()), ("rank", w.rank.clone())];
+        e.add("syscatch_rss_swap_bytes", labels.clone(), (w.now.rss_swap() * 1024) as f64);
+        if let Some((_, classes)) = w.classes.back() {
+            for (class, kb) in classes {
+                let mut l = labels.clone();
+                l.push(("class", class.name().into()));
+                e.add("syscatch_memory_bytes", l, (kb * 1024) as f64);
+            }
+        }
+        if let Some(t) = w.trend {
+            e.add("syscatch_growth_bytes_per_second", labels.clone(), t.per_sec);
+            e.add("syscatch_growth_low_bytes_per_second", labels.clone(), t.low);
+            e.add("syscatch_growth_high_bytes_per_second", labels.clone(), t.high);
+        }
+        if let Some(s) = w.to_limit {
+            e.least("syscatch_time_to_limit_seconds", labels.clone(), s);
+        }
+        e.add("syscatch_captures_total", labels.clone(), f64::from(w.captures));
+        e.add("syscatch_triggers_ignored_total", labels, f64::from(w.ignored));
+    }
+    e.text()
 }

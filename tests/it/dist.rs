@@ -200,7 +200,7 @@ fn completions_and_man_pages_come_from_the_definitions() {
     let mut pages: Vec<String> =
         std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     pages.sort();
-    let want = ["check", "completions", "demo", "hooks", "mem", "report", "run", "stack"];
+    let want = ["check", "completions", "demo", "hooks", "mem", "report", "run", "stack", "watch"];
     let mut expected: Vec<String> = want.iter().map(|s| format!("syscatch-{s}.1")).collect();
     expected.push("syscatch.1".into());
     expected.sort();

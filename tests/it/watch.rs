@@ -175,3 +175,115 @@ fn watch_refuses_an_out_it_cannot_write_before_starting() {
     let (code, _, err) = run_syscatch(&["watch", "--pid", &parent, "--trigger", "1MiB/min"]);
     assert_eq!(code, 2, "a trigger needs --out: {err}");
 }
+
+/// A GET over plain HTTP/1.0: the status line and the body.
+fn http_get(addr: &str, path: &str) -> (String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let split = all.windows(4).position(|w| w == b"\r\n\r\n").expect("an HTTP answer");
+    let head = String::from_utf8_lossy(&all[..split]).lines().next().unwrap_or("").to_string();
+    (head, all[split + 4..].to_vec())
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b == b'_' { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
+/// `--metrics`: syscatch's `/metrics` is the Prometheus text format, and a real Prometheus (started here on a
+/// loopback port, scraping every second) stores the leaker's growth rate within 10% of the truth under its
+/// process name, the churner's as none, with no pid label; `up` is 1. With no capture yet,
+/// `/debug/pprof/allocs` says so (404).
+#[test]
+fn prometheus_scrapes_the_watch_figures() {
+    let Some(prometheus) = optional_tool("prometheus", "the metrics test scrapes syscatch with a real Prometheus")
+    else {
+        return;
+    };
+    let tr = tree(512 << 10, 100, 50);
+    let parent = tr.t.pid.to_string();
+    let mut sc = Syscatch::start(&[
+        "watch",
+        "--pid",
+        &parent,
+        "--tree",
+        "--every",
+        "500ms",
+        "--metrics",
+        "127.0.0.1:0",
+        "--json",
+    ]);
+    let said = sc.err.until(|l| l.contains("/metrics"));
+    let addr = said.last().unwrap().split("http://").nth(1).unwrap().split('/').next().unwrap().to_string();
+    let (status, body) = http_get(&addr, "/metrics");
+    let text = String::from_utf8(body).unwrap();
+    assert!(status.contains("200"), "{status}");
+    assert!(text.contains("# TYPE syscatch_growth_bytes_per_second gauge\n"), "{text}");
+    assert!(text.contains("syscatch_build_info{version=\""), "{text}");
+    assert!(text.contains("syscatch_rss_swap_bytes{process=\"leaker\",rank=\"\"} "), "{text}");
+    assert!(!text.contains("pid="), "{text}");
+    assert!(http_get(&addr, "/debug/pprof/allocs").0.contains("404"), "no capture yet");
+
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("prometheus");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: syscatch\n    static_configs:\n      \
+             - targets: ['{addr}']\n"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("log")).unwrap();
+    let mut prom = std::process::Command::new(prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("prometheus starts");
+    let web = format!("127.0.0.1:{port}");
+    let query = |q: &str| -> Vec<Value> {
+        let Ok(s) = std::net::TcpStream::connect(&web) else { return Vec::new() };
+        drop(s);
+        let (_, body) = http_get(&web, &format!("/api/v1/query?query={}", url_encode(q)));
+        let v: Value = serde_json::from_slice(&body).unwrap_or_default();
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    };
+    let value = |r: &Value| r["value"][1].as_str().and_then(|v| v.parse::<f64>().ok()).unwrap();
+    let truth = tr.mib_per_min * 1048576.0 / 60.0;
+    let started = std::time::Instant::now();
+    let mut last;
+    let found = loop {
+        last = query("syscatch_growth_bytes_per_second{process=\"leaker\"}");
+        if last.first().is_some_and(|r| (value(r) - truth).abs() <= 0.1 * truth) {
+            break true;
+        }
+        if started.elapsed().as_secs() > 60 {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    let up = query("up{job=\"syscatch\"}");
+    let churner = query("syscatch_growth_bytes_per_second{process=\"churner\"}");
+    let _ = prom.kill();
+    let _ = prom.wait();
+    sc.signal(libc::SIGTERM);
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
+    assert!(found, "the leaker's rate ({truth} B/s) in Prometheus: {last:#?}\n{log}");
+    let labels = last[0]["metric"].as_object().unwrap();
+    assert!(labels.contains_key("process") && !labels.contains_key("pid"), "{labels:?}");
+    assert_eq!(up.first().map(value), Some(1.0), "{up:#?}");
+    assert!(churner.first().is_some_and(|r| value(r).abs() < 0.02 * truth), "{churner:#?}");
+}

@@ -1,0 +1,176 @@
+//! `--metrics ADDR`: a small HTTP server for the fleet's existing engine. `GET /metrics` answers the latest
+//! figures in the Prometheus text format (version 0.0.4: `# HELP`, `# TYPE`, one sample a line); `GET
+//! /debug/pprof/allocs` (and `/debug/pprof/heap`) the latest capture's gzipped pprof profile, as Go programs
+//! answer those paths (what Parca and `go tool pprof http://ADDR/debug/pprof/allocs` pull). One thread, one
+//! request per connection, a few seconds at most each: a scraper cannot hold the watch up.
+
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the server answers, replaced whole at each sample.
+#[derive(Default)]
+struct Published {
+    text: String,
+    pprof: Option<Vec<u8>>,
+}
+
+pub struct Server {
+    published: Arc<Mutex<Published>>,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    /// Listens on `addr` (`127.0.0.1:9464`; port 0 takes a free one); a bad or taken address is refused.
+    pub fn start(addr: &str) -> Result<Server> {
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            crate::app::trace::usage(format!("cannot serve --metrics on {addr}: {e} (name a free HOST:PORT)"))
+        })?;
+        let addr = listener.local_addr()?;
+        let published = Arc::new(Mutex::new(Published::default()));
+        let shared = Arc::clone(&published);
+        std::thread::Builder::new().name("metrics".into()).spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let _ = answer(stream, &shared);
+            }
+        })?;
+        Ok(Server { published, addr })
+    }
+
+    pub fn publish(&self, text: String) {
+        if let Ok(mut p) = self.published.lock() {
+            p.text = text;
+        }
+    }
+
+    pub fn publish_pprof(&self, profile: Vec<u8>) {
+        if let Ok(mut p) = self.published.lock() {
+            p.pprof = Some(profile);
+        }
+    }
+}
+
+fn answer(mut stream: TcpStream, published: &Mutex<Published>) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(3)))?;
+    let mut request = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16384 {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        request.extend_from_slice(&buf[..n]);
+    }
+    let first = String::from_utf8_lossy(&request);
+    let mut words = first.split_whitespace();
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, kind, body): (&str, &str, Vec<u8>) = {
+        let p = published.lock().map_err(|_| std::io::Error::other("poisoned"))?;
+        match (method, path) {
+            ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", p.text.clone().into_bytes()),
+            ("GET", "/debug/pprof/allocs" | "/debug/pprof/heap") => match &p.pprof {
+                Some(bytes) => ("200 OK", "application/octet-stream", bytes.clone()),
+                None => ("404 Not Found", "text/plain", b"no capture yet\n".to_vec()),
+            },
+            ("GET", _) => ("404 Not Found", "text/plain", b"/metrics or /debug/pprof/allocs\n".to_vec()),
+            _ => ("405 Method Not Allowed", "text/plain", b"GET only\n".to_vec()),
+        }
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(&body)?;
+    stream.flush()
+}
+
+/// Labels of one series, in order.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// The text of one scrape: families in the order first named, each with its samples; samples of the same
+/// labels are added up (processes whose labels are the same are one series: there is no pid label, which would
+/// make a new series of every restart).
+#[derive(Default)]
+pub struct Exposition {
+    families: Vec<(&'static str, &'static str, &'static str)>,
+    samples: BTreeMap<&'static str, BTreeMap<Labels, f64>>,
+}
+
+impl Exposition {
+    /// `kind`: `gauge` or `counter`.
+    pub fn family(&mut self, name: &'static str, kind: &'static str, help: &'static str) {
+        if !self.families.iter().any(|f| f.0 == name) {
+            self.families.push((name, kind, help));
+        }
+    }
+
+    pub fn add(&mut self, name: &'static str, labels: Labels, value: f64) {
+        *self.samples.entry(name).or_default().entry(labels).or_default() += value;
+    }
+
+    /// As [`Self::add`], keeping the least value of the same labels instead of the sum.
+    pub fn least(&mut self, name: &'static str, labels: Labels, value: f64) {
+        let v = self.samples.entry(name).or_default().entry(labels).or_insert(value);
+        *v = v.min(value);
+    }
+
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for (name, kind, help) in &self.families {
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+            for (labels, value) in self.samples.get(name).into_iter().flatten() {
+                out.push_str(name);
+                if !labels.is_empty() {
+                    let parts: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+                    out.push_str(&format!("{{{}}}", parts.join(",")));
+                }
+                out.push_str(&format!(" {}\n", number(*value)));
+            }
+        }
+        out
+    }
+}
+
+/// A label value as the text format writes it: backslash, double quote and newline escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf".into() } else { "-Inf".into() }
+    } else {
+        format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_format_has_help_type_and_added_up_series() {
+        let mut e = Exposition::default();
+        e.family("syscatch_build_info", "gauge", "syscatch's version.");
+        e.add("syscatch_build_info", vec![("version", "1.0".into())], 1.0);
+        e.family("syscatch_rss_swap_bytes", "gauge", "Rss+Swap.");
+        e.add("syscatch_rss_swap_bytes", vec![("process", "w\"1\\".into())], 10.0);
+        e.add("syscatch_rss_swap_bytes", vec![("process", "w\"1\\".into())], 5.0);
+        e.add("syscatch_rss_swap_bytes", vec![("process", "a".into())], f64::INFINITY);
+        assert_eq!(
+            e.text(),
+            "# HELP syscatch_build_info syscatch's version.\n# TYPE syscatch_build_info gauge\n\
+             syscatch_build_info{version=\"1.0\"} 1\n\
+             # HELP syscatch_rss_swap_bytes Rss+Swap.\n# TYPE syscatch_rss_swap_bytes gauge\n\
+             syscatch_rss_swap_bytes{process=\"a\"} +Inf\nsyscatch_rss_swap_bytes{process=\"w\\\"1\\\\\"} 15\n"
+        );
+    }
+}
