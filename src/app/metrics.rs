@@ -24,11 +24,13 @@ pub struct Server {
 }
 
 impl Server {
-    /// Listens on `addr` (`127.0.0.1:9464`; port 0 takes a free one); a bad or taken address is refused.
+    /// Listens on `addr` (`127.0.0.1:9464`; port 0 takes a free one); a bad or taken address is refused. An IP
+    /// address, not a host name: a name would need the resolver, which the static build cannot carry.
     pub fn start(addr: &str) -> Result<Server> {
-        let listener = TcpListener::bind(addr).map_err(|e| {
-            crate::app::trace::usage(format!("cannot serve --metrics on {addr}: {e} (name a free HOST:PORT)"))
-        })?;
+        let refuse = |e: String| crate::app::trace::usage(format!("cannot serve --metrics on {addr}: {e}"));
+        let parsed: SocketAddr =
+            addr.parse().map_err(|_| refuse("not an IP:PORT (such as 127.0.0.1:9464 or [::1]:9464)".into()))?;
+        let listener = TcpListener::bind(parsed).map_err(|e| refuse(format!("{e} (name a free IP:PORT)")))?;
         let addr = listener.local_addr()?;
         let published = Arc::new(Mutex::new(Published::default()));
         let shared = Arc::clone(&published);

@@ -109,6 +109,10 @@ fn watch_refuses_bad_input_in_one_line() {
     assert!(err.lines().count() == 1 && err.contains("--pid"), "{err}");
     let (code, _, err) = run_syscatch(&["watch", "--pid", "1", "--every", "often"]);
     assert_eq!(code, 2, "{err}");
+    // A host name would need the resolver (which the static build leaves out): an IP:PORT is asked for.
+    let (code, _, err) = run_syscatch(&["watch", "--pid", "1", "--metrics", "localhost:9464"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.lines().count() == 1 && err.contains("IP:PORT"), "{err}");
 }
 
 /// The case: the leaker maps 1 MiB every 2 s (30 MiB/min) amid 50 MB/s of churn, beside a churner and an
