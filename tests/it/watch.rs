@@ -291,3 +291,99 @@ fn prometheus_scrapes_the_watch_figures() {
     assert_eq!(up.first().map(value), Some(1.0), "{up:#?}");
     assert!(churner.first().is_some_and(|r| value(r).abs() < 0.02 * truth), "{churner:#?}");
 }
+
+/// A memory cgroup of the test's own, under the cgroup it runs in (v2 with the memory controller, else v1's memory
+/// hierarchy), with a limit; removed on drop once empty.
+struct Cgroup {
+    dir: std::path::PathBuf,
+}
+
+impl Cgroup {
+    fn new(name: &str, limit: u64) -> Option<Cgroup> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let v2_root = std::path::Path::new("/sys/fs/cgroup");
+        let v2 = std::fs::read_to_string(v2_root.join("cgroup.controllers")).is_ok_and(|c| c.contains("memory"));
+        let (base, limit_file) = if v2 {
+            let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+            (v2_root.join(path.trim_start_matches('/')), "memory.max")
+        } else {
+            let path = own.lines().find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))?;
+            (std::path::Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')), "memory.limit_in_bytes")
+        };
+        let dir = base.join(name);
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).ok()?;
+        std::fs::write(dir.join(limit_file), limit.to_string()).ok()?;
+        // No swap to flee to: the limit is met, not swapped past.
+        let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+        let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
+        Some(Cgroup { dir })
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+/// A leaker of 10 MiB/s in a cgroup limited to 160 MiB: the limit is the cgroup's, the projected time to it is within
+/// 20% of when the OOM killer actually ended the leaker (its `exit` line), and `--trigger-oom` fired before that.
+#[test]
+fn the_time_to_a_cgroup_limit_is_told_and_the_oom_trigger_fires_first() {
+    require_ptrace();
+    let Some(cg) = Cgroup::new(&format!("syscatch-test-{}", std::process::id()), 160 << 20) else {
+        panic!("cannot make a memory cgroup with a limit (the test runs as root on a machine with cgroups)");
+    };
+    let procs = cg.dir.join("cgroup.procs");
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c").arg(format!(
+        "echo $$ > {} && exec {} 1048576 100 0",
+        procs.display(),
+        testprog("slow_leak").display()
+    ));
+    let mut t = Target::start_cmd(&mut cmd);
+    let lines = t.out.until(|l| l == "ready");
+    let leaker: i32 = lines.iter().find_map(|l| l.strip_prefix("leaker ")?.split(' ').next()?.parse().ok()).unwrap();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("oom-captures");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let parent = t.pid.to_string();
+    let args = ["watch", "--pid", &parent, "--tree", "--every", "250ms", "--trigger-oom", "6s", "--capture", "2s"];
+    let mut sc = Syscatch::start_cmd(syscatch_cmd().args(args).arg("--out").arg(&dir));
+    let mut seen: Vec<Value> = Vec::new();
+    let exit = loop {
+        let v: Value = serde_json::from_str(&sc.out.next()).unwrap();
+        if v["type"] == "exit" && v["data"]["pid"] == leaker {
+            break v["data"]["time"].as_f64().unwrap();
+        }
+        seen.push(v);
+    };
+    sc.signal(libc::SIGTERM);
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    t.close_stdin();
+    let rows: Vec<&Value> =
+        seen.iter().filter(|v| v["type"] == "watch" && v["data"]["pid"] == leaker).map(|v| &v["data"]).collect();
+    let bound = &rows.last().unwrap()["limit"];
+    assert_eq!(bound["bound"], "cgroup", "{bound}");
+    assert!(bound["file"].as_str().unwrap().starts_with(cg.dir.to_str().unwrap()), "{bound} {}", cg.dir.display());
+    // Half-way to the kill (and with ten samples at least), the projection is within 20% of what came to pass.
+    let half = rows
+        .iter()
+        .filter(|r| r["growth"]["points"].as_u64().unwrap_or(0) >= 10 && r["to_limit_s"].is_number())
+        .find(|r| r["time"].as_f64().unwrap() >= exit / 2.0)
+        .unwrap_or_else(|| panic!("a projection half-way to {exit}s: {rows:#?}"));
+    let (at, projected) = (half["time"].as_f64().unwrap(), half["to_limit_s"].as_f64().unwrap());
+    let truth = exit - at;
+    assert!((projected - truth).abs() <= 0.2 * truth, "at {at}s: {projected}s projected, {truth}s true: {half}");
+    let started = seen.iter().find(|v| v["type"] == "capture" && v["data"]["state"] == "started");
+    let started = started.unwrap_or_else(|| panic!("--trigger-oom fired: {seen:#?}"));
+    assert_eq!(started["data"]["pid"], leaker);
+    assert!(started["data"]["time"].as_f64().unwrap() < exit, "before the kill: {started}");
+}
