@@ -34,6 +34,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
+/// Capture lines kept under the terminal's table.
+const RECENT: usize = 6;
 /// The part of one CPU the watch's reads may take before it samples less often.
 const BUDGET: f64 = 0.01;
 /// A process's whole smaps is read and classified every this many samples (about once a minute at the default
@@ -94,6 +96,7 @@ pub fn run(args: &WatchArgs) -> Result<i32> {
     let mut first = true;
     let mut running: Vec<Capture> = Vec::new();
     let mut announced = false;
+    let mut recent: Vec<String> = Vec::new();
     loop {
         let time = start.elapsed().as_secs_f64();
         if first || args.select.tree {
@@ -172,7 +175,14 @@ pub fn run(args: &WatchArgs) -> Result<i32> {
             }
         }
         if tty {
+            // The latest captures stay under the table, which is redrawn each sample.
+            recent.extend(said.iter().map(capture_text));
+            let keep = recent.len().saturating_sub(RECENT);
+            recent.drain(..keep);
             table(&mut out, &procs, time, every, window)?;
+            for r in &recent {
+                writeln!(out, "{r}")?;
+            }
         } else {
             for w in procs.iter().filter(|w| !w.gone) {
                 line(&mut out, "watch", row_json(w, time))?;
@@ -181,12 +191,8 @@ pub fn run(args: &WatchArgs) -> Result<i32> {
                 line(&mut out, "exit", e)?;
             }
         }
-        for c in said {
-            if tty {
-                writeln!(out, "{}", capture_text(&c))?;
-            } else {
-                line(&mut out, "capture", c)?;
-            }
+        for c in said.into_iter().filter(|_| !tty) {
+            line(&mut out, "capture", c)?;
         }
         out.flush()?;
         procs.retain(|w| !w.gone || tty);
@@ -289,26 +295,30 @@ fn trigger(t: &Triggers, procs: &mut [Watched], running: &mut Vec<Capture>, time
 
 /// A `capture` line as the terminal says it.
 fn capture_text(c: &Value) -> String {
-    match c["state"].as_str() {
-        Some("started") => format!(
-            "capture of process {} ({}) started at {}s: {}; files {}.*",
+    if c["state"] == "started" {
+        return format!(
+            "capture of process {} ({}) started at {}s: {}",
             c["pid"],
             c["command"].as_str().unwrap_or(""),
             c["time"],
-            c["reason"].as_str().unwrap_or(""),
-            c["files"].as_str().unwrap_or("")
-        ),
-        _ => format!(
-            "capture of process {} written ({}s{}): {}",
-            c["pid"],
-            c["seconds"],
-            if c["interrupted"] == true { ", ended early" } else { "" },
-            c["files"]
-                .as_array()
-                .map(|f| f.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
-                .unwrap_or_default()
-        ),
+            c["reason"].as_str().unwrap_or("")
+        );
     }
+    // The files share their stem: `DIR/syscatch-PID-STAMP.{txt,html,...}`.
+    let files: Vec<&str> = c["files"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let split = |f: &str| {
+        let name = f.rfind('/').map_or(0, |i| i + 1);
+        f[name..].find('.').map_or((f.to_string(), String::new()), |d| (f[..name + d].into(), f[name + d + 1..].into()))
+    };
+    let stem = files.first().map(|f| split(f).0).unwrap_or_default();
+    let exts: Vec<String> = files.iter().map(|f| split(f).1).collect();
+    format!(
+        "capture of process {} written ({}s{}): {stem}.{{{}}}",
+        c["pid"],
+        c["seconds"],
+        if c["interrupted"] == true { ", ended early" } else { "" },
+        exts.join(",")
+    )
 }
 
 /// One sample of `w`, and the time spent reading its whole smaps (zero in most rounds); `None` when it has
