@@ -80,7 +80,6 @@ pub fn run(args: &WatchArgs) -> Result<i32> {
     let chosen = crate::app::choose::choose(&args.select)?;
     let mut read_cpu = Duration::ZERO;
     let status = chosen.status();
-    let roots: Vec<Tid> = chosen.processes.iter().map(|c| c.pid).collect();
     let mounts = limits::read_mounts();
     signals::install_handlers(1000);
     signals::stop_timer();
@@ -100,41 +99,7 @@ pub fn run(args: &WatchArgs) -> Result<i32> {
     loop {
         let time = start.elapsed().as_secs_f64();
         if first || args.select.tree {
-            let mut pids = if first { roots.clone() } else { Vec::new() };
-            if args.select.tree {
-                let table = selection::read_table();
-                for pid in crate::model::proctree::descendants(&table, &roots) {
-                    let p = table.iter().find(|p| p.pid == pid);
-                    if p.is_some_and(|p| crate::model::proctree::skip_reason(p).is_none()) && !selection::ours(pid) {
-                        pids.push(pid);
-                    }
-                }
-            }
-            for pid in pids {
-                let live = procs.iter().filter(|w| !w.gone).count();
-                if procs.iter().any(|w| w.who.pid == pid && !w.gone) || live >= args.select.max_processes {
-                    continue;
-                }
-                procs.retain(|w| w.who.pid != pid);
-                let who = if first { chosen.processes.iter().find(|c| c.pid == pid).cloned() } else { None };
-                let who = who.unwrap_or_else(|| selection::describe(pid));
-                procs.push(Watched {
-                    rank: rank_of(pid),
-                    who,
-                    samples: VecDeque::new(),
-                    now: Rollup::default(),
-                    classes: VecDeque::new(),
-                    classes_due: time,
-                    headroom: None,
-                    trend: None,
-                    to_limit: None,
-                    captures: 0,
-                    capturing: false,
-                    captured_at: None,
-                    ignored: 0,
-                    gone: false,
-                });
-            }
+            join(&mut procs, args, &chosen.processes, first, time);
             first = false;
         }
         // The budget is of CPU time (a loaded machine's waits are not the watch's cost).
@@ -162,17 +127,7 @@ pub fn run(args: &WatchArgs) -> Result<i32> {
             said.extend(trigger(t, &mut procs, &mut running, time));
         }
         if let Some(s) = &server {
-            s.publish(exposition(&procs, read_cpu));
-            // Said once the first sample is there to serve.
-            if first_round {
-                eprintln!("syscatch: serving http://{}/metrics and /debug/pprof/allocs", s.addr);
-            }
-            for c in said.iter().filter(|c| c["state"] == "written") {
-                let files = c["files"].as_array().into_iter().flatten().filter_map(Value::as_str);
-                if let Some(profile) = files.filter(|f| f.ends_with(".pb.gz")).find_map(|f| std::fs::read(f).ok()) {
-                    s.publish_pprof(profile);
-                }
-            }
+            publish(s, &procs, read_cpu, &said, first_round);
         }
         if tty {
             // The latest captures stay under the table, which is redrawn each sample.
@@ -233,6 +188,61 @@ pub fn run(args: &WatchArgs) -> Result<i32> {
     }
     out.flush()?;
     Ok(status)
+}
+
+/// The processes named (in the first round) and, with `--tree`, their descendants not watched yet, join.
+fn join(procs: &mut Vec<Watched>, args: &WatchArgs, named: &[Chosen], first: bool, time: f64) {
+    let roots: Vec<Tid> = named.iter().map(|c| c.pid).collect();
+    let mut pids = if first { roots.clone() } else { Vec::new() };
+    if args.select.tree {
+        let table = selection::read_table();
+        for pid in crate::model::proctree::descendants(&table, &roots) {
+            let p = table.iter().find(|p| p.pid == pid);
+            if p.is_some_and(|p| crate::model::proctree::skip_reason(p).is_none()) && !selection::ours(pid) {
+                pids.push(pid);
+            }
+        }
+    }
+    for pid in pids {
+        let live = procs.iter().filter(|w| !w.gone).count();
+        if procs.iter().any(|w| w.who.pid == pid && !w.gone) || live >= args.select.max_processes {
+            continue;
+        }
+        // A pid seen before that exited and now names a new process starts afresh.
+        procs.retain(|w| w.who.pid != pid);
+        let who = named.iter().find(|c| c.pid == pid && first).cloned().unwrap_or_else(|| selection::describe(pid));
+        procs.push(Watched {
+            rank: rank_of(pid),
+            who,
+            samples: VecDeque::new(),
+            now: Rollup::default(),
+            classes: VecDeque::new(),
+            classes_due: time,
+            headroom: None,
+            trend: None,
+            to_limit: None,
+            captures: 0,
+            capturing: false,
+            captured_at: None,
+            ignored: 0,
+            gone: false,
+        });
+    }
+}
+
+/// The figures of this sample to `/metrics`, and the profile of a capture just written to `/debug/pprof/allocs`.
+fn publish(s: &Server, procs: &[Watched], read_cpu: Duration, said: &[Value], first_round: bool) {
+    s.publish(exposition(procs, read_cpu));
+    // Said once the first sample is there to serve.
+    if first_round {
+        eprintln!("syscatch: serving http://{}/metrics and /debug/pprof/allocs", s.addr);
+    }
+    for c in said.iter().filter(|c| c["state"] == "written") {
+        let files = c["files"].as_array().into_iter().flatten().filter_map(Value::as_str);
+        if let Some(profile) = files.filter(|f| f.ends_with(".pb.gz")).find_map(|f| std::fs::read(f).ok()) {
+            s.publish_pprof(profile);
+        }
+    }
 }
 
 /// The triggers asked for, with `--out` checked before anything starts.
