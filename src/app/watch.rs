@@ -19,6 +19,7 @@
 use crate::analysis::memclass::Class;
 use crate::analysis::trend::{self, Trend};
 use crate::app::capture::{self, Capture, Triggers};
+use crate::app::mem::human;
 use crate::app::metrics::{Exposition, Labels, Server};
 use crate::cli::WatchArgs;
 use crate::live::limits::{self, Bound, Headroom};
@@ -418,10 +419,6 @@ fn span(secs: f64) -> String {
     }
 }
 
-fn mib(kb: u64) -> String {
-    format!("{:.1} MiB", kb as f64 / 1024.0)
-}
-
 /// The table on a terminal, redrawn in place: processes by growth rate, fastest first.
 fn table(out: &mut impl Write, procs: &[Watched], time: f64, every: Duration, window: f64) -> std::io::Result<()> {
     write!(out, "\x1b[H\x1b[2J")?;
@@ -455,14 +452,14 @@ fn table(out: &mut impl Write, procs: &[Watched], time: f64, every: Duration, wi
         };
         let grows = w.grows().map_or("", Class::name);
         let limit = w.to_limit.map_or_else(|| "-".into(), span);
-        let rss = mib(w.now.rss_swap());
+        let rss = human(w.now.rss_swap());
         writeln!(out, "{:>8} {rss:>11} {growth:>26} {grows:>10} {limit:>9}  {}", w.who.pid, w.who.command)?;
     }
     let mut bounds: Vec<&Headroom> = procs.iter().filter(|w| !w.gone).filter_map(|w| w.headroom.as_ref()).collect();
     bounds.sort_by_key(|h| h.key());
     bounds.dedup_by_key(|h| h.key());
     for h in bounds {
-        writeln!(out, "limit: {}, {} left", h.describe(), mib(h.bytes / 1024))?;
+        writeln!(out, "limit: {}, {} left", h.describe(), human(h.bytes / 1024))?;
     }
     Ok(())
 }
