@@ -38,7 +38,7 @@
       location.hash = "pid-" + select.value;
       location.reload();
     });
-    const note = `${all.processes.length} processes with a report, ranked by lasting growth`;
+    const note = `${all.processes.length} processes with a report, ranked by growth rate`;
     document.querySelector("header").append(el("p", null, el("label", { text: "process " }, select), " " + note));
     return Object.assign({}, chosen.page, { title: `${all.title}: process ${chosen.pid} (${chosen.command})` });
   }
@@ -292,7 +292,8 @@
 
   function regions() {
     const kb = (v) => (v === null || v === undefined ? "unknown" : v + " KiB");
-    const columns = [["region", "range", false], ["grew", "growth_kb", true, kb], ["lasting", "lasting_kb", true, kb],
+    const mibMin = (v) => (v === null || v === undefined ? "unknown" : v.toFixed(2) + " MiB/min");
+    const columns = [["region", "range", false], ["grew", "growth_kb", true, kb], ["grows", "lasting_mib_per_min", true, mibMin],
       ["Rss+Swap now", "rss_swap_kb", true, kb]];
     if (D.weighed) columns.push(["on traced stacks", "traced_resident_kb", true, kb]);
     columns.push(["how", "how", false], ["from", "caller", false]);

@@ -358,6 +358,7 @@ impl AddressSpace {
                     end,
                     growth_kb: growth,
                     lasting_kb: None,
+                    rate: None,
                     rss_swap_kb: r.rss_swap,
                     new: old.is_none(),
                     stacks,
@@ -370,7 +371,7 @@ impl AddressSpace {
 }
 
 /// A growing region and what the trace knows of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Growing {
     pub start: u64,
     pub end: u64,
@@ -379,6 +380,9 @@ pub struct Growing {
     /// Growth that lasted (see [`crate::analysis::growth`]); `None` until the report works it out from the
     /// samples, or when they are too few to tell.
     pub lasting_kb: Option<u64>,
+    /// Its rate: the trend of its Rss+Swap floor (see [`crate::analysis::trend`]); `None` until the report works
+    /// it out, or with fewer than four samples.
+    pub rate: Option<crate::analysis::trend::Trend>,
     pub rss_swap_kb: u64,
     /// Absent from the earlier sample.
     pub new: bool,

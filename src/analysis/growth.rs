@@ -50,11 +50,6 @@ impl Window {
         let half = self.len() / 2.0;
         if half > 0.0 { bytes as f64 * 60.0 / half } else { 0.0 }
     }
-
-    /// The same in MiB per minute, as every output shows it.
-    pub fn mib_per_min(&self, bytes: u64) -> f64 {
-        self.per_min(bytes) / (1u64 << 20) as f64
-    }
 }
 
 /// How a stack's memory behaved over the window.
@@ -242,6 +237,27 @@ impl History {
         }
     }
 
+    /// The Rss+Swap (kB) of all the anonymous regions at every sample, from the changes alone (a process with
+    /// 30,000 mappings sampled for hours is not summed anew at each sample).
+    pub fn totals(&self) -> Vec<u64> {
+        let mut changes: Vec<(u32, u64, Option<Kept>)> =
+            self.regions.iter().flat_map(|(&start, h)| h.iter().map(move |&(k, now)| (k, start, now))).collect();
+        changes.sort_by_key(|c| (c.0, c.1));
+        let mut now: HashMap<u64, u64> = self.base.iter().map(|&(s, _, kb)| (s, kb)).collect();
+        let mut total: u64 = now.values().sum();
+        let mut out = Vec::with_capacity(self.times.len());
+        let mut next = changes.iter().peekable();
+        for k in 0..self.times.len() as u32 {
+            while let Some(&(_, start, region)) = next.next_if(|c| c.0 <= k) {
+                let kb = region.map_or(0, |r| r.rss_kb);
+                let was = now.insert(start, kb).unwrap_or(0);
+                total = (total + kb).saturating_sub(was);
+            }
+            out.push(total);
+        }
+        out
+    }
+
     /// For each of `regions` (sorted by address), its Rss+Swap at every sample: the regions of that sample it
     /// overlaps most count toward it, as between two samples (regions merge and split as they grow).
     pub fn region_series(&self, regions: &[(u64, u64)]) -> Vec<Vec<u64>> {
@@ -336,6 +352,7 @@ mod tests {
         assert_eq!(h.stack_series(1), [4096, 8192, 0, 0]);
         assert_eq!(h.stack_series(2), [0, 4096, 4096, 4096]);
         assert_eq!(h.stack_series(7), [0, 0, 0, 0]);
+        assert_eq!(h.totals(), [12, 12, 12, 16]);
         // Only changes are kept (a new region, two gone, one back): the first sample is not copied.
         assert_eq!(h.regions.values().map(Vec::len).sum::<usize>(), 4);
     }
@@ -396,6 +413,8 @@ mod tests {
             .map(|&(a, b)| whole.iter().map(|s| s.iter().filter(|r| r.0 < b && a < r.1).map(|r| r.2).sum()).collect())
             .collect();
         assert_eq!(h.region_series(&ranges), whole_series);
+        let totals: Vec<u64> = whole.iter().map(|s| s.iter().map(|r| r.2).sum()).collect();
+        assert_eq!(h.totals(), totals);
         assert!(whole_series.iter().flatten().any(|&kb| kb > 0));
         // Kept by change: far fewer entries than the samples after the first hold.
         let kept: usize = h.regions.values().map(Vec::len).sum();

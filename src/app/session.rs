@@ -3,7 +3,7 @@
 //! thread of its own, since ptrace ties a tracee to the thread that attached it and one process's stops must
 //! never wait behind another's. With `--tree`, children that start during the trace are found by polling /proc
 //! (as py-spy's `--subprocesses` does, every 100 ms) and join with the time left. Each process's report is kept;
-//! at the end the session writes a table of processes ranked by lasting growth, then each process's report under
+//! at the end the session writes a table of processes ranked by growth rate, then each process's report under
 //! its header (in JSON, a `process` line and `pid` on every line).
 //!
 //! The pipeline, top to bottom: create the session's files; start a member per process; follow the tree until the

@@ -1,4 +1,4 @@
-//! The session's report (see `session`): the table of processes ranked by lasting growth, the findings and the
+//! The session's report (see `session`): the table of processes ranked by growth rate, the findings and the
 //! stacks that hold in several processes, then each process's own report; without `--leaks`, a line for each
 //! process. Each process's figures are worked out from its report as its trace finishes ([`Row::of`]).
 
@@ -46,12 +46,12 @@ pub struct StackRow {
 }
 
 impl Row {
-    /// In a word: `growing` (lasting growth), `churning` (mapping and unmapping, nothing lasting), `flat`; `?`
+    /// In a word: `growing` (its rate is over 0), `churning` (mapping and unmapping, nothing lasting), `flat`; `?`
     /// with too few samples.
     pub fn verdict(&self) -> &'static str {
-        match self.lasting_kb {
+        match self.mib_per_min {
             None => "?",
-            Some(kb) if kb > 0 => "growing",
+            Some(rate) if rate > 0.0 => "growing",
             Some(_) if self.churn > 0 => "churning",
             Some(_) => "flat",
         }
@@ -77,7 +77,7 @@ impl Row {
             before_kb: before.map(total),
             after_kb: after.map(total),
             lasting_kb,
-            mib_per_min: lasting_kb.map(|kb| report.window.mib_per_min(kb.saturating_mul(1024))),
+            mib_per_min: report.rate.map(|t| t.mib_per_min().0),
             class: class.filter(|(_, g)| *g > 0),
             traced: (growth > 0).then(|| traced.min(growth) as f64 / growth as f64),
             findings: report
@@ -98,7 +98,7 @@ impl Row {
                     key: report.stack(c.id).map(|st| st.frames.iter().map(frame_key).collect()).unwrap_or_default(),
                     growth: c.growth,
                     still_mapped: c.stats.still_mapped,
-                    mib_per_min: report.window.mib_per_min(c.growth),
+                    mib_per_min: c.per_min(report.window) / (1u64 << 20) as f64,
                 })
                 .filter(|s| !s.key.is_empty())
                 .collect(),
@@ -116,7 +116,7 @@ fn frame_key(f: &crate::model::stack::Frame) -> String {
     }
 }
 
-/// The table of processes ranked by lasting growth, then each process's report under its header.
+/// The table of processes ranked by growth rate, then each process's report under its header.
 pub(crate) fn write_session(out: &Output, done: &mut [Done], events: &super::session::Out) -> Result<()> {
     let rate = |d: &Done| row(&d.1).and_then(|r| r.mib_per_min).unwrap_or(f64::NEG_INFINITY);
     done.sort_by(|a, b| rate(b).total_cmp(&rate(a)).then(a.0.pid.cmp(&b.0.pid)));
@@ -212,11 +212,11 @@ fn report_json(w: &mut impl Write, done: &[Done]) -> Result<()> {
 
 /// The report in text: the table, the findings and stacks across processes, each process's report.
 fn report_text(w: &mut impl Write, done: &[Done]) -> Result<()> {
-    writeln!(w, "{} processes, ranked by lasting growth:", done.len())?;
+    writeln!(w, "{} processes, ranked by growth rate:", done.len())?;
     writeln!(
         w,
         "{:>8}  {:<8}  {:>10} {:>10}  {:>14}  {:<24} {:>7}  {:<12} command",
-        "pid", "memory", "before", "after", "lasting", "grows most", "traced", "trace"
+        "pid", "memory", "before", "after", "grows", "grows most", "traced", "trace"
     )?;
     for (who, member, end, _) in done.iter() {
         let r = row(member).unwrap_or_default();
@@ -267,14 +267,7 @@ fn report_text(w: &mut impl Write, done: &[Done]) -> Result<()> {
         writeln!(w, "  in {} processes: {}", holds.len(), named.join(" <- "))?;
         let each: Vec<String> = holds
             .iter()
-            .map(|(pid, s)| {
-                format!(
-                    "{pid}: grew {} ({:.2} MiB/min), {} still mapped",
-                    mib(s.growth),
-                    s.mib_per_min,
-                    mib(s.still_mapped)
-                )
-            })
+            .map(|(pid, s)| format!("{pid}: grows {:.2} MiB/min, {} still mapped", s.mib_per_min, mib(s.still_mapped)))
             .collect();
         writeln!(w, "     {}", each.join("; "))?;
     }

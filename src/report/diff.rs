@@ -65,7 +65,7 @@ pub fn compare(base: &LeakReport, new: &LeakReport) -> Vec<Row> {
     for (report, is_new) in [(base, false), (new, true)] {
         for c in &report.leaks {
             let key = report.stack(c.id).map(stack_key).unwrap_or_default();
-            let rate = report.window.per_min(c.growth);
+            let rate = c.per_min(report.window);
             let row = rows.entry(key.clone()).or_insert(Row {
                 key,
                 base: (0, 0.0),
@@ -101,7 +101,7 @@ pub fn write_text(
     new_path: &std::path::Path,
     w: &mut dyn Write,
 ) -> io::Result<()> {
-    let total = |r: &LeakReport| r.window.mib_per_min(r.growth());
+    let total = |r: &LeakReport| r.traced_per_min() / MIB;
     writeln!(
         w,
         "Growth on traced stacks: {:.2} MiB/min in {} ({:.1}s), {:.2} MiB/min in {} ({:.1}s); by stack, largest \
@@ -155,7 +155,7 @@ pub fn write_json(rows: &[Row], base: &LeakReport, new: &LeakReport, w: &mut dyn
             }),
         )?;
     }
-    let total = |r: &LeakReport| r.window.mib_per_min(r.growth());
+    let total = |r: &LeakReport| r.traced_per_min() / MIB;
     line(
         &mut &mut *w,
         "diff_summary",

@@ -5,6 +5,7 @@ use crate::analysis::correlate::StackId;
 use crate::analysis::findings::{Diagnosis, frame_fact};
 use crate::analysis::leaks::LeakReport;
 use crate::analysis::rules::{Finding, FrameFact, Growth};
+use crate::analysis::trend::Trend;
 use crate::model::stack::Frame;
 use crate::report::json::{frame_json, line};
 use crate::report::text::frame_text;
@@ -59,7 +60,7 @@ pub fn condensed<'a>(frames: &'a [Frame], matched: &[FrameFact], hook_modules: &
 }
 
 /// The anonymous regions' lasting growth and their change from the first sample to the last, and the growth
-/// of the traced stacks (bytes).
+/// of the traced stacks (bytes): the growth scores that weigh and rank (see [`crate::analysis::growth`]).
 fn growth_and_traced(report: &LeakReport) -> (Option<u64>, u64, u64) {
     let lasting = report.lasting_kb().map(|kb| kb * 1024);
     let change: u64 = report.growing.iter().map(|g| g.growth_kb).sum::<u64>() * 1024;
@@ -85,8 +86,21 @@ fn per_min(bytes: u64, secs: f64) -> f64 {
 /// none for a size.
 pub(crate) fn finding_rate(f: &Finding, report: &LeakReport, d: &Diagnosis) -> Option<f64> {
     match f.growth? {
-        Growth::Stacks(b) => Some(report.window.mib_per_min(b)),
+        Growth::Stacks(_) => finding_trend(f, report).map(|t| t.mib_per_min().0),
         Growth::Class(b) => Some(per_min(b, d.duration_s)),
+    }
+}
+
+/// The rate of a finding's stacks together, with its interval.
+fn finding_trend(f: &Finding, report: &LeakReport) -> Option<Trend> {
+    report.stacks_rate(Some(&f.stacks))
+}
+
+/// "grows 12.34 MiB/min (99%: 11.90 to 12.80)", or why there is no rate.
+pub(crate) fn grows(rate: Option<Trend>) -> String {
+    match rate {
+        Some(t) => format!("grows {}", t.text()),
+        None => "rate unknown (fewer than four samples: trace longer, or sample more often with --smaps-every)".into(),
     }
 }
 
@@ -136,21 +150,17 @@ fn weight(f: &Finding, report: &LeakReport) -> u64 {
 
 /// The findings' first line: what was checked and how much grew.
 fn headline(d: &Diagnosis, report: &LeakReport) -> String {
-    let (lasting, change, traced) = growth_and_traced(report);
-    let lasting_text = match lasting {
-        Some(b) => format!("lasting growth {} ({:.2} MiB/min)", kib(b), report.window.mib_per_min(b)),
-        None => "lasting growth unknown (too few samples)".into(),
-    };
+    let (_, change, _) = growth_and_traced(report);
     let on_traced = change_traced(report);
     format!(
-        "Findings ({} rules checked; {:.2}s traced; anonymous memory: {lasting_text}, {}{} from start to end, {} of \
-         that on traced stacks; traced stacks grew {}):",
+        "Findings ({} rules checked; {:.2}s traced; anonymous memory {}, {}{} from start to end, {} of that on \
+         traced stacks):",
         d.rules_checked,
         report.window.len(),
+        grows(report.rate),
         if change > 0 { "+" } else { "" },
         kib(change),
         kib(on_traced.min(change.max(on_traced))),
-        kib(traced),
     )
 }
 
@@ -164,18 +174,18 @@ fn what_line(f: &Finding, d: &Diagnosis, report: &LeakReport) -> String {
         (false, true) => format!(" still mapped by its stacks, {} of it resident", kib(weight)),
         (false, false) => " still mapped by its stacks".into(),
     };
-    let grew = match (f.growth, finding_rate(f, report, d)) {
-        (Some(g), Some(rate)) => {
-            let total = growth.max(traced);
-            let share = match g {
-                Growth::Stacks(b) if total > 0 => {
-                    format!(", {:.0}% of the growth", 100.0 * b as f64 / total as f64)
-                }
-                _ => String::new(),
+    let total = growth.max(traced);
+    let grew = match f.growth {
+        Some(Growth::Stacks(b)) => {
+            let share = if total > 0 {
+                format!(", {:.0}% of the growth", 100.0 * b as f64 / total as f64)
+            } else {
+                String::new()
             };
-            format!("; grew {} ({rate:.2} MiB/min{share})", kib(g.bytes()))
+            format!("; {}{share}", grows(finding_trend(f, report)))
         }
-        _ => String::new(),
+        Some(Growth::Class(b)) => format!("; grew {} ({:.2} MiB/min)", kib(b), per_min(b, d.duration_s)),
+        None => String::new(),
     };
     format!("{}{what}{grew}", kib(f.bytes))
 }
@@ -306,6 +316,7 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
                 "growth": f.growth.map(Growth::bytes),
                 "growth_of": f.growth.map(|g| match g { Growth::Stacks(_) => "stacks", Growth::Class(_) => "classes" }),
                 "growth_mib_per_min": finding_rate(f, report, d),
+                "rate": match f.growth { Some(Growth::Stacks(_)) => finding_trend(f, report).map(|t| t.json()), _ => None },
                 "share_of_growth": match f.growth {
                     Some(Growth::Stacks(b)) if growth.max(traced) > 0 => Some(b as f64 / growth.max(traced) as f64),
                     _ => None,
@@ -327,7 +338,8 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
             "from": report.window.from,
             "to": report.window.to,
             "growth_bytes": lasting,
-            "growth_mib_per_min": lasting.map(|b| report.window.mib_per_min(b)),
+            "growth_mib_per_min": report.rate.map(|t| t.mib_per_min().0),
+            "rate": report.rate.map(|t| t.json()),
             "change_bytes": change,
             "traced_bytes": change_traced(report),
             "traced_is_resident": report.weighed,

@@ -78,7 +78,7 @@ fn candidate(report: &LeakReport, c: &Candidate, kind: &str, frames: &mut FrameT
     let ids: Vec<usize> = stack.map(|st| st.frames.iter().map(|f| frames.intern(f)).collect()).unwrap_or_default();
     json!({
         "id": c.id.0, "kind": kind, "verdict": c.verdict.name(),
-        "verdict_text": verdict_text(c, report.window.mib_per_min(c.growth)),
+        "verdict_text": verdict_text(c),
         "growth": c.growth, "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
         "resident": report.weighed.then(|| report.resident_of(c.id)), "vanished": s.vanished,
         "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "failed": s.failed, "calls": s.calls(),
@@ -170,7 +170,7 @@ pub fn page_data(report: &LeakReport, title: &str) -> Value {
                 .collect();
             json!({
                 "start": hex(g.start), "end": hex(g.end), "growth_kb": g.growth_kb, "lasting_kb": g.lasting_kb,
-                "rss_swap_kb": g.rss_swap_kb, "new": g.new, "before_trace": g.created_before_trace(),
+                "lasting_mib_per_min": g.rate.map(|t| t.mib_per_min().0), "rss_swap_kb": g.rss_swap_kb, "new": g.new, "before_trace": g.created_before_trace(),
                 "traced_resident_kb": report.weighed.then_some(traced),
                 "remainder_kb": report.weighed.then_some(rest), "stacks": on,
             })

@@ -35,18 +35,17 @@ pub fn size(bytes: u64) -> String {
 }
 
 /// What a candidate's memory did, in one phrase.
-pub(crate) fn verdict_text(c: &crate::analysis::leaks::Candidate, mib_per_min: f64) -> String {
+pub(crate) fn verdict_text(c: &crate::analysis::leaks::Candidate) -> String {
     use crate::analysis::growth::Verdict;
     let s = &c.stats;
+    let grows = crate::report::findings::grows(c.rate);
     match c.verdict {
-        Verdict::Growth => format!("grew {} ({:.2} MiB/min)", size(c.growth), mib_per_min),
+        Verdict::Growth => format!("{grows}; holds {}", size(s.still_mapped)),
         Verdict::WorkingSet if c.growth > 0 => format!(
-            "working set: mapped {}, unmapped {}, holds {}; grew {} ({:.2} MiB/min)",
+            "working set: mapped {}, unmapped {}, holds {}; {grows}",
             size(s.mapped),
             size(s.unmapped),
             size(s.still_mapped),
-            size(c.growth),
-            mib_per_min
         ),
         Verdict::WorkingSet => format!(
             "working set, not growth: mapped {}, unmapped {}, holds {}",
@@ -79,14 +78,14 @@ impl LeakReport<'_> {
         }
         for (i, g) in self.growing.iter().enumerate().take(shown_regions) {
             let how = if g.new { "new" } else { "grew" };
-            let lasting = match g.lasting_kb {
-                Some(kb) => format!("lasting growth {kb} KiB ({:.2} MiB/min)", self.window.mib_per_min(kb * 1024)),
-                None => "lasting growth unknown (too few samples)".into(),
-            };
             writeln!(
                 w,
-                "  {:#x}-{:#x}  {how} +{} KiB (Rss+Swap now {} KiB); {lasting}",
-                g.start, g.end, g.growth_kb, g.rss_swap_kb
+                "  {:#x}-{:#x}  {how} +{} KiB (Rss+Swap now {} KiB); {}",
+                g.start,
+                g.end,
+                g.growth_kb,
+                g.rss_swap_kb,
+                crate::report::findings::grows(g.rate)
             )?;
             if self.weighed {
                 let (traced, rest) = self.region_split(i);
@@ -127,7 +126,7 @@ impl LeakReport<'_> {
         }
         for (rank, c) in self.leaks.iter().take(shown).enumerate() {
             let (id, s) = (&c.id, &c.stats);
-            writeln!(w, "  #{} {}", rank + 1, verdict_text(c, self.window.mib_per_min(c.growth)))?;
+            writeln!(w, "  #{} {}", rank + 1, verdict_text(c))?;
             writeln!(
                 w,
                 "      still mapped {}{} of {} mapped ({} unmapped, {} gone unseen); {} mmap, {} munmap, {} mremap, \
@@ -193,7 +192,7 @@ impl LeakReport<'_> {
                 "region",
                 json!({
                     "start": hex(g.start), "end": hex(g.end), "growth_kb": g.growth_kb, "lasting_kb": g.lasting_kb,
-                    "lasting_mib_per_min": g.lasting_kb.map(|kb| self.window.mib_per_min(kb * 1024)),
+                    "lasting_mib_per_min": g.rate.map(|t| t.mib_per_min().0), "rate": g.rate.map(|t| t.json()),
                     "rss_swap_kb": g.rss_swap_kb,
                     "new": g.new, "before_trace": g.created_before_trace(), "stacks": stacks,
                     "traced_resident_kb": self.weighed.then_some(traced),
@@ -207,7 +206,8 @@ impl LeakReport<'_> {
                 &mut &mut *w,
                 "leak",
                 json!({
-                    "stack_id": id.0, "growth": c.growth, "growth_mib_per_min": self.window.mib_per_min(c.growth),
+                    "stack_id": id.0, "growth": c.growth, "growth_mib_per_min": c.rate.map(|t| t.mib_per_min().0),
+                    "rate": c.rate.map(|t| t.json()),
                     "verdict": c.verdict.name(),
                     "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
                     "resident": self.weighed.then(|| self.resident_of(*id)),
@@ -352,7 +352,7 @@ fn folded_name(f: &Frame) -> String {
 
 /// `--fail-over RATE` (bytes per minute): the line to end with when the traced stacks grew faster.
 pub fn gate(report: &LeakReport, limit: f64) -> Option<String> {
-    let rate = report.window.per_min(report.growth());
+    let rate = report.traced_per_min();
     if rate <= limit {
         return None;
     }

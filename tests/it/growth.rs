@@ -377,3 +377,55 @@ fn a_burst_freed_again_is_never_growth_even_when_the_trace_ends_inside_it() {
     t.send("bye");
     assert_eq!(t.wait().code(), Some(0));
 }
+
+/// Steady leaks of known rates (about 1, 10, 100 and 600 MiB/min, each in small steps on the leaker's own clock,
+/// beside 20 MB/s of churn), each traced with `--leaks` for twenty samples: every rate the report gives (the
+/// headline's, the pool's stack, the region it grows in) is within 10% of the truth, and its interval holds it.
+/// The four trees are traced at once.
+#[test]
+fn the_rates_of_steady_leaks_are_told_within_ten_percent() {
+    require_ptrace();
+    let leaks = [(4096u64, 250u64), (16384, 100), (172032, 100), (1 << 20, 100)];
+    let runs: Vec<_> = leaks
+        .iter()
+        .map(|&(bytes, period)| {
+            let tree = crate::watch::tree(bytes, period, 20);
+            let pid = tree.leaker.to_string();
+            let sc = Syscatch::start(&["--pid", &pid, "--leaks", "--smaps-every", "250ms", "--for", "5s", "--json"]);
+            (tree, sc)
+        })
+        .collect();
+    for (mut tree, sc) in runs {
+        let (status, out, err) = sc.finish();
+        tree.t.close_stdin();
+        assert!(status.success(), "{err:?}");
+        let values = json_lines(&out);
+        let truth = tree.mib_per_min;
+        let check = |what: &str, rate: &Value| {
+            let (r, low, high) = (&rate["mib_per_min"], &rate["low_mib_per_min"], &rate["high_mib_per_min"]);
+            let (r, low, high) = (r.as_f64(), low.as_f64(), high.as_f64());
+            let (Some(r), Some(low), Some(high)) = (r, low, high) else { panic!("{truth} MiB/min: {what}: {rate}") };
+            assert!((r - truth).abs() <= 0.1 * truth, "{truth} MiB/min: {what} says {r}: {rate}");
+            assert!(low <= truth && truth <= high, "{truth} MiB/min: {what}'s interval: {rate}");
+            assert!(rate["points"].as_u64().unwrap() >= 10, "{what}: {rate}");
+        };
+        let coverage = of_type(&values, "coverage");
+        check("the headline", &coverage[0]["rate"]);
+        let leaks = of_type(&values, "leak");
+        assert!(names(leaks[0]).iter().any(|n| n == "pool_grow"), "{truth}: {:?}", names(leaks[0]));
+        check("the pool's stack", &leaks[0]["rate"]);
+        // The region the pool grows in, where one holds nearly all of it (a page-sized pool fills holes in the
+        // address space first: each of those regions grows at its own rate).
+        let (pool, held) = (&leaks[0]["stack_id"], leaks[0]["still_mapped"].as_u64().unwrap());
+        let regions = of_type(&values, "region");
+        let share = |g: &Value| -> u64 {
+            let on = g["stacks"].as_array().unwrap().iter().filter(|s| &s["stack_id"] == pool);
+            on.map(|s| s["still_mapped"].as_u64().unwrap()).sum()
+        };
+        if let Some(home) = regions.iter().find(|g| share(g) * 10 >= held * 9) {
+            check("the pool's region", &home["rate"]);
+        } else {
+            assert!(truth < 10.0, "{truth} MiB/min in chunks of 16 KiB or more: {regions:#?}");
+        }
+    }
+}

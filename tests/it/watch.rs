@@ -6,15 +6,15 @@ use crate::common::*;
 use serde_json::Value;
 
 /// The tree and its children's pids, with the leaker's true rate in MiB/min.
-struct Tree {
-    t: Target,
-    leaker: i32,
+pub struct Tree {
+    pub t: Target,
+    pub leaker: i32,
     churner: i32,
     idle: i32,
-    mib_per_min: f64,
+    pub mib_per_min: f64,
 }
 
-fn tree(bytes: u64, period_ms: u64, churn_mb_s: u64) -> Tree {
+pub fn tree(bytes: u64, period_ms: u64, churn_mb_s: u64) -> Tree {
     let args = [bytes.to_string(), period_ms.to_string(), churn_mb_s.to_string()];
     let mut t = Target::start(&testprog("slow_leak"), &args.iter().map(String::as_str).collect::<Vec<_>>());
     let (mut leaker, mut churner, mut idle, mut rate) = (0, 0, 0, 0.0);
@@ -158,11 +158,19 @@ fn a_trigger_captures_the_leaking_process_alone_and_its_report_names_the_pool() 
     // The report names the pool: its first leak candidate's stack goes through pool_grow.
     let txt = files.iter().find(|f| f.ends_with(".txt")).unwrap();
     let report = std::fs::read_to_string(txt).unwrap();
-    let first = report.split("#1 grew").nth(1).unwrap_or_else(|| panic!("a leak candidate: {report}"));
+    let first = report.split("#1 grows").nth(1).unwrap_or_else(|| panic!("a leak candidate: {report}"));
     assert!(first.split("\n\n").next().unwrap().contains("pool_grow"), "{report}");
     let json = std::fs::read_to_string(files.iter().find(|f| f.ends_with(".jsonl")).unwrap()).unwrap();
     let leaks: Vec<Value> = json_text(&json).into_iter().filter(|v| v["type"] == "leak").collect();
     assert!(leaks[0]["data"]["stack"].to_string().contains("pool_grow"), "{leaks:#?}");
+    // Its rate is the leaker's, within 10%, with an interval that holds it.
+    let rate = &leaks[0]["data"]["rate"];
+    let (got, truth) = (rate["mib_per_min"].as_f64().unwrap(), tr.mib_per_min);
+    assert!((got - truth).abs() <= 0.1 * truth, "{truth} MiB/min: {rate}");
+    assert!(
+        rate["low_mib_per_min"].as_f64() <= Some(truth) && Some(truth) <= rate["high_mib_per_min"].as_f64(),
+        "{rate}"
+    );
     for pid in [tr.t.pid, tr.leaker, tr.churner, tr.idle] {
         assert_eq!(tracer_pid(pid), Some(0), "{pid} left untraced");
     }
