@@ -10,6 +10,7 @@ use std::io::{self, Write};
 
 /// One sample: frames innermost first, its values in [`SAMPLE_TYPES`] order, and its labels (key, value): a
 /// session's samples carry `pid` and `process`, so a fleet profiler can filter by process.
+#[derive(Clone)]
 pub struct Sample<'a> {
     pub frames: &'a [Frame],
     pub values: [i64; 6],
@@ -186,11 +187,50 @@ pub fn encode(samples: &[Sample], duration_ns: u64) -> Vec<u8> {
     out
 }
 
-/// Writes the gzipped profile.
+/// Pyroscope's default ingest limits (`max_profile_stacktrace_samples`, `max_profile_size_bytes`): a profile past
+/// them is refused whole. Parca's are wider.
+pub const MAX_SAMPLES: usize = 16_000;
+pub const MAX_BYTES: usize = 4 << 20;
+
+/// Writes the gzipped profile, within [`MAX_SAMPLES`] and [`MAX_BYTES`]: past them, the stacks of most growth (then
+/// most still mapped) are kept and the rest are folded into one sample, `(other stacks)`, whose values are their
+/// sums (every total stays true).
 pub fn write(w: &mut dyn Write, samples: &[Sample], duration_ns: u64) -> io::Result<()> {
-    let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
-    gz.write_all(&encode(samples, duration_ns))?;
-    gz.finish()?.flush()
+    let other = [Frame { function: Some("(other stacks)".into()), ..Frame::default() }];
+    let mut keep = samples.len().min(MAX_SAMPLES);
+    loop {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&encode(&fit(samples, keep, &other), duration_ns))?;
+        let gz = gz.finish()?;
+        if gz.len() <= MAX_BYTES || keep <= 1 {
+            w.write_all(&gz)?;
+            return w.flush();
+        }
+        keep /= 2;
+    }
+}
+
+/// At most `keep` samples: all of them if they fit, else the `keep - 1` of most growth, then most still mapped,
+/// in their order, and one of the rest's sums on the frames `other`.
+fn fit<'a>(samples: &[Sample<'a>], keep: usize, other: &'a [Frame]) -> Vec<Sample<'a>> {
+    if samples.len() <= keep {
+        return samples.to_vec();
+    }
+    let mut order: Vec<usize> = (0..samples.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse((samples[i].values[0], samples[i].values[1])));
+    let mut kept = vec![false; samples.len()];
+    for &i in &order[..keep.saturating_sub(1)] {
+        kept[i] = true;
+    }
+    let mut values = [0i64; 6];
+    for s in samples.iter().zip(&kept).filter(|(_, k)| !**k).map(|(s, _)| s) {
+        for (sum, v) in values.iter_mut().zip(s.values) {
+            *sum = sum.saturating_add(v);
+        }
+    }
+    let mut out: Vec<Sample> = samples.iter().zip(&kept).filter(|(_, k)| **k).map(|(s, _)| s.clone()).collect();
+    out.push(Sample { frames: other, values, labels: &[] });
+    out
 }
 
 #[cfg(test)]
@@ -216,6 +256,35 @@ mod tests {
         assert!(p.windows(6).any(|w| w == b"caller"));
         // The label's key and value are in the string table.
         assert!(p.windows(4).any(|w| w == b"1234") && p.windows(3).any(|w| w == b"pid"));
+    }
+
+    /// A profile of 20,000 stacks, as a long trace of a busy worker may have: Pyroscope refuses one of more than
+    /// 16,000 samples, so the 15,999 of most growth are kept and the rest folded into one, the totals the same.
+    #[test]
+    fn a_profile_keeps_within_pyroscopes_limits() {
+        let frames: Vec<Vec<Frame>> = (0..20_000u64)
+            .map(|i| vec![Frame { addr: 0x1000 + i * 16, function: Some(format!("f{i}")), ..Frame::default() }])
+            .collect();
+        let samples: Vec<Sample> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Sample { frames: f, values: [i as i64, 4096, 0, 1, 4096, 1], labels: &[] })
+            .collect();
+        let other = [Frame { function: Some("(other stacks)".into()), ..Frame::default() }];
+        let fitted = fit(&samples, MAX_SAMPLES, &other);
+        assert_eq!(fitted.len(), MAX_SAMPLES);
+        assert_eq!(fitted[0].values[0], 4001, "the 15,999 of most growth, in their order");
+        let total = |s: &[Sample], k: usize| s.iter().map(|s| s.values[k]).sum::<i64>();
+        for k in 0..6 {
+            assert_eq!(total(&fitted, k), total(&samples, k));
+        }
+        let mut file = Vec::new();
+        write(&mut file, &samples, 1).unwrap();
+        assert!(file.len() <= MAX_BYTES);
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&file[..]), &mut raw).unwrap();
+        assert!(raw.windows(14).any(|w| w == b"(other stacks)") && !raw.windows(5).any(|w| w == b"f4000"));
+        assert_eq!(fit(&samples[..10], MAX_SAMPLES, &other).len(), 10, "a small profile is whole");
     }
 
     #[test]
