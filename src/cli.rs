@@ -193,6 +193,10 @@ pub struct TraceArgs {
     /// Also write everything captured to FILE (gzipped), to analyse later with `syscatch report FILE`.
     #[arg(long)]
     pub record: Option<PathBuf>,
+    /// With --leaks: every DURATION, write the report's files (--html, --pprof, --folded, --flamegraph) of the
+    /// trace so far, each replacing the last, so a long trace has its evidence before it ends.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub every: Option<Duration>,
     /// Program to start under the tracer (instead of --pid).
     #[arg(last = true)]
     pub cmd: Vec<String>,

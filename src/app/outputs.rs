@@ -2,6 +2,7 @@
 //! `--flamegraph`, `--pprof`), and the end of the report (the last sample, residency, findings, the gate), for a
 //! live trace and for `syscatch report` alike.
 
+use crate::analysis::leaks::LeakReport;
 use crate::app::analyze as analysis;
 use crate::app::trace::{GateFailed, Output};
 use crate::model::event::Summary;
@@ -10,7 +11,8 @@ use crate::report::Renderer;
 use crate::report::json::Json;
 use crate::report::text::Text;
 use anyhow::{Context, Result, bail};
-use std::io::Write;
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
 /// Where events are rendered: stdout, or stderr when a spawned command owns stdout, or a file.
@@ -49,10 +51,46 @@ pub(crate) fn render_events(out: &Output) -> bool {
 
 /// The files a report writes besides its main output.
 pub struct ReportFiles {
-    folded: Option<std::io::BufWriter<std::fs::File>>,
-    flame: Option<std::io::BufWriter<std::fs::File>>,
-    pprof: Option<std::io::BufWriter<std::fs::File>>,
-    html: Option<std::io::BufWriter<std::fs::File>>,
+    folded: Option<BufWriter<File>>,
+    flame: Option<BufWriter<File>>,
+    pprof: Option<BufWriter<File>>,
+    html: Option<BufWriter<File>>,
+}
+
+impl ReportFiles {
+    /// Writes the report into each file, from its start (an interim report's file is rewritten: `--every`).
+    pub fn write(&mut self, out: &Output, report: &LeakReport, duration_ns: u64) -> Result<()> {
+        type Body<'a> = Box<dyn Fn(&mut dyn Write) -> std::io::Result<()> + 'a>;
+        type File<'a> = (&'a mut Option<BufWriter<std::fs::File>>, &'a Option<PathBuf>, Body<'a>);
+        let folded = |w: &mut dyn Write| {
+            let text: String = report.folded(out.weight).iter().map(|l| format!("{l}\n")).collect();
+            w.write_all(text.as_bytes())
+        };
+        let each: [File; 4] = [
+            (&mut self.folded, &out.folded, Box::new(folded)),
+            (&mut self.flame, &out.flamegraph, Box::new(|w| report.flamegraph(w, out.weight))),
+            (&mut self.pprof, &out.pprof, Box::new(|w| report.pprof(w, duration_ns))),
+            (&mut self.html, &out.html, Box::new(|w| report.html(w, &out.label))),
+        ];
+        for (file, path, body) in each {
+            let (Some(f), Some(path)) = (file.as_mut(), path) else { continue };
+            rewrite(f, &*body).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `body` into `f` from its start, cutting what was there after it (a pipe or a terminal, which cannot
+/// seek, is written on).
+fn rewrite(f: &mut BufWriter<File>, body: &dyn Fn(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
+    f.flush()?;
+    let file = f.get_mut();
+    if file.stream_position().is_ok_and(|p| p > 0) {
+        file.seek(SeekFrom::Start(0))?;
+        file.set_len(0)?;
+    }
+    body(f)?;
+    f.flush()
 }
 
 /// Creates every output of `out` (refusing a bad path before anything else happens): the event renderer and
@@ -101,7 +139,7 @@ pub fn finish(
     done: analysis::Done,
     summary: &mut Summary,
     mut ending: Ending,
-    mut files: ReportFiles,
+    files: &mut ReportFiles,
     spawned: bool,
 ) -> Result<()> {
     if let Some(e) = done.output_error {
@@ -146,28 +184,8 @@ pub fn finish(
         if out.leaks.is_some() {
             renderer.leaks(&report)?;
         }
-        if let (Some(f), Some(path)) = (files.folded.as_mut(), &out.folded) {
-            let text: String = report.folded(out.weight).iter().map(|l| format!("{l}\n")).collect();
-            f.write_all(text.as_bytes())
-                .and_then(|_| f.flush())
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
-        if let (Some(f), Some(path)) = (files.flame.as_mut(), &out.flamegraph) {
-            report
-                .flamegraph(f, out.weight)
-                .and_then(|_| f.flush())
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
-        if let (Some(f), Some(path)) = (files.pprof.as_mut(), &out.pprof) {
-            let ns = u64::try_from(summary.duration.as_nanos()).unwrap_or(u64::MAX);
-            report.pprof(f, ns).and_then(|_| f.flush()).with_context(|| format!("cannot write {}", path.display()))?;
-        }
-        if let (Some(f), Some(path)) = (files.html.as_mut(), &out.html) {
-            report
-                .html(f, &out.label)
-                .and_then(|_| f.flush())
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
+        let ns = u64::try_from(summary.duration.as_nanos()).unwrap_or(u64::MAX);
+        files.write(out, &report, ns)?;
         if let (Some(limit), None) = (out.fail_over, &out.member) {
             gate = crate::report::leaks::gate(&report, limit);
         }

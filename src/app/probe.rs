@@ -41,6 +41,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
         record: args.record.clone(),
         smaps_every: script.settings.smaps_every.unwrap_or(std::time::Duration::from_secs(1)),
         stop_every_call: false,
+        every: None,
         member: None,
     };
     trace::run_trace(&out, plan, trace::Start::Attach(pid))?;

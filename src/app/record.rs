@@ -2,7 +2,7 @@
 //! it later, with the target gone, as `perf record` / `perf report` do.
 //!
 //! A recording is gzipped JSON Lines, one [`Record`] per line, the header first and `end` last (a file without
-//! it is refused as truncated). It holds everything the analysis uses: each event with its registers, Python
+//! it was cut short: syscatch was killed while recording; it is read up to the cut and said to be truncated). It holds everything the analysis uses: each event with its registers, Python
 //! frames and the part of its stack window the unwinder read; the memory maps as the analysis read them (one
 //! generation per read, as libraries come and go) with each module's build-id, and the vDSO's image; the smaps
 //! samples in order among the events; page residency; the facts the findings rules look at; the plan's depth
@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The first field of the header: what the file is.
 pub const FORMAT: &str = "syscatch-recording";
@@ -249,19 +250,24 @@ impl RecEvent {
 type Gz = flate2::write::GzEncoder<std::io::BufWriter<std::fs::File>>;
 
 /// Writes a recording; shared by the threads that produce its records. The first write error is kept (and
-/// reported at the end): a full disk loses the recording, never the trace.
+/// reported at the end): a full disk loses the recording, never the trace. What was written is flushed to the file
+/// by the first record written [`FLUSH_EVERY`] after the last flush, whole records at a time, so a syscatch killed
+/// while recording leaves a readable prefix (`report` reads it, saying it is truncated).
 pub struct Recorder {
-    /// The open file (`None` once finished) and the first error.
-    out: Mutex<(Option<Gz>, Option<String>)>,
+    /// The open file (`None` once finished), the first error, and when it was last flushed.
+    out: Mutex<(Option<Gz>, Option<String>, Instant)>,
     events: std::sync::atomic::AtomicU64,
 }
+
+/// How often a recording is flushed to its file (by the next record written).
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 impl Recorder {
     /// Creates the file and writes the header.
     pub fn create(path: &Path, pid: Tid, stack_bytes: usize) -> Result<Arc<Recorder>> {
         let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
         let gz = flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::fast());
-        let r = Recorder { out: Mutex::new((Some(gz), None)), events: Default::default() };
+        let r = Recorder { out: Mutex::new((Some(gz), None, Instant::now())), events: Default::default() };
         r.write(&Record::Header {
             format: FORMAT.into(),
             version: VERSION,
@@ -277,8 +283,14 @@ impl Recorder {
             self.events.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let mut g = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        let (Some(w), None) = &mut *g else { return };
-        let done = serde_json::to_writer(&mut *w, rec).map_err(std::io::Error::from).and_then(|_| w.write_all(b"\n"));
+        let (Some(w), None, flushed) = &mut *g else { return };
+        let mut done =
+            serde_json::to_writer(&mut *w, rec).map_err(std::io::Error::from).and_then(|_| w.write_all(b"\n"));
+        // A sync flush: the compressed stream so far ends on a byte boundary in the file, its last line whole.
+        if done.is_ok() && flushed.elapsed() >= FLUSH_EVERY {
+            done = w.flush();
+            *flushed = Instant::now();
+        }
         if let Err(e) = done {
             g.1 = Some(e.to_string());
         }
@@ -344,6 +356,9 @@ pub struct Reader {
     pub facts: Option<ProcessFacts>,
     pub summary: Option<Summary>,
     pub events: u64,
+    /// Why the recording ends early (syscatch was killed while recording: no end record, or a cut line): what it
+    /// holds is read up to there.
+    pub truncated: Option<String>,
     /// Which recording of the file it is (0 but in a session's).
     segment: usize,
 }
@@ -375,10 +390,14 @@ impl Reader {
         // Whether the last recording has its end record.
         let mut ended = true;
         for (n, line) in open_lines(path)?.enumerate() {
-            let line = match (line, n) {
-                (Ok(l), _) => l,
-                (Err(e), 0) => return Err(bad(e.to_string())),
-                (Err(e), _) => return Err(truncated(path, &e.to_string())),
+            let line = match (line, n, parts.last_mut().filter(|_| !ended)) {
+                (Ok(l), ..) => l,
+                (Err(e), 0, _) => return Err(bad(e.to_string())),
+                (Err(e), _, Some(r)) => {
+                    r.truncated = Some(e.to_string());
+                    break;
+                }
+                (Err(e), _, None) => return Err(truncated(path, &e.to_string())),
             };
             if processes.is_some() {
                 bail!("{name}: records after the session's end (line {}): not one recording", n + 1);
@@ -415,8 +434,13 @@ impl Reader {
         if parts.is_empty() {
             return Err(bad("it is empty".into()));
         }
-        if !ended {
-            return Err(truncated(path, "no end record"));
+        // A session's recordings are whole (each is copied in once its process is done).
+        let several = processes.is_some() || parts.len() > 1;
+        if let Some(r) = parts.last_mut().filter(|_| !ended) {
+            if several {
+                return Err(truncated(path, "no end record"));
+            }
+            r.truncated.get_or_insert_with(|| "no end record".into());
         }
         Ok(Opened { parts, processes: processes.unwrap_or_default() })
     }
@@ -434,6 +458,7 @@ impl Reader {
             facts: None,
             summary: None,
             events: 0,
+            truncated: None,
             segment,
         }
     }
@@ -468,6 +493,7 @@ impl Reader {
     pub fn stream(&self) -> Result<impl Iterator<Item = Result<Streamed>> + use<>> {
         let path = self.path.clone();
         let segment = self.segment;
+        let cut = self.truncated.is_some();
         let lines = open_lines(&path)?;
         // Each header starts the next recording of the file.
         let mut headers = 0;
@@ -477,25 +503,28 @@ impl Reader {
             }
             headers == segment + 1 || line.is_err()
         });
-        Ok(mine.filter_map(move |(n, line)| {
-            let line = match line {
-                Ok(l) => l,
-                Err(e) => return Some(Err(truncated(&path, &e.to_string()))),
-            };
-            if !STREAMED.iter().any(|p| line.starts_with(p)) {
-                return None;
-            }
-            let bad = |e: String| anyhow!("{}: line {}: {e}", path.display(), n + 1);
-            Some(match serde_json::from_str::<Record>(&line) {
-                Ok(Record::Event(e)) => e.event().map(|ev| Streamed::Event(ev, e.stack_dropped)).map_err(bad),
-                Ok(Record::Smaps { regions }) => {
-                    Ok(Streamed::Sample(None, regions.iter().map(Span::of).collect(), false))
+        Ok(mine
+            .filter_map(move |(n, line)| {
+                let line = match line {
+                    Ok(l) => l,
+                    Err(e) => return Some(Err(truncated(&path, &e.to_string()))),
+                };
+                if !STREAMED.iter().any(|p| line.starts_with(p)) {
+                    return None;
                 }
-                Ok(Record::Sample { spans, time, baseline }) => Ok(Streamed::Sample(time, spans, baseline)),
-                Ok(_) => Err(bad("not an event".into())),
-                Err(e) => Err(bad(e.to_string())),
+                let bad = |e: String| anyhow!("{}: line {}: {e}", path.display(), n + 1);
+                Some(match serde_json::from_str::<Record>(&line) {
+                    Ok(Record::Event(e)) => e.event().map(|ev| Streamed::Event(ev, e.stack_dropped)).map_err(bad),
+                    Ok(Record::Smaps { regions }) => {
+                        Ok(Streamed::Sample(None, regions.iter().map(Span::of).collect(), false))
+                    }
+                    Ok(Record::Sample { spans, time, baseline }) => Ok(Streamed::Sample(time, spans, baseline)),
+                    Ok(_) => Err(bad("not an event".into())),
+                    Err(e) => Err(bad(e.to_string())),
+                })
             })
-        }))
+            // A truncated recording is read up to its cut.
+            .take_while(move |r| !(cut && r.is_err())))
     }
 }
 
@@ -685,6 +714,12 @@ mod tests {
         append(&cut, &records);
         let err = Reader::open_all(&cut).err().unwrap().to_string();
         assert!(err.contains("truncated"), "{err}");
+        // One process's recording without its end (syscatch killed while recording): read, and said truncated.
+        let alone = dir.join("alone.rec");
+        append(&alone, &records);
+        let opened = Reader::open_all(&alone).unwrap();
+        assert_eq!(opened.parts[0].truncated.as_deref(), Some("no end record"));
+        assert_eq!(opened.parts[0].stream().unwrap().filter(Result::is_ok).count(), 1, "its sample");
         let after = dir.join("after.rec");
         append(&after, &one(10, VERSION, 1.0));
         append(&after, &[Record::Session { processes: vec![who(10)] }, Record::End { events: 0 }]);

@@ -72,6 +72,7 @@ fn output(args: &ReportArgs, leaks: bool, window: (f64, Option<f64>), label: Str
         record: None,
         smaps_every: std::time::Duration::ZERO,
         stop_every_call: false,
+        every: None,
         member: None,
     })
 }
@@ -99,7 +100,7 @@ fn one_of(mut opened: Opened, pid: Option<i32>, path: &std::path::Path) -> Resul
 
 /// One process's recording analysed, its report written (to a session member's buffers when `out` has one).
 fn report_one(out: &Output, rec: &Reader) -> Result<()> {
-    let (renderer, files) = outputs::open_outputs(out, false)?;
+    let (renderer, mut files) = outputs::open_outputs(out, false)?;
     let (done, mut summary, ending) = replay(rec, out, renderer)?;
     let window = out.window;
     if window.0 > 0.0 {
@@ -110,7 +111,7 @@ fn report_one(out: &Output, rec: &Reader) -> Result<()> {
             window.0
         ));
     }
-    outputs::finish(out, done, &mut summary, ending, files, false)
+    outputs::finish(out, done, &mut summary, ending, &mut files, false)
 }
 
 /// A session's recording reported as the live session was: the table of processes, what holds in several,
@@ -165,13 +166,16 @@ fn session(out: &Output, opened: Opened) -> Result<i32> {
 }
 
 fn say_recording(path: &std::path::Path, rec: &Reader) {
-    eprintln!(
-        "syscatch: {}: a trace of process {} ({} events), recorded by syscatch {}",
-        path.display(),
-        rec.pid,
-        rec.events,
-        rec.syscatch
-    );
+    let (path, pid, by) = (path.display(), rec.pid, &rec.syscatch);
+    match &rec.truncated {
+        None => {
+            eprintln!("syscatch: {path}: a trace of process {pid} ({} events), recorded by syscatch {by}", rec.events)
+        }
+        Some(why) => eprintln!(
+            "syscatch: {path}: a trace of process {pid}, recorded by syscatch {by}, TRUNCATED ({why}: syscatch was \
+             stopped while recording): the report is of what it wrote to the file before it stopped"
+        ),
+    }
 }
 
 /// Runs the analysis over a recording's events and samples. Returns what the analysis made, the recorded
@@ -192,6 +196,7 @@ fn replay(rec: &Reader, out: &Output, renderer: Box<dyn Renderer + Send>) -> Res
         baseline: None,
         render_events: !out.report || out.path.is_some(),
         recorder: None,
+        interim: None,
     };
     let (tx, rx) = crossbeam_channel::bounded(analysis::QUEUED_RECORDS);
     let worker = std::thread::Builder::new()
@@ -218,6 +223,9 @@ fn replay(rec: &Reader, out: &Output, renderer: Box<dyn Renderer + Send>) -> Res
         return Err(e);
     }
     let mut summary = rec.summary.clone().unwrap_or_default();
+    if let Some(why) = &rec.truncated {
+        summary.warnings.push(format!("the recording is truncated ({why}): the report is of what it holds"));
+    }
     let mut missing = missing.lock().unwrap_or_else(|e| e.into_inner()).clone();
     missing.sort();
     missing.dedup();

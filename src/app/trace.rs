@@ -2,7 +2,8 @@
 //! event loop, detach; captured events flow to an analysis thread that renders them while the tracer traces.
 
 use crate::analysis::rules::ProcessFacts;
-use crate::app::outputs::{Ending, finish, open_outputs, render_events};
+use crate::app::analyze::Interim;
+use crate::app::outputs::{Ending, ReportFiles, finish, open_outputs, render_events};
 use crate::app::placement::{cpus_away_from, sit_with_pinned_target};
 use crate::app::plans::{leak_plan, trace_plan};
 use crate::app::record::{Record, Recorder, Recording};
@@ -20,6 +21,7 @@ use nix::errno::Errno;
 use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::time::Instant;
 
@@ -209,6 +211,8 @@ pub struct Output {
     pub smaps_every: Duration,
     /// `--no-known-stacks`: with `--fast`, every matching call stops, even one whose stack is known.
     pub stop_every_call: bool,
+    /// `--every`: the report's files of the trace so far, written this often.
+    pub every: Option<Duration>,
     /// One process of a session of several: the trace runs on a thread of its own, and its report is kept for
     /// the session's.
     pub member: Option<crate::app::session::Member>,
@@ -226,6 +230,15 @@ impl Output {
             return Err(usage("--rules goes with --leaks (the findings of the leak report)"));
         }
         let rules = if leaks { crate::app::findings::load_rules(args.rules.as_deref())? } else { Vec::new() };
+        let files = args.folded.is_some() || args.flamegraph.is_some() || args.pprof.is_some() || args.html.is_some();
+        if args.every.is_some() && !files {
+            return Err(usage(
+                "--every writes the report's files as the trace goes: give --html, --pprof, --folded or --flamegraph",
+            ));
+        }
+        if args.every.is_some() && (args.select.tree || args.select.pid.len() > 1) {
+            return Err(usage("--every writes one process's files: leave out --tree and trace one --pid"));
+        }
         Ok(Output {
             json: args.json,
             path: args.output.clone(),
@@ -249,6 +262,7 @@ impl Output {
             record: args.record.clone(),
             smaps_every: args.smaps_every,
             stop_every_call: args.no_known_stacks,
+            every: args.every,
             member: None,
         })
     }
@@ -362,6 +376,34 @@ fn stopped_before_attaching(pid: Tid) -> End {
     End::Signal(sig)
 }
 
+/// `--every`: writes the report's files of the trace so far, and says so on stderr.
+fn interim(
+    out: &Output,
+    every: Duration,
+    files: &Arc<Mutex<ReportFiles>>,
+    own: &Arc<Mutex<Vec<(u64, u64)>>>,
+) -> Interim {
+    let (out, files, own) = (out.clone(), files.clone(), own.clone());
+    let write = move |tracker: &crate::analysis::leaks::LeakTracker, time: f64| {
+        let mut report = tracker.report();
+        report.leave_out(&own.lock().map(|o| o.clone()).unwrap_or_default());
+        let written = files
+            .lock()
+            .map_err(|_| anyhow!("internal error"))
+            .and_then(|mut f| f.write(&out, &report, (time * 1e9) as u64));
+        let names: Vec<String> = [&out.html, &out.pprof, &out.folded, &out.flamegraph]
+            .into_iter()
+            .flatten()
+            .map(|p| p.display().to_string())
+            .collect();
+        match written {
+            Ok(()) => eprintln!("syscatch: the report of the first {time:.0}s written: {}", names.join(", ")),
+            Err(e) => eprintln!("syscatch: the report of the first {time:.0}s: {e:#}"),
+        }
+    };
+    Interim { every, write: Box::new(write) }
+}
+
 pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let (pid, spawned) = match start {
         Start::Attach(p) => (p, false),
@@ -370,6 +412,9 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     // Output files are created before attaching, so a bad path is refused with the target untouched instead of
     // losing the report after the trace.
     let (renderer, files) = open_outputs(out, spawned)?;
+    // `--every` writes them from the analysis thread too (leaving out syscatch's own pages, known once armed).
+    let files = Arc::new(Mutex::new(files));
+    let own_ranges: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
     let recorder = out.record.as_ref().map(|p| Recorder::create(p, pid, out.stack_bytes)).transpose()?;
     // Bounded in records, and in stack windows by the sink: see [`ChannelSink`].
     let (tx, rx) = crossbeam_channel::bounded(ChannelSink::RECORDS);
@@ -438,6 +483,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         baseline,
         render_events: render_events(out),
         recorder: recorder.clone(),
+        interim: out.every.filter(|_| out.leaks.is_some()).map(|every| interim(out, every, &files, &own_ranges)),
     };
     // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
     let away = cpus_away_from(pid);
@@ -517,6 +563,9 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         tracer.summary.arm = arming.elapsed();
         // Every site is armed: the baseline of growth is sampled now (calls made while attaching were not seen).
         if let Some((mut sampler, tx)) = armed.take() {
+            if let Ok(mut own) = own_ranges.lock() {
+                own.clone_from(&tracer.summary.own_ranges);
+            }
             let spans = sampler.sample(&[]);
             let zero = tracer.armed_at();
             let _ = tx.send(analysis::Queued::Sample(Some(zero.elapsed().as_secs_f64()), spans, true));
@@ -643,7 +692,8 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         ending.facts = Some(facts);
     }
-    let finished = finish(out, done, &mut summary, ending, files, spawned);
+    let mut files = files.lock().unwrap_or_else(|e| e.into_inner());
+    let finished = finish(out, done, &mut summary, ending, &mut files, spawned);
     if let Some(r) = &recorder {
         // The recorded summary is the trace's (a report adds its own warnings).
         if let Some(ev_file) = &out.record {
