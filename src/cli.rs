@@ -197,6 +197,11 @@ pub struct TraceArgs {
     /// trace so far, each replacing the last, so a long trace has its evidence before it ends.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub every: Option<Duration>,
+    /// With --leaks: serve the trace's figures (anonymous memory, its growth rate, the top stacks' rates and
+    /// bytes) at http://ADDR/metrics in the Prometheus text format, and the trace so far's pprof profile at
+    /// /debug/pprof/allocs, refreshed every 5 s (ADDR: IP:PORT, such as 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// Program to start under the tracer (instead of --pid).
     #[arg(last = true)]
     pub cmd: Vec<String>,

@@ -122,6 +122,37 @@ pub struct History {
     regions: BTreeMap<u64, Vec<(u32, Option<Kept>)>>,
     /// By stack id: (sample index, bytes still mapped).
     stacks: HashMap<u32, Vec<(u32, u64)>>,
+    /// The most samples it keeps (0: [`MAX_SAMPLES`]).
+    max: usize,
+}
+
+/// The most samples a history keeps: once it has this many, each two neighbouring samples are merged into one (at
+/// the earlier one's time, each region and each stack at the smaller of its two values, as a floor would take
+/// them), so a trace of hours keeps a bounded history whose older part is coarser. (At `--smaps-every 1s`, the
+/// first merge is after 68 minutes.)
+pub const MAX_SAMPLES: usize = 4096;
+
+/// A series kept by change (`(sample index, value)`, `first` before its first change) over `n` samples, with each
+/// two neighbouring samples merged into one by `merge`: its first value, and its changes from the second sample on.
+fn halved<V: Copy + PartialEq>(h: &[(u32, V)], first: V, n: u32, merge: impl Fn(V, V) -> V) -> (V, Vec<(u32, V)>) {
+    let at = |k: u32| h.partition_point(|x| x.0 <= k).checked_sub(1).map_or(first, |i| h[i].1);
+    let value = |j: u32| merge(at(2 * j), at((2 * j + 1).min(n.saturating_sub(1))));
+    // The merged value changes only where a merged pair holds a change.
+    let half = n.div_ceil(2);
+    let mut at_pairs: Vec<u32> =
+        h.iter().flat_map(|&(k, _)| [k / 2, k.div_ceil(2)]).filter(|&j| j > 0 && j < half).collect();
+    at_pairs.sort_unstable();
+    at_pairs.dedup();
+    let start = value(0);
+    let (mut out, mut last) = (Vec::new(), start);
+    for j in at_pairs {
+        let v = value(j);
+        if v != last {
+            out.push((j, v));
+            last = v;
+        }
+    }
+    (start, out)
 }
 
 /// A region of one sample: `(start, end, Rss+Swap kB)`.
@@ -152,6 +183,43 @@ impl History {
                 h.push((k, bytes));
             }
         }
+        if self.times.len() >= if self.max == 0 { MAX_SAMPLES } else { self.max } {
+            self.halve();
+        }
+    }
+
+    /// A history that keeps at most `max` samples (see [`MAX_SAMPLES`]).
+    #[cfg(test)]
+    pub fn bounded(max: usize) -> History {
+        History { max: max.max(2), ..History::default() }
+    }
+
+    /// Merges each two neighbouring samples into one (see [`MAX_SAMPLES`]).
+    fn halve(&mut self) {
+        let n = self.times.len() as u32;
+        let mut base: BTreeMap<u64, Kept> =
+            self.base.iter().map(|&(s, end, rss_kb)| (s, Kept { end, rss_kb })).collect();
+        let smaller = |a: Option<Kept>, b: Option<Kept>| match (a, b) {
+            (Some(a), Some(b)) => Some(if b.rss_kb < a.rss_kb { b } else { a }),
+            _ => None,
+        };
+        for (start, h) in std::mem::take(&mut self.regions) {
+            let (first, changes) = halved(&h, base.get(&start).copied(), n, smaller);
+            match first {
+                Some(r) => base.insert(start, r),
+                None => base.remove(&start),
+            };
+            if !changes.is_empty() {
+                self.regions.insert(start, changes);
+            }
+        }
+        self.base = base.into_iter().map(|(s, r)| (s, r.end, r.rss_kb)).collect();
+        for h in self.stacks.values_mut() {
+            let (first, changes) = halved(h, 0, n, u64::min);
+            *h = (first != 0).then_some((0, first)).into_iter().chain(changes).collect();
+        }
+        self.stacks.retain(|_, h| !h.is_empty());
+        self.times = self.times.iter().step_by(2).copied().collect();
     }
 
     /// What a new sample changes: a region that is new or not as the last sample left it, or `None` where a
@@ -355,6 +423,50 @@ mod tests {
         assert_eq!(h.totals(), [12, 12, 12, 16]);
         // Only changes are kept (a new region, two gone, one back): the first sample is not copied.
         assert_eq!(h.regions.values().map(Vec::len).sum::<usize>(), 4);
+    }
+
+    /// A history that keeps 64 samples of 1,000: merged pairs, each region and stack at the smaller of its two
+    /// values, at the earlier time; what it answers is what the samples kept whole answer, merged the same way.
+    #[test]
+    fn a_bounded_history_merges_its_older_samples() {
+        let (mut h, mut whole) = (History::bounded(64), Vec::new());
+        for k in 0..1000u64 {
+            // A region that grows a page a sample, one that comes and goes, a stack that grows and churns.
+            let mut sample = vec![(0x1000, 0x2000 + k * 0x1000, 4 + 4 * k)];
+            if k % 3 != 1 {
+                sample.push((0x90_0000, 0x91_0000, 8 + k % 5));
+            }
+            let stacks: BTreeMap<u32, u64> = [(1, 4096 * k + (k % 2) * 65536)].into_iter().collect();
+            h.push(k as f64, sample.clone().into_iter(), &stacks);
+            whole.push((k as f64, sample, 4096 * k + (k % 2) * 65536));
+        }
+        assert!(h.times.len() < 64 && h.times.len() >= 32, "{}", h.times.len());
+        // Each kept sample stands for a run of samples kept whole: its time the run's first, its values the least.
+        let mut runs: Vec<&[(f64, Vec<SampledRegion>, u64)]> = Vec::new();
+        let mut rest = &whole[..];
+        for (i, &t) in h.times.iter().enumerate() {
+            let next = h.times.get(i + 1).copied().unwrap_or(f64::INFINITY);
+            let len = rest.iter().take_while(|s| s.0 < next).count();
+            assert_eq!(rest[0].0, t);
+            runs.push(&rest[..len]);
+            rest = &rest[len..];
+        }
+        assert!(rest.is_empty());
+        let least = |run: &[(f64, Vec<SampledRegion>, u64)], start: u64| -> u64 {
+            run.iter().map(|s| s.1.iter().find(|r| r.0 == start).map_or(0, |r| r.2)).min().unwrap()
+        };
+        let grows: Vec<u64> = runs.iter().map(|r| least(r, 0x1000)).collect();
+        assert_eq!(h.region_series(&[(0x1000, 0x2000)])[0], grows);
+        let comes: Vec<u64> = runs.iter().map(|r| least(r, 0x90_0000)).collect();
+        assert_eq!(h.region_series(&[(0x90_0000, 0x91_0000)])[0], comes);
+        let stack: Vec<u64> = runs.iter().map(|r| r.iter().map(|s| s.2).min().unwrap()).collect();
+        assert_eq!(h.stack_series(1), stack);
+        let totals: Vec<u64> = grows.iter().zip(&comes).map(|(a, b)| a + b).collect();
+        assert_eq!(h.totals(), totals);
+        // The latest samples are whole (none merged since the last halving), and the rate is still the truth.
+        assert_eq!(h.times.last(), Some(&999.0));
+        let t = crate::analysis::trend::trend_of(&h.times, &grows, 1024.0, 4096).unwrap();
+        assert!((t.per_sec - 4096.0).abs() < 1.0, "{t:?}");
     }
 
     /// Regions appearing, going, growing and changing between samples, some samples listed out of order or

@@ -326,7 +326,7 @@ impl LeakTracker {
         }
         let total = self.history.totals();
         let rate = trend_of(times, &total, 1024.0, leaks.iter().map(Candidate::quantum).fold(0, gcd));
-        let series = Series { times: times.clone(), stacks, regions: region_series };
+        let series = Series { times: times.clone(), total, stacks, regions: region_series };
         LeakReport {
             growing,
             leaks,
@@ -374,6 +374,8 @@ impl Candidate {
 #[derive(Debug, Clone, Default)]
 pub struct Series {
     pub times: Vec<f64>,
+    /// The Rss+Swap (kB) of all the anonymous memory at each sample.
+    pub total: Vec<u64>,
     pub stacks: Vec<(StackId, Vec<u64>)>,
     pub regions: Vec<Vec<u64>>,
 }

@@ -39,18 +39,12 @@ pub struct Config {
     pub known: Option<Sender<crate::model::known::Proposal>>,
     /// Stack windows queued by the tracer's sink: counted down as the unwinding takes them.
     pub windows: Arc<std::sync::atomic::AtomicUsize>,
-    /// `--every`: the report's files of the trace so far (with `leaks`).
-    pub interim: Option<Interim>,
+    /// With `leaks`, given the leak model after each live sample, with the sample's time (seconds since attach):
+    /// the report of the trace so far, when one is due (`--every`, `--metrics`).
+    pub interim: Option<Box<Interim>>,
 }
 
-/// The report's files written as the trace goes: after the first sample at least `every` after the last time.
-pub struct Interim {
-    pub every: Duration,
-    /// Writes the files of the report of `tracker`, whose last sample is at a time (seconds since attach).
-    pub write: Box<WriteInterim>,
-}
-
-pub type WriteInterim = dyn FnMut(&LeakTracker, f64) + Send;
+pub type Interim = dyn FnMut(&LeakTracker, f64) + Send;
 
 /// Time spent unwinding and symbolizing, for the summary.
 #[derive(Default)]
@@ -315,7 +309,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut seen_twice = SeenTwice::default();
     let mut nested = 0u64;
     let (rec, traced) = (cfg.recorder, cfg.traced);
-    let (mut interim, mut last_interim) = (cfg.interim, 0.0);
+    let mut interim = cfg.interim;
     // Each sample goes to the recording at its place among the events, and to the leak tracker.
     let take_sample = |tracker: &mut Option<LeakTracker>, time: Option<f64>, spans: Vec<Span>, baseline: bool| {
         if let Some(r) = &rec {
@@ -379,11 +373,8 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             // (None read: the target is gone, which the leak model ignores.)
             Staged::Coming(time, regions) => {
                 take_sample(&mut tracker, Some(time), regions.recv().unwrap_or_default(), false);
-                if let (Some(i), Some(t)) = (interim.as_mut(), tracker.as_ref())
-                    && time >= last_interim + i.every.as_secs_f64()
-                {
-                    last_interim = time;
-                    (i.write)(t, time);
+                if let (Some(interim), Some(t)) = (interim.as_mut(), tracker.as_ref()) {
+                    interim(t, time);
                 }
                 continue;
             }

@@ -4,6 +4,7 @@
 //! answer those paths (what Parca and `go tool pprof http://ADDR/debug/pprof/allocs` pull). One thread, one
 //! request per connection, a few seconds at most each: a scraper cannot hold the watch up.
 
+use crate::analysis::leaks::LeakReport;
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -137,6 +138,83 @@ impl Exposition {
         }
         out
     }
+}
+
+/// The leak report's stacks named in `/metrics` (the rest are added up as `stack="other"`): a bounded number of
+/// series, as Prometheus' conventions ask.
+const TOP_STACKS: usize = 10;
+
+/// A trace's figures (`--leaks --metrics`) as `/metrics` serves them: the anonymous memory and its rate (the
+/// names `watch` uses), and the leak candidates of most growth, each by a short id stable across runs (a hash of
+/// its functions and modules) and its first frame outside libc.
+pub fn leaks_exposition(report: &LeakReport, process: &str, rank: &str) -> String {
+    let mut e = Exposition::default();
+    e.family("syscatch_build_info", "gauge", "syscatch's version and build, always 1.");
+    e.add(
+        "syscatch_build_info",
+        vec![("version", env!("CARGO_PKG_VERSION").into()), ("build", env!("SYSCATCH_BUILD_INFO").into())],
+        1.0,
+    );
+    let labels: Labels = vec![("process", process.into()), ("rank", rank.into())];
+    e.family("syscatch_anon_bytes", "gauge", "Rss+Swap of the anonymous memory, at the latest sample.");
+    if let Some(kb) = report.series.total.last() {
+        e.add("syscatch_anon_bytes", labels.clone(), (kb * 1024) as f64);
+    }
+    let rates = [
+        ("syscatch_growth_bytes_per_second", "Lasting growth rate: the trend of the Rss+Swap floor."),
+        ("syscatch_growth_low_bytes_per_second", "Lower end of the growth rate's interval."),
+        ("syscatch_growth_high_bytes_per_second", "Upper end of the growth rate's interval."),
+    ];
+    for (name, help) in rates {
+        e.family(name, "gauge", help);
+    }
+    if let Some(t) = report.rate {
+        for ((name, _), v) in rates.iter().zip([t.per_sec, t.low, t.high]) {
+            e.add(name, labels.clone(), v);
+        }
+    }
+    e.family("syscatch_stack_growth_bytes_per_second", "gauge", "A leak candidate's rate (the trend of its bytes).");
+    e.family("syscatch_stack_mapped_bytes", "gauge", "Bytes a leak candidate still maps.");
+    for (i, c) in report.leaks.iter().enumerate() {
+        let mut l = labels.clone();
+        let stack = report.stack(c.id);
+        if i < TOP_STACKS {
+            l.push(("stack", stack.map(short_id).unwrap_or_default()));
+            l.push(("caller", stack.map(caller).unwrap_or_default()));
+        } else {
+            l.extend([("stack", "other".to_string()), ("caller", String::new())]);
+        }
+        // (No rate before four samples: a series says nothing rather than something untrue.)
+        if let Some(t) = c.rate {
+            e.add("syscatch_stack_growth_bytes_per_second", l.clone(), t.per_sec);
+        }
+        e.add("syscatch_stack_mapped_bytes", l, c.stats.still_mapped as f64);
+    }
+    e.text()
+}
+
+/// A stack's caller in `/metrics`: its first function outside libc, with its module (`pool_grow (libucx.so)`), the
+/// same in every run.
+fn caller(stack: &crate::model::stack::Stack) -> String {
+    let in_libc = |f: &&crate::model::stack::Frame| f.module.as_deref().is_some_and(crate::model::modules::is_libc);
+    let f = stack.frames.iter().find(|f| !in_libc(f) && !f.inlined).or(stack.frames.first());
+    f.map(|f| match (&f.function, &f.module, &f.file) {
+        (Some(func), Some(m), _) => format!("{func} ({m})"),
+        (Some(func), None, Some(file)) => format!("{func} ({})", crate::model::modules::file_name(file)),
+        (Some(func), None, None) => func.clone(),
+        (None, m, _) => m.clone().unwrap_or_default(),
+    })
+    .unwrap_or_default()
+}
+
+/// A stack's id in `/metrics`: 8 hex digits of an FNV-1a hash of its frames' functions and modules (addresses
+/// differ from run to run; these do not).
+fn short_id(stack: &crate::model::stack::Stack) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in crate::report::diff::stack_key(stack).join(";").bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    format!("{h:08x}")
 }
 
 /// A label value as the text format writes it: backslash, double quote and newline escaped.

@@ -42,6 +42,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
         smaps_every: script.settings.smaps_every.unwrap_or(std::time::Duration::from_secs(1)),
         stop_every_call: false,
         every: None,
+        metrics: None,
         member: None,
     };
     trace::run_trace(&out, plan, trace::Start::Attach(pid))?;

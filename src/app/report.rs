@@ -73,6 +73,7 @@ fn output(args: &ReportArgs, leaks: bool, window: (f64, Option<f64>), label: Str
         smaps_every: std::time::Duration::ZERO,
         stop_every_call: false,
         every: None,
+        metrics: None,
         member: None,
     })
 }

@@ -213,6 +213,8 @@ pub struct Output {
     pub stop_every_call: bool,
     /// `--every`: the report's files of the trace so far, written this often.
     pub every: Option<Duration>,
+    /// `--metrics ADDR`: the trace's figures for Prometheus, and its pprof profile, served there.
+    pub metrics: Option<String>,
     /// One process of a session of several: the trace runs on a thread of its own, and its report is kept for
     /// the session's.
     pub member: Option<crate::app::session::Member>,
@@ -236,8 +238,13 @@ impl Output {
                 "--every writes the report's files as the trace goes: give --html, --pprof, --folded or --flamegraph",
             ));
         }
-        if args.every.is_some() && (args.select.tree || args.select.pid.len() > 1) {
-            return Err(usage("--every writes one process's files: leave out --tree and trace one --pid"));
+        for (given, name) in [(args.every.is_some(), "--every"), (args.metrics.is_some(), "--metrics")] {
+            if given && (args.select.tree || args.select.pid.len() > 1) {
+                return Err(usage(format!("{name} is of one process's trace: leave out --tree and trace one --pid")));
+            }
+        }
+        if args.metrics.is_some() && !leaks {
+            return Err(usage("--metrics serves the leak report's figures: add --leaks"));
         }
         Ok(Output {
             json: args.json,
@@ -263,6 +270,7 @@ impl Output {
             smaps_every: args.smaps_every,
             stop_every_call: args.no_known_stacks,
             every: args.every,
+            metrics: args.metrics.clone(),
             member: None,
         })
     }
@@ -376,32 +384,53 @@ fn stopped_before_attaching(pid: Tid) -> End {
     End::Signal(sig)
 }
 
-/// `--every`: writes the report's files of the trace so far, and says so on stderr.
+/// How often `--metrics` publishes the report of the trace so far (each costs a report of the whole trace).
+const METRICS_EVERY: f64 = 5.0;
+
+/// The report of the trace so far, when due: `--every`'s files (said on stderr), and `--metrics`' figures and
+/// pprof profile.
 fn interim(
     out: &Output,
-    every: Duration,
+    pid: Tid,
     files: &Arc<Mutex<ReportFiles>>,
     own: &Arc<Mutex<Vec<(u64, u64)>>>,
-) -> Interim {
+    server: Option<crate::app::metrics::Server>,
+) -> Box<Interim> {
     let (out, files, own) = (out.clone(), files.clone(), own.clone());
-    let write = move |tracker: &crate::analysis::leaks::LeakTracker, time: f64| {
+    let labels = (crate::live::selection::describe(pid).name, crate::app::watch::rank_of(pid));
+    let (mut files_at, mut metrics_at) = (0.0, f64::NEG_INFINITY);
+    Box::new(move |tracker: &crate::analysis::leaks::LeakTracker, time: f64| {
+        let files_due = out.every.is_some_and(|e| time >= files_at + e.as_secs_f64());
+        let metrics_due = server.is_some() && time >= metrics_at + METRICS_EVERY;
+        if !files_due && !metrics_due {
+            return;
+        }
         let mut report = tracker.report();
         report.leave_out(&own.lock().map(|o| o.clone()).unwrap_or_default());
-        let written = files
-            .lock()
-            .map_err(|_| anyhow!("internal error"))
-            .and_then(|mut f| f.write(&out, &report, (time * 1e9) as u64));
-        let names: Vec<String> = [&out.html, &out.pprof, &out.folded, &out.flamegraph]
-            .into_iter()
-            .flatten()
-            .map(|p| p.display().to_string())
-            .collect();
-        match written {
-            Ok(()) => eprintln!("syscatch: the report of the first {time:.0}s written: {}", names.join(", ")),
-            Err(e) => eprintln!("syscatch: the report of the first {time:.0}s: {e:#}"),
+        let ns = (time * 1e9) as u64;
+        if let (true, Some(s)) = (metrics_due, &server) {
+            metrics_at = time;
+            s.publish(crate::app::metrics::leaks_exposition(&report, &labels.0, &labels.1));
+            let mut profile = Vec::new();
+            if report.pprof(&mut profile, ns).is_ok() {
+                s.publish_pprof(profile);
+            }
         }
-    };
-    Interim { every, write: Box::new(write) }
+        if files_due {
+            files_at = time;
+            let written =
+                files.lock().map_err(|_| anyhow!("internal error")).and_then(|mut f| f.write(&out, &report, ns));
+            let names: Vec<String> = [&out.html, &out.pprof, &out.folded, &out.flamegraph]
+                .into_iter()
+                .flatten()
+                .map(|p| p.display().to_string())
+                .collect();
+            match written {
+                Ok(()) => eprintln!("syscatch: the report of the first {time:.0}s written: {}", names.join(", ")),
+                Err(e) => eprintln!("syscatch: the report of the first {time:.0}s: {e:#}"),
+            }
+        }
+    })
 }
 
 pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
@@ -415,6 +444,11 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     // `--every` writes them from the analysis thread too (leaving out syscatch's own pages, known once armed).
     let files = Arc::new(Mutex::new(files));
     let own_ranges: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    // `--metrics`: listening before attaching, so a bad or taken address leaves the target untouched.
+    let server = out.metrics.as_deref().map(crate::app::metrics::Server::start).transpose()?;
+    if let Some(s) = &server {
+        eprintln!("syscatch: serving the trace's figures at http://{}/metrics (every {METRICS_EVERY:.0}s)", s.addr);
+    }
     let recorder = out.record.as_ref().map(|p| Recorder::create(p, pid, out.stack_bytes)).transpose()?;
     // Bounded in records, and in stack windows by the sink: see [`ChannelSink`].
     let (tx, rx) = crossbeam_channel::bounded(ChannelSink::RECORDS);
@@ -483,7 +517,8 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         baseline,
         render_events: render_events(out),
         recorder: recorder.clone(),
-        interim: out.every.filter(|_| out.leaks.is_some()).map(|every| interim(out, every, &files, &own_ranges)),
+        interim: (out.leaks.is_some() && (out.every.is_some() || server.is_some()))
+            .then(|| interim(out, pid, &files, &own_ranges, server)),
     };
     // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
     let away = cpus_away_from(pid);

@@ -465,7 +465,7 @@ fn table(out: &mut impl Write, procs: &[Watched], time: f64, every: Duration, wi
 }
 
 /// `RANK`, else `LOCAL_RANK`, from the process's environment (what torchrun and vLLM's workers are started with).
-fn rank_of(pid: Tid) -> String {
+pub(crate) fn rank_of(pid: Tid) -> String {
     let env = procfs::read_environ(pid).unwrap_or_default();
     let var = |name: &str| {
         env.split(|&b| b == 0)

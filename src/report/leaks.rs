@@ -241,7 +241,7 @@ impl LeakReport<'_> {
             "series",
             json!({
                 "from": self.window.from, "to": self.window.to, "middle": self.window.middle(),
-                "times": self.series.times, "stacks": stacks, "regions": regions,
+                "times": self.series.times, "anon_kb": self.series.total, "stacks": stacks, "regions": regions,
             }),
         )?;
         if let Some(d) = &self.diagnosis {

@@ -395,3 +395,55 @@ fn the_time_to_a_cgroup_limit_is_told_and_the_oom_trigger_fires_first() {
     assert_eq!(started["data"]["pid"], leaker);
     assert!(started["data"]["time"].as_f64().unwrap() < exit, "before the kill: {started}");
 }
+
+/// `--leaks --metrics`: a trace serves its figures as `watch` does, with the top stacks by a short stable id and
+/// their caller; the leaker's pool (600 MiB/min) is there at its rate, within 10%, and `/debug/pprof/allocs` is the
+/// trace so far's profile. Polled until the rate is there (published every 5 s).
+#[test]
+fn a_trace_serves_its_top_stacks_to_prometheus() {
+    require_ptrace();
+    let mut tr = tree(1 << 20, 100, 0);
+    let pid = tr.leaker.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--leaks", "--metrics", "127.0.0.1:0", "--for", "120s"]);
+    let line = sc.err.until(|l| l.contains("/metrics")).pop().unwrap();
+    let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).unwrap().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let pool = loop {
+        let (head, body) = http_get(&addr, "/metrics");
+        assert!(head.contains("200"), "{head}");
+        let text = String::from_utf8(body).unwrap();
+        let found =
+            text.lines().find(|l| l.starts_with("syscatch_stack_growth_bytes_per_second{") && l.contains("pool_grow"));
+        if let Some(l) = found.filter(|l| !l.ends_with(" 0")) {
+            assert!(
+                text.contains("syscatch_anon_bytes{process=\"leaker\"") && text.contains("syscatch_build_info"),
+                "{text}"
+            );
+            break l.to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "no rate for the pool: {text}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    let rate: f64 = pool.rsplit(' ').next().unwrap().parse().unwrap();
+    let truth = tr.mib_per_min * 1048576.0 / 60.0;
+    assert!((rate - truth).abs() <= 0.1 * truth, "{truth} B/s: {pool}");
+    let id = pool.split("stack=\"").nth(1).unwrap().split('"').next().unwrap();
+    assert!(id.len() == 8 && id.chars().all(|c| c.is_ascii_hexdigit()), "{pool}");
+    let (head, gz) = http_get(&addr, "/debug/pprof/allocs");
+    assert!(head.contains("200"), "{head}");
+    let mut profile = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut profile).unwrap();
+    assert!(profile.windows(9).any(|w| w == b"pool_grow"));
+    sc.signal(libc::SIGINT);
+    let (status, _, err) = sc.finish();
+    assert!(status.success(), "{err:?}");
+    tr.t.close_stdin();
+    // Not with several processes, nor without --leaks.
+    for bad in [
+        &["--pid", &pid, "--tree", "--leaks", "--metrics", "127.0.0.1:0"][..],
+        &["--pid", &pid, "--metrics", "127.0.0.1:0"],
+    ] {
+        let (code, _, err) = run_syscatch(bad);
+        assert!(code == 2 && err.lines().count() == 1 && err.contains("--metrics"), "{err}");
+    }
+}
