@@ -14,10 +14,11 @@ MINUTES=${1:-30}
 [[ ${2:-} == --no-build ]] || cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
 SC=$ROOT/target/release/syscatch
 TMP=$(mktemp -d)
+SC_PID="" W_PID=""
 trap 'kill $SC_PID $W_PID 2>/dev/null || true; rm -rf "$TMP"' EXIT
 
 gcc -O2 -Wall -fPIC -shared -pthread -o "$TMP/libworker.so" "$ROOT/scripts/bench/worker_lib.c" -ldl
-mkfifo "$TMP/in"
+mkfifo "$TMP/in" "$TMP/out"
 python3 "$ROOT/scripts/bench/worker.py" "$TMP/libworker.so" 3 <"$TMP/in" >"$TMP/out" &
 W_PID=$!
 exec 3>"$TMP/in" 4<"$TMP/out"

@@ -791,6 +791,7 @@ bench_worker
 # with 1, 4 and 16 processes.
 bench_tree_workers
 bench_tree_cost
+bench_watch_cost
 # A munmap written to --fast's ring without a stop, per call (issue 26), and a pinned target's work rate in the first
 # second after syscatch --leaks attaches and in the next (the analysis threads and the prefetch stay off its CPU).
 bench_ring_munmap "$N_RING"

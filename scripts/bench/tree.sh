@@ -150,3 +150,65 @@ bench_tree_cost() {
         row_values "tree_cpu_$n" "  its CPU time (user + system)" s "" "" "${cpu[@]}"
     done
 }
+
+# `syscatch watch` (issue 37): what a round of /proc reads costs, on ten Python processes that each compute about
+# 2 ms in every 100 ms (so the ratio below has something to compare with). `watch --every 1s --for 10s` is run
+# RUNS times under /usr/bin/time; a round's CPU time is its user + system time over the rounds it took. Rows: the
+# CPU time of a round, the share of one CPU at the default --every 5s (goal: under 1%), and watch's CPU time over
+# the watched processes' own over the same time (from their /proc/PID/stat) at --every 5s.
+bench_watch_cost() {
+    local ids=(watch_round watch_share watch_vs_watched) id want_any=0 py i j t u s secs=10 ticks
+    for id in "${ids[@]}"; do want "$id" && want_any=1; done
+    if ((!want_any)); then
+        for id in "${ids[@]}"; do skip "$id" "watch's cost" x; done
+        return
+    fi
+    say "syscatch watch on 10 Python processes: the CPU time of a round"
+    py=$(command -v python3) || return
+    ticks=$(getconf CLK_TCK)
+    local pids="" ins=() outs=() round=() share=() ratio=() bad=""
+    local work='import os, sys, time, select
+print("pid", os.getpid(), flush=True)
+while not select.select([sys.stdin], [], [], 0.098)[0]:
+    t = time.thread_time()
+    while time.thread_time() - t < 0.002:
+        pass'
+    for ((i = 0; i < 10; i++)); do
+        target_start "" "$py" -c "$work" || die "cannot start a Python process"
+        pids+="${pids:+,}$T_PID" ins+=("$T_IN") outs+=("$T_OUT")
+    done
+    # The watched processes' CPU time, in clock ticks.
+    cpu_of() { local p sum=0; for p in ${pids//,/ }; do sum=$((sum + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done; echo "$sum"; }
+    for ((j = 0; j < RUNS; j++)); do
+        local before after rounds
+        before=$(cpu_of)
+        /usr/bin/time -f '%U %S' -o "$TMP/watch.time" "$SC" watch --pid "$pids" --every 1s --for "${secs}s" --json \
+            >"$TMP/watch.out" 2>"$TMP/watch.err" || bad="exit status $?: $(tail -1 "$TMP/watch.err")"
+        after=$(cpu_of)
+        read -r u s <<<"$(tail -1 "$TMP/watch.time")"
+        rounds=$(grep -c '"type":"watch"' "$TMP/watch.out")
+        rounds=$((rounds / 10))
+        ((rounds > 0)) || { bad="no round: $(tail -1 "$TMP/watch.err")"; break; }
+        t=$(calc "($u + $s) / $rounds")
+        round+=("$(calc "$t * 1000")")
+        share+=("$(calc "$t / 5 * 100")")
+        ratio+=("$(calc "$t / 5 / (($after - $before) / $ticks / $secs)")")
+    done
+    local fd
+    for ((i = 0; i < 10; i++)); do
+        fd=${ins[i]}
+        echo >&"$fd"
+        exec {fd}>&-
+        fd=${outs[i]}
+        exec {fd}<&-
+    done
+    wait 2>/dev/null
+    if [[ -n $bad ]]; then
+        for id in "${ids[@]}"; do row "$id" "watch's cost" x failed "$bad"; done
+        return
+    fi
+    row_values watch_round "watch: CPU time of a round, 10 processes" ms "" "smaps_rollup and status of each; the whole smaps every 12th round" "${round[@]}"
+    row_values watch_share "  at --every 5s: share of one CPU (goal < 1)" % "" "" "${share[@]}"
+    row_values watch_vs_watched "  at --every 5s: over the watched processes' own CPU time" x "" \
+        "each process computes 2 ms in 100 ms" "${ratio[@]}"
+}

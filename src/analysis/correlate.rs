@@ -68,19 +68,14 @@ impl StackStats {
     }
 }
 
-/// An address a traced call returned (mmap, mremap), kept to match growing regions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Returned {
-    pub addr: u64,
-    pub len: u64,
-    pub stack: StackId,
-}
-
 #[derive(Debug, Default, Clone)]
 pub struct AddressSpace {
     pieces: BTreeMap<u64, Piece>,
     stats: BTreeMap<StackId, StackStats>,
-    returned: Vec<Returned>,
+    /// The addresses traced calls returned (mmap, mremap), with the stack and how many calls: what matches
+    /// growing regions to stacks. Counted by address, not kept per call: a process that maps and unmaps the same
+    /// addresses for hours keeps one entry each.
+    returned: BTreeMap<(u64, StackId), u64>,
     /// The time of the calls being applied ([`Self::at`]).
     now: f64,
     /// The start of the window the accounting covers ([`Self::rebase`]): bytes mapped earlier are still known by
@@ -153,7 +148,7 @@ impl AddressSpace {
         self.unmap(start, end);
         self.insert(start, end, stack, anon);
         self.stats.entry(stack).or_default().mapped += end - start;
-        self.returned.push(Returned { addr: start, len: end - start, stack });
+        *self.returned.entry((start, stack)).or_default() += 1;
     }
 
     fn munmap(&mut self, addr: u64, len: u64, stack: StackId) {
@@ -196,7 +191,7 @@ impl AddressSpace {
             self.insert(new + grow_from, new_end, stack, moved_anon);
             self.stats.entry(stack).or_default().mapped += new_len - base_len;
         }
-        self.returned.push(Returned { addr: new, len: new_len, stack });
+        *self.returned.entry((new, stack)).or_default() += 1;
     }
 
     fn insert(&mut self, start: u64, end: u64, stack: StackId, anon: bool) {
@@ -342,9 +337,8 @@ impl AddressSpace {
                 let growth = r.rss_swap.checked_sub(old.unwrap_or(0)).filter(|&g| g > 0)?;
                 let (start, end) = (r.start, r.end);
                 let mut by: BTreeMap<StackId, RegionStack> = BTreeMap::new();
-                for ret in self.returned.iter().filter(|x| start <= x.addr && x.addr < end) {
-                    let e = by.entry(ret.stack).or_insert(RegionStack { stack: ret.stack, calls: 0, still_mapped: 0 });
-                    e.calls += 1;
+                for (&(_, stack), &calls) in self.returned.range((start, StackId(0))..(end, StackId(0))) {
+                    by.entry(stack).or_insert(RegionStack { stack, calls: 0, still_mapped: 0 }).calls += calls;
                 }
                 for (id, bytes) in self.still_mapped_in(start, end) {
                     if let Some(e) = by.get_mut(&id) {

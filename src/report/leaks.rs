@@ -96,7 +96,11 @@ impl LeakReport<'_> {
                 } else {
                     "pages of memory mapped before the trace or by untraced calls; the target ran on while it was read"
                 };
-                writeln!(w, "      {traced} KiB resident on traced stacks; {rest} KiB elsewhere ({why})")?;
+                // Where nothing is elsewhere, there is nothing to explain.
+                match rest {
+                    0 => writeln!(w, "      {traced} KiB resident on traced stacks")?,
+                    _ => writeln!(w, "      {traced} KiB resident on traced stacks; {rest} KiB elsewhere ({why})")?,
+                }
             }
             if g.created_before_trace() {
                 writeln!(w, "      mapped before the trace started (or by a call that was not traced)")?;
