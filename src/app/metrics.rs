@@ -106,6 +106,16 @@ pub struct Exposition {
 }
 
 impl Exposition {
+    /// One that starts with `syscatch_build_info` (always 1, labelled with the version and build), as Prometheus'
+    /// conventions ask of every exporter.
+    pub fn with_build_info() -> Exposition {
+        let mut e = Exposition::default();
+        e.family("syscatch_build_info", "gauge", "syscatch's version and build, always 1.");
+        let labels = vec![("version", env!("CARGO_PKG_VERSION").into()), ("build", env!("SYSCATCH_BUILD_INFO").into())];
+        e.add("syscatch_build_info", labels, 1.0);
+        e
+    }
+
     /// `kind`: `gauge` or `counter`.
     pub fn family(&mut self, name: &'static str, kind: &'static str, help: &'static str) {
         if !self.families.iter().any(|f| f.0 == name) {
@@ -148,13 +158,7 @@ const TOP_STACKS: usize = 10;
 /// names `watch` uses), and the leak candidates of most growth, each by a short id stable across runs (a hash of
 /// its functions and modules) and its first frame outside libc.
 pub fn leaks_exposition(report: &LeakReport, process: &str, rank: &str) -> String {
-    let mut e = Exposition::default();
-    e.family("syscatch_build_info", "gauge", "syscatch's version and build, always 1.");
-    e.add(
-        "syscatch_build_info",
-        vec![("version", env!("CARGO_PKG_VERSION").into()), ("build", env!("SYSCATCH_BUILD_INFO").into())],
-        1.0,
-    );
+    let mut e = Exposition::with_build_info();
     let labels: Labels = vec![("process", process.into()), ("rank", rank.into())];
     e.family("syscatch_anon_bytes", "gauge", "Rss+Swap of the anonymous memory, at the latest sample.");
     if let Some(kb) = report.series.total.last() {

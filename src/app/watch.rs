@@ -479,13 +479,7 @@ pub(crate) fn rank_of(pid: Tid) -> String {
 /// label that changes with every restart would make new series without end), the figures of processes that share
 /// both added up (the least time to the limit).
 fn exposition(procs: &[Watched], read_cpu: Duration) -> String {
-    let mut e = Exposition::default();
-    e.family("syscatch_build_info", "gauge", "syscatch's version and build, always 1.");
-    e.add(
-        "syscatch_build_info",
-        vec![("version", env!("CARGO_PKG_VERSION").into()), ("build", env!("SYSCATCH_BUILD_INFO").into())],
-        1.0,
-    );
+    let mut e = Exposition::with_build_info();
     e.family("syscatch_watched_processes", "gauge", "Processes watched now.");
     e.add("syscatch_watched_processes", Vec::new(), procs.iter().filter(|w| !w.gone).count() as f64);
     e.family("syscatch_read_cpu_seconds_total", "counter", "CPU time the watch spent reading /proc.");
