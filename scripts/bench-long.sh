@@ -6,8 +6,8 @@
 #
 # Usage: scripts/bench-long.sh [MINUTES] [--no-build]
 # Prints one line per checkpoint (1, 5, 15, 30 minutes, and MINUTES): minutes, syscatch's RSS and peak RSS (MiB),
-# the recording's size (MiB) and its rate (MiB/h), the worker's steps/s over the minute before against its
-# untraced steps/s (measured for a minute before attaching).
+# the recording's size (MiB), its rate over the whole trace and since the checkpoint before (MiB/h), the worker's
+# steps/s over the minute before against its untraced steps/s (measured for a minute before attaching).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MINUTES=${1:-30}
@@ -39,7 +39,8 @@ echo "bench-long: worker untraced: $untraced steps/s; tracing for ${MINUTES} min
 SC_PID=$!
 start=$(date +%s)
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
-printf '%8s %10s %10s %12s %12s %12s\n' minutes rss_mib peak_mib record_mib record_mib_h worker_kept
+printf '%8s %10s %10s %12s %12s %12s %12s\n' minutes rss_mib peak_mib record_mib record_mib_h since_mib_h worker_kept
+prev_bytes=0 prev_el=0
 for at in 1 5 15 30 "$MINUTES"; do
     ((at <= MINUTES)) || continue
     # The minute before the checkpoint is the worker's measure.
@@ -51,10 +52,12 @@ for at in 1 5 15 30 "$MINUTES"; do
     peak=$(awk '/^VmHWM/ { print $2 }' "/proc/$SC_PID/status" 2>/dev/null || echo 0)
     bytes=$(stat -c %s "$TMP/long.rec")
     el=$(($(date +%s) - start))
-    printf '%8s %10s %10s %12s %12s %12s\n' "$at" "$(mib "$rss")" "$(mib "$peak")" \
+    printf '%8s %10s %10s %12s %12s %12s %12s\n' "$at" "$(mib "$rss")" "$(mib "$peak")" \
         "$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')" \
         "$(awk -v b="$bytes" -v s="$el" 'BEGIN { printf "%.0f", b / 1048576 * 3600 / s }')" \
+        "$(awk -v b="$((bytes - prev_bytes))" -v s="$((el - prev_el))" 'BEGIN { printf "%.0f", b / 1048576 * 3600 / s }')" \
         "$(awk -v a="$kept" -v u="$untraced" 'BEGIN { printf "%.2f", a / u }')"
+    prev_bytes=$bytes prev_el=$el
     [[ $at == "$MINUTES" ]] && break
 done
 kill -INT "$SC_PID"

@@ -42,7 +42,7 @@ struct Piece {
 }
 
 /// Accounting of one stack, in bytes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StackStats {
     /// Successful mmap, munmap and mremap calls made from this stack.
     pub mmaps: u64,
@@ -66,7 +66,44 @@ impl StackStats {
     pub fn calls(&self) -> u64 {
         self.mmaps + self.munmaps + self.mremaps + self.failed
     }
+
+    /// What these figures add to `base`'s (each counter less base's, none below zero).
+    fn since(&self, base: &StackStats) -> StackStats {
+        StackStats {
+            mmaps: self.mmaps.saturating_sub(base.mmaps),
+            munmaps: self.munmaps.saturating_sub(base.munmaps),
+            mremaps: self.mremaps.saturating_sub(base.mremaps),
+            failed: self.failed.saturating_sub(base.failed),
+            mapped: self.mapped.saturating_sub(base.mapped),
+            unmapped: self.unmapped.saturating_sub(base.unmapped),
+            vanished: self.vanished.saturating_sub(base.vanished),
+            still_mapped: 0,
+            released: self.released.saturating_sub(base.released),
+        }
+    }
 }
+
+/// How the model changed between two moments ([`AddressSpace::changes_since`]): what a recording keeps of the
+/// calls in between once it no longer keeps each call. Stacks are the numbers of the model that changed; the
+/// figures are its own since the trace began (whatever window a report later takes of them).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Changes {
+    /// Starts of the pieces that are gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gone: Vec<u64>,
+    /// Pieces that are new or changed: start, end, stack, anonymous, since (seconds since attach).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pieces: Vec<(u64, u64, u32, bool, f64)>,
+    /// The accounting of each stack whose accounting changed, whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stats: Vec<(u32, StackStats)>,
+    /// Each address and stack whose count of calls returning it changed, with the count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub returned: Vec<(u64, u32, u64)>,
+}
+
+/// Calls that returned each address, by address and stack.
+type Returned = BTreeMap<(u64, StackId), u64>;
 
 #[derive(Debug, Default, Clone)]
 pub struct AddressSpace {
@@ -75,12 +112,15 @@ pub struct AddressSpace {
     /// The addresses traced calls returned (mmap, mremap), with the stack and how many calls: what matches
     /// growing regions to stacks. Counted by address, not kept per call: a process that maps and unmaps the same
     /// addresses for hours keeps one entry each.
-    returned: BTreeMap<(u64, StackId), u64>,
+    returned: Returned,
     /// The time of the calls being applied ([`Self::at`]).
     now: f64,
     /// The start of the window the accounting covers ([`Self::rebase`]): bytes mapped earlier are still known by
     /// their stack, but are neither still mapped nor unmapped in it.
     from: f64,
+    /// The accounting and the counts of returned addresses when the window started: what [`Self::apply`]
+    /// takes off the figures of a trace's whole that it is given.
+    base: Box<(BTreeMap<StackId, StackStats>, Returned)>,
 }
 
 fn page_round(len: u64) -> Option<u64> {
@@ -113,8 +153,76 @@ impl AddressSpace {
     /// before it is no stack's any more in the figures (a trace started then would not have seen it).
     pub fn rebase(&mut self, time: f64) {
         self.from = time;
-        self.stats.clear();
-        self.returned.clear();
+        *self.base = (std::mem::take(&mut self.stats), std::mem::take(&mut self.returned));
+    }
+
+    /// What changed from `before` (an earlier copy of this model) to now.
+    pub fn changes_since(&self, before: &AddressSpace) -> Changes {
+        let mut c = Changes::default();
+        let (mut old, mut new) = (before.pieces.iter().peekable(), self.pieces.iter().peekable());
+        loop {
+            match (old.peek(), new.peek()) {
+                (Some(&(a, _)), Some(&(b, _))) if a < b => {
+                    c.gone.push(*a);
+                    old.next();
+                }
+                (Some(&(a, p)), Some(&(b, q))) => {
+                    if a != b || p != q {
+                        c.pieces.push((*b, q.end, q.stack.0, q.anon, q.since));
+                    }
+                    if a == b {
+                        old.next();
+                    }
+                    new.next();
+                }
+                (Some(&(a, _)), None) => {
+                    c.gone.push(*a);
+                    old.next();
+                }
+                (None, Some(&(b, q))) => {
+                    c.pieces.push((*b, q.end, q.stack.0, q.anon, q.since));
+                    new.next();
+                }
+                (None, None) => break,
+            }
+        }
+        for (id, s) in &self.stats {
+            if before.stats.get(id) != Some(s) {
+                c.stats.push((id.0, s.clone()));
+            }
+        }
+        for (&(addr, id), &n) in &self.returned {
+            if before.returned.get(&(addr, id)) != Some(&n) {
+                c.returned.push((addr, id.0, n));
+            }
+        }
+        c
+    }
+
+    /// Applies the changes of a model whose stacks `id` numbers in this one. The pieces must be as
+    /// [`Self::changes_since`] gives them (sorted, disjoint, not empty): others are left out.
+    pub fn apply_changes(&mut self, c: &Changes, id: &mut dyn FnMut(u32) -> StackId) {
+        for start in &c.gone {
+            self.pieces.remove(start);
+        }
+        let mut last_end = 0;
+        for &(start, end, stack, anon, since) in &c.pieces {
+            if start < last_end || end <= start || !since.is_finite() {
+                continue;
+            }
+            last_end = end;
+            self.pieces.insert(start, Piece { end, stack: id(stack), anon, since });
+        }
+        for (stack, s) in &c.stats {
+            let stack = id(*stack);
+            let s = s.since(self.base.0.get(&stack).unwrap_or(&StackStats::default()));
+            self.stats.insert(stack, s);
+        }
+        for &(addr, stack, n) in &c.returned {
+            let key = (addr, id(stack));
+            let n = n.saturating_sub(self.base.1.get(&key).copied().unwrap_or(0));
+            self.returned.insert(key, n);
+        }
     }
 
     fn in_window(&self, p: &Piece) -> bool {
@@ -664,5 +772,69 @@ mod tests {
         let mut m = AddressSpace::new();
         m.apply(&ev, A);
         assert_eq!(stats(&m, A).still_mapped, 3 * PAGE);
+    }
+
+    /// A model rebuilt from another's changes, taken now and then among random calls and samples, is that model
+    /// at each of those moments, whatever the numbering of its stacks; in a window, its figures are those of
+    /// the calls from then on.
+    #[test]
+    fn a_model_rebuilt_from_its_changes_is_the_same() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let (mut live, mut copy, mut windowed) = (AddressSpace::new(), AddressSpace::new(), AddressSpace::new());
+        let mut written = live.clone();
+        // The copy numbers stack n as 10 + n.
+        let mut ids = |n: u32| StackId(10 + n);
+        let mmaps = |m: &AddressSpace| -> u64 { m.stacks().iter().map(|(_, s)| s.mmaps).sum() };
+        let mut before_window = 0;
+        for step in 0..4000u64 {
+            let (addr, len, stack) = (0x10_0000 + next(64) * PAGE, (1 + next(8)) * PAGE, StackId(next(5) as u32));
+            live.at(step as f64);
+            match next(10) {
+                0..=4 => live.apply_call(SYS_MMAP, &[0, len, 3, MAP_ANONYMOUS | 2, 0, 0], Some(addr), stack),
+                5..=7 => live.apply_call(SYS_MUNMAP, &[addr, len, 0, 0, 0, 0], Some(0), stack),
+                8 => live.apply_call(SYS_MREMAP, &[addr, len, 2 * len, 1, 0, 0], Some(addr + 0x40_0000), stack),
+                _ => {
+                    let end = 0x10_0000 + next(80) * PAGE;
+                    let text = format!("100000-{end:x} rw-p 0 00:00 0\nRss: 4 kB\n");
+                    live.reconcile(&smaps(&text));
+                }
+            }
+            if step % 97 == 0 {
+                let c = live.changes_since(&written);
+                written = live.clone();
+                copy.apply_changes(&c, &mut ids);
+                windowed.apply_changes(&c, &mut ids);
+                let renumbered: Vec<(StackId, StackStats)> =
+                    copy.stacks().into_iter().map(|(id, s)| (StackId(id.0 - 10), s)).collect();
+                assert_eq!(renumbered, live.stacks(), "at step {step}");
+                let pieces = |m: &AddressSpace| -> Vec<(u64, u64, u32)> {
+                    m.pieces.iter().map(|(&s, p)| (s, p.end, p.stack.0 % 10)).collect()
+                };
+                assert_eq!(pieces(&copy), pieces(&live), "at step {step}");
+                let returned = |m: &AddressSpace| -> Vec<(u64, u32, u64)> {
+                    m.returned.iter().map(|(&(a, s), &n)| (a, s.0 % 10, n)).collect()
+                };
+                assert_eq!(returned(&copy), returned(&live), "at step {step}");
+            }
+            if step == 2000 {
+                let c = live.changes_since(&written);
+                written = live.clone();
+                copy.apply_changes(&c, &mut ids);
+                windowed.apply_changes(&c, &mut ids);
+                // From here the windowed copy counts only what is mapped after.
+                windowed.rebase(step as f64);
+                before_window = mmaps(&live);
+                assert!(before_window > 0 && windowed.stacks().iter().all(|(_, s)| s.mapped == 0));
+            }
+        }
+        let c = live.changes_since(&written);
+        windowed.apply_changes(&c, &mut ids);
+        assert_eq!(mmaps(&windowed), mmaps(&live) - before_window);
     }
 }

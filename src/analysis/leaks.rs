@@ -2,7 +2,7 @@
 //! mapped. Fed by the analysis thread (events with their unwound stacks) and by smaps samples; renders the leak
 //! report as text, JSON Lines, collapsed stacks and a flame graph. Pure: smaps samples come in as values.
 
-use crate::analysis::correlate::{AddressSpace, Growing, StackId, StackStats};
+use crate::analysis::correlate::{AddressSpace, Changes, Growing, StackId, StackStats};
 use crate::analysis::growth::{History, Verdict, Window};
 use crate::analysis::trend::{Trend, gcd, quantum, trend_of};
 use crate::model::event::Event;
@@ -84,6 +84,11 @@ fn call_syscall(ev: &Event) -> Option<u64> {
     }
 }
 
+/// Whether the call is one the leak model counts (mmap, munmap, mremap; made or wrapped).
+pub fn maps(ev: &Event) -> bool {
+    call_syscall(ev).is_some_and(|nr| crate::model::consts::MAPPING_SYSCALLS.contains(&nr))
+}
+
 /// Recognises one call seen twice: at a watched libc function (reported at its return) whose `syscall()` was
 /// seen on the same thread just before, with the same result (a hook reached from the function, making the real
 /// call through `syscall()`).
@@ -137,6 +142,12 @@ pub struct LeakTracker {
     clock: f64,
     /// The samples in the window, the first being the baseline.
     history: History,
+    /// The model as a recording last wrote it ([`Self::changes`]): `Some` once the recording keeps its changes
+    /// instead of each call.
+    written: Option<Box<AddressSpace>>,
+    /// Read back from a recording: the stacks of the model that wrote it, by its numbers, as this one numbers
+    /// them.
+    recorded_ids: HashMap<u32, StackId>,
 }
 
 /// Pagemap bits (Documentation/admin-guide/mm/pagemap.rst).
@@ -182,22 +193,60 @@ impl LeakTracker {
     /// A call through a watched libc function (`libc.so.6:mmap`) counts as the syscall it makes; one whose
     /// `syscall()` was already seen on the same thread, just before, with the same result, is that same call (a hook
     /// reached from the function that made the real call through `syscall()`): counted once.
-    pub fn event(&mut self, ev: &Event, stack: Option<&Stack>) {
+    /// Returns the number of the call's stack when the call was counted.
+    pub fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> Option<StackId> {
         if self.after_window(ev.time) {
-            return;
+            return None;
         }
-        let Some(nr) = call_syscall(ev) else { return };
-        if !crate::model::consts::MAPPING_SYSCALLS.contains(&nr) {
-            return;
-        }
+        let nr = call_syscall(ev).filter(|nr| crate::model::consts::MAPPING_SYSCALLS.contains(nr))?;
         if self.seen_twice.is_repeat(ev) {
             self.nested += 1;
-            return;
+            return None;
         }
         self.reach(ev.time);
         let id = self.stacks.intern(stack);
         self.model.at(ev.time);
         self.model.apply_call(nr, &ev.args, ev.ret, id);
+        Some(id)
+    }
+
+    /// The same, for a call read back from a recording, which numbered its stack `recorded`.
+    pub fn recorded_event(&mut self, ev: &Event, stack: Option<&Stack>, recorded: Option<u32>) {
+        let id = self.event(ev, stack);
+        if let (Some(id), Some(r)) = (id, recorded) {
+            self.recorded_ids.insert(r, id);
+        }
+    }
+
+    /// A stack a recording numbered `recorded`, which its later changes name.
+    pub fn recorded_stack(&mut self, stack: Option<&Stack>, recorded: u32) {
+        let id = self.stacks.intern(stack);
+        self.recorded_ids.insert(recorded, id);
+    }
+
+    /// From now on a recording keeps the model's changes ([`Self::changes`]) instead of each call.
+    pub fn write_changes(&mut self) {
+        self.written.get_or_insert_with(|| Box::new(self.model.clone()));
+    }
+
+    /// How the model changed since the recording last wrote it (`None` unless [`Self::write_changes`]), and
+    /// how many calls were counted once ([`Self::nested`]).
+    pub fn changes(&mut self) -> Option<(Changes, u64)> {
+        let written = self.written.as_mut()?;
+        let c = self.model.changes_since(written);
+        **written = self.model.clone();
+        Some((c, self.nested))
+    }
+
+    /// Changes read back from a recording, made by `time` (seconds since attach).
+    pub fn recorded_changes(&mut self, time: f64, c: &Changes, nested: u64) {
+        if self.after_window(time) {
+            return;
+        }
+        self.reach(time);
+        self.nested = nested;
+        let (ids, stacks) = (&mut self.recorded_ids, &mut self.stacks);
+        self.model.apply_changes(c, &mut |n| *ids.entry(n).or_insert_with(|| stacks.intern(None)));
     }
 
     /// One sample of the regions taken at `time` (seconds since attach; `None` in older recordings: the time of

@@ -5,6 +5,7 @@
 //! recording), and writes the recording (`--record`). Its memory grows with
 //! distinct stacks, not with events. It never reads the target itself: modules come from a [`ModuleSource`].
 
+use crate::analysis::correlate::Changes;
 use crate::analysis::leaks::{LeakTracker, SeenTwice};
 use crate::analysis::modules::{ModuleSource, SharedModules, SharedSymbolizer};
 use crate::analysis::unwind::{End, Unwound};
@@ -42,6 +43,9 @@ pub struct Config {
     /// With `leaks`, given the leak model after each live sample, with the sample's time (seconds since attach):
     /// the report of the trace so far, when one is due (`--every`, `--metrics`).
     pub interim: Option<Box<Interim>>,
+    /// With `leaks` and a recorder: for how long (seconds since attach) the recording keeps each mapping call,
+    /// and then the leak model's changes at each sample (`None`: each call, always).
+    pub calls_for: Option<f64>,
 }
 
 pub type Interim = dyn FnMut(&LeakTracker, f64) + Send;
@@ -93,12 +97,26 @@ pub enum Queued {
     Call {
         ev: Event,
         stack_dropped: bool,
+        numbered: Numbered,
     },
+    /// Read back from a recording: how the leak model changed (see `Record::Changes`).
+    Changes(f64, Box<Changes>, u64),
     /// A sample taken at a time (seconds since attach; `None` in older recordings); `true`: the baseline taken
     /// right after arming (see `LeakTracker::rebaseline`).
     Sample(Option<f64>, Vec<Span>, bool),
     /// A live sample taken at a time: its regions come on the receiver once read (the analysis waits for them).
     Coming(f64, Receiver<Vec<Span>>),
+}
+
+/// What a recording says of a call's stack: the number its leak model gave it (to match its later changes).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Numbered {
+    /// A live call, or one recorded before there were numbers.
+    No,
+    /// A call the model counted.
+    Call(u32),
+    /// Only the stack counts: the call is in the model's changes that come next (see `Record::Stack`).
+    Stack(u32),
 }
 
 /// How many events may wait between the tracer and the output (records only: stack windows are bounded by the
@@ -140,6 +158,7 @@ struct Unwinding {
     took: Duration,
     /// The call as recorded (`--record`), with the part of its window the walk read.
     recorded: Option<Box<RecEvent>>,
+    numbered: Numbered,
 }
 
 /// A receiver that naps instead of parking while events flow. A parked receiver turns every send into a futex
@@ -206,6 +225,7 @@ fn flush_rendered(renderer: &mut dyn Renderer, unflushed: &mut bool, output_erro
 #[allow(clippy::large_enum_variant)]
 enum Staged {
     Call(Unwinding),
+    Changes(f64, Box<Changes>, u64),
     Sample(Option<f64>, Vec<Span>, bool),
     Coming(f64, Receiver<Vec<Span>>),
 }
@@ -230,12 +250,18 @@ fn unwinder(
     let cpu0 = crate::os::sched::thread_cpu();
     let mut lingering = Lingering::default();
     while let Some(q) = lingering.recv(&rx, &mut || {}) {
-        let (mut ev, stack_dropped) = match q {
-            Queued::Call { ev, stack_dropped } => {
+        let (mut ev, stack_dropped, numbered) = match q {
+            Queued::Call { ev, stack_dropped, numbered } => {
                 if ev.capture.as_ref().is_some_and(|c| c.known_id.is_none()) {
                     windows.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                (ev, stack_dropped)
+                (ev, stack_dropped, numbered)
+            }
+            Queued::Changes(t, c, n) => {
+                if tx.send(Staged::Changes(t, c, n)).is_err() {
+                    break;
+                }
+                continue;
             }
             Queued::Sample(t, s, b) => {
                 if tx.send(Staged::Sample(t, s, b)).is_err() {
@@ -284,7 +310,7 @@ fn unwinder(
         if recording && recorded.is_none() {
             recorded = Some(Box::new(RecEvent::new(&ev, None, &[], stack_dropped)));
         }
-        if tx.send(Staged::Call(Unwinding { ev, unwound, python, took: t0.elapsed(), recorded })).is_err() {
+        if tx.send(Staged::Call(Unwinding { ev, unwound, python, took: t0.elapsed(), recorded, numbered })).is_err() {
             break;
         }
     }
@@ -310,9 +336,20 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut nested = 0u64;
     let (rec, traced) = (cfg.recorder, cfg.traced);
     let mut interim = cfg.interim;
-    // Each sample goes to the recording at its place among the events, and to the leak tracker.
+    // Past this time the recording keeps the leak model's changes instead of each mapping call; the stacks of
+    // the model numbered below `written_stacks` are in the recording.
+    let calls_until = cfg.calls_for.filter(|_| rec.is_some() && tracker.is_some());
+    let (mut changing, mut written_stacks) = (false, 0u32);
+    // Each sample goes to the recording at its place among the events (after the model's changes), and to the
+    // leak tracker.
     let take_sample = |tracker: &mut Option<LeakTracker>, time: Option<f64>, spans: Vec<Span>, baseline: bool| {
         if let Some(r) = &rec {
+            if let Some(t) = tracker.as_mut()
+                && let Some((changes, nested)) = t.changes()
+            {
+                let time = time.unwrap_or(t.span().to);
+                r.write(&Record::Changes { time, changes: Box::new(changes), nested });
+            }
             r.write(&Record::Sample { spans: spans.clone(), time, baseline });
         }
         match (tracker.as_mut(), time) {
@@ -364,8 +401,14 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
                 }
             }
         };
-        let Unwinding { ev, unwound, python, took, recorded } = match q {
+        let Unwinding { ev, unwound, python, took, recorded, numbered } = match q {
             Staged::Call(u) => u,
+            Staged::Changes(time, changes, nested) => {
+                if let Some(t) = tracker.as_mut() {
+                    t.recorded_changes(time, &changes, nested);
+                }
+                continue;
+            }
             Staged::Sample(time, spans, baseline) => {
                 take_sample(&mut tracker, time, spans, baseline);
                 continue;
@@ -379,9 +422,6 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
                 continue;
             }
         };
-        if let (Some(r), Some(e)) = (&rec, recorded) {
-            r.write(&Record::Event(e));
-        }
         if crate::os::faults::injected("analysis-panic") {
             panic!("injected fault: analysis-panic");
         }
@@ -429,8 +469,39 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             id
         });
         let stack = id.map(|id| (id, &interned.stacks[id]));
-        if let Some(t) = tracker.as_mut() {
-            t.event(&ev, stack.map(|(_, s)| s));
+        let leak_stack = stack.map(|(_, s)| s);
+        if let (Some(t), Some(until)) = (tracker.as_mut(), calls_until)
+            && ev.time >= until
+        {
+            t.write_changes();
+            changing = true;
+        }
+        let leak = match (tracker.as_mut(), numbered) {
+            (t, Numbered::Stack(n)) => {
+                // Only its stack counts: the call is in the changes that come next.
+                if let Some(t) = t {
+                    t.recorded_stack(leak_stack, n);
+                }
+                continue;
+            }
+            (None, _) => None,
+            (Some(t), Numbered::No) => t.event(&ev, leak_stack),
+            (Some(t), Numbered::Call(n)) => {
+                t.recorded_event(&ev, leak_stack, Some(n));
+                None
+            }
+        };
+        if let (Some(r), Some(mut e)) = (&rec, recorded) {
+            e.leak = leak.map(|id| id.0);
+            let new_stack = leak.filter(|id| id.0 >= written_stacks);
+            if let Some(id) = new_stack {
+                written_stacks = id.0 + 1;
+            }
+            if !changing || !crate::analysis::leaks::maps(&ev) {
+                r.write(&Record::Event(e));
+            } else if new_stack.is_some() {
+                r.write(&Record::Stack(e));
+            }
         }
         let repeat = seen_twice.is_repeat(&ev);
         nested += u64::from(repeat);
@@ -447,6 +518,12 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
             output_error = Some(e);
             crate::os::signals::fault();
         }
+    }
+    // The changes since the last sample.
+    if let (Some(r), Some(t)) = (&rec, tracker.as_mut())
+        && let Some((changes, nested)) = t.changes()
+    {
+        r.write(&Record::Changes { time: t.span().to, changes: Box::new(changes), nested });
     }
     costs.handling = crate::os::sched::thread_cpu().saturating_sub(aside);
     costs.unwinding = unwinding.join().unwrap_or_default();

@@ -7,8 +7,12 @@
 //! generation per read, as libraries come and go) with each module's build-id, and the vDSO's image; the smaps
 //! samples in order among the events; page residency; the facts the findings rules look at; the plan's depth
 //! limits and watched paths; the trace's summary. Modules and debug files are read again on the machine that
-//! reports, and used only if their build-ids match the recorded ones; those missing are named.
+//! reports, and used only if their build-ids match the recorded ones; those missing are named. Past
+//! [`CALLS_FOR`], a `--leaks` recording holds the leak model instead of each mapping call: each stack once
+//! ([`Record::Stack`]) and the model's changes before each sample ([`Record::Changes`]), so that it grows with
+//! stacks and time, not with calls.
 
+use crate::analysis::correlate::Changes;
 use crate::analysis::modules::{ModuleSource, SourceError};
 use crate::analysis::rules::ProcessFacts;
 use crate::model::Tid;
@@ -27,11 +31,23 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// How long (seconds since attach) a `--leaks` recording keeps each mapping call; past it, the leak model's changes
+/// at each sample (the calls of a short trace are all there, to report as events or in any window; an hours-long
+/// one grows with its stacks and samples, not its calls).
+pub const CALLS_FOR: f64 = 60.0;
+
+/// [`CALLS_FOR`], or no time at all when a test asks (fault `record-changes`).
+pub fn calls_for() -> f64 {
+    if crate::os::faults::injected("record-changes") { 0.0 } else { CALLS_FOR }
+}
+
 /// The first field of the header: what the file is.
 pub const FORMAT: &str = "syscatch-recording";
 /// Bumped when a record changes meaning; a reader refuses versions it does not know. Version 2 adds sessions:
 /// a file of several recordings one after another, each its own gzip member, and a [`Record::Session`] last.
-pub const VERSION: u32 = 2;
+/// Version 3 adds [`Record::Stack`] and [`Record::Changes`]: past [`CALLS_FOR`], a `--leaks` recording keeps
+/// the leak model's changes at each sample instead of each call.
+pub const VERSION: u32 = 3;
 /// The versions this syscatch reads.
 const READS: std::ops::RangeInclusive<u32> = 1..=VERSION;
 
@@ -63,6 +79,16 @@ pub enum Record {
         image: String,
     },
     Event(Box<RecEvent>),
+    /// A call whose stack the leak model had not met, once the recording keeps its changes: only its stack
+    /// counts (the call is in the next [`Record::Changes`]).
+    Stack(Box<RecEvent>),
+    /// How the leak model changed since the last of these (or since it stopped recording each call), written
+    /// before each sample and at the end; `nested`: the calls it counted once so far (see `SeenTwice`).
+    Changes {
+        time: f64,
+        changes: Box<Changes>,
+        nested: u64,
+    },
     /// A whole smaps sample, as earlier recordings hold them (read back as spans).
     Smaps {
         regions: Vec<SmapsRegion>,
@@ -130,6 +156,9 @@ pub struct RecEvent {
     pub stack: Option<RecStack>,
     /// The tracer dropped the stack window (the analysis was behind).
     pub stack_dropped: bool,
+    /// The number the leak model gave the call's stack (to match [`Record::Changes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leak: Option<u32>,
 }
 
 /// A stack capture, cut to the bytes the unwinder read.
@@ -190,6 +219,7 @@ impl RecEvent {
                     .collect(),
             }),
             stack_dropped,
+            leak: None,
         }
     }
 
@@ -377,7 +407,8 @@ fn open_lines(path: &Path) -> Result<impl Iterator<Item = std::io::Result<String
 }
 
 /// Records whose lines start so are read only by [`Reader::stream`].
-const STREAMED: [&str; 3] = [r#"{"t":"event""#, r#"{"t":"smaps""#, r#"{"t":"sample""#];
+const STREAMED: [&str; 5] =
+    [r#"{"t":"event""#, r#"{"t":"smaps""#, r#"{"t":"sample""#, r#"{"t":"stack""#, r#"{"t":"changes""#];
 
 impl Reader {
     /// Reads every header and every record but events and samples; refuses a file that is not a recording, of
@@ -484,7 +515,11 @@ impl Reader {
                 return true;
             }
             Record::Header { .. } | Record::Session { .. } => {}
-            Record::Event(_) | Record::Smaps { .. } | Record::Sample { .. } => {}
+            Record::Event(_)
+            | Record::Stack(_)
+            | Record::Changes { .. }
+            | Record::Smaps { .. }
+            | Record::Sample { .. } => {}
         }
         false
     }
@@ -514,7 +549,14 @@ impl Reader {
                 }
                 let bad = |e: String| anyhow!("{}: line {}: {e}", path.display(), n + 1);
                 Some(match serde_json::from_str::<Record>(&line) {
-                    Ok(Record::Event(e)) => e.event().map(|ev| Streamed::Event(ev, e.stack_dropped)).map_err(bad),
+                    Ok(Record::Event(e)) => {
+                        e.event().map(|ev| Streamed::Event(ev, e.stack_dropped, e.leak)).map_err(bad)
+                    }
+                    Ok(Record::Stack(e)) => match e.leak {
+                        Some(n) => e.event().map(|ev| Streamed::Stack(ev, n)).map_err(bad),
+                        None => Err(bad("a stack record without its number".into())),
+                    },
+                    Ok(Record::Changes { time, changes, nested }) => Ok(Streamed::Changes(time, changes, nested)),
                     Ok(Record::Smaps { regions }) => {
                         Ok(Streamed::Sample(None, regions.iter().map(Span::of).collect(), false))
                     }
@@ -535,7 +577,12 @@ fn truncated(path: &Path, why: &str) -> anyhow::Error {
 /// An event or a sample read back from a recording.
 #[allow(clippy::large_enum_variant)]
 pub enum Streamed {
-    Event(Event, bool),
+    /// A call, whether its stack window was dropped, and the number the leak model gave its stack.
+    Event(Event, bool, Option<u32>),
+    /// A stack the leak model numbered so, and the call it came with (counted in the next changes).
+    Stack(Event, u32),
+    /// The leak model's changes: when, what, and how many calls it had counted once so far.
+    Changes(f64, Box<Changes>, u64),
     Sample(Option<f64>, Vec<Span>, bool),
 }
 
@@ -701,7 +748,7 @@ mod tests {
                 .unwrap()
                 .map(|s| match s.unwrap() {
                     Streamed::Sample(t, ..) => t,
-                    Streamed::Event(..) => None,
+                    Streamed::Event(..) | Streamed::Stack(..) | Streamed::Changes(..) => None,
                 })
                 .collect();
             assert_eq!(times, [Some(want)], "process {}", r.pid);

@@ -2,7 +2,7 @@
 //! threads fed from the file instead of the tracer, modules read on this machine by build-id, the same renderers.
 //! `--from`/`--to` report a part of it; `--diff BASE` compares the growth of each stack with another recording's.
 
-use crate::app::analyze::{self as analysis, Queued};
+use crate::app::analyze::{self as analysis, Numbered, Queued};
 use crate::app::outputs::{self, Ending};
 use crate::app::record::{Opened, Reader, Replay, Streamed};
 use crate::app::trace::{self, Output};
@@ -198,16 +198,22 @@ fn replay(rec: &Reader, out: &Output, renderer: Box<dyn Renderer + Send>) -> Res
         render_events: !out.report || out.path.is_some(),
         recorder: None,
         interim: None,
+        calls_for: None,
     };
     let (tx, rx) = crossbeam_channel::bounded(analysis::QUEUED_RECORDS);
     let worker = std::thread::Builder::new()
         .name("analysis".into())
         .spawn(move || analysis::run(rx, renderer, acfg))
         .context("cannot start the analysis thread")?;
-    let mut failed = None;
+    let (mut failed, mut changes) = (None, false);
     for item in rec.stream()? {
+        changes |= matches!(item, Ok(Streamed::Changes(..)));
         let q = match item {
-            Ok(Streamed::Event(ev, stack_dropped)) => Queued::Call { ev, stack_dropped },
+            Ok(Streamed::Event(ev, stack_dropped, leak)) => {
+                Queued::Call { ev, stack_dropped, numbered: leak.map_or(Numbered::No, Numbered::Call) }
+            }
+            Ok(Streamed::Stack(ev, n)) => Queued::Call { ev, stack_dropped: false, numbered: Numbered::Stack(n) },
+            Ok(Streamed::Changes(time, changes, nested)) => Queued::Changes(time, changes, nested),
             Ok(Streamed::Sample(time, spans, baseline)) => Queued::Sample(time, spans, baseline),
             Err(e) => {
                 failed = Some(e);
@@ -224,6 +230,13 @@ fn replay(rec: &Reader, out: &Output, renderer: Box<dyn Renderer + Send>) -> Res
         return Err(e);
     }
     let mut summary = rec.summary.clone().unwrap_or_default();
+    if changes && !out.report {
+        summary.warnings.push(format!(
+            "the recording holds each mapping call of the trace's first {:.0} seconds only, then the leak model's \
+             changes: report it with --leaks",
+            crate::app::record::CALLS_FOR
+        ));
+    }
     if let Some(why) = &rec.truncated {
         summary.warnings.push(format!("the recording is truncated ({why}): the report is of what it holds"));
     }

@@ -147,7 +147,7 @@ impl Sink for ChannelSink {
         } else if window {
             self.windows.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let q = analysis::Queued::Call { ev, stack_dropped };
+        let q = analysis::Queued::Call { ev, stack_dropped, numbered: analysis::Numbered::No };
         let sent = if self.stalled {
             match self.tx.try_send(q) {
                 Ok(()) => {
@@ -519,6 +519,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         recorder: recorder.clone(),
         interim: (out.leaks.is_some() && (out.every.is_some() || server.is_some()))
             .then(|| interim(out, pid, &files, &own_ranges, server)),
+        calls_for: (out.leaks.is_some() && recorder.is_some()).then(crate::app::record::calls_for),
     };
     // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
     let away = cpus_away_from(pid);

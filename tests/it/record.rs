@@ -13,12 +13,12 @@ fn read_lines(p: &Path) -> Vec<String> {
     std::fs::read_to_string(p).unwrap().lines().map(str::to_string).collect()
 }
 
-/// Records a `--leaks` trace of the UCX-shaped worker (GOT hooks, so libc's mmap probes fire too), then reports
-/// the recording after the target is gone: the report, the events and the folded stacks are the live run's.
-#[test]
-fn report_of_a_recording_equals_the_live_run() {
+/// A `--leaks` trace of the UCX-shaped worker (64 steps) with a recording, under `fault`: the recording, the
+/// live run's JSON lines, and the files of its events and folded stacks.
+fn record_ucx(name: &str, fault: Option<&str>) -> (PathBuf, Vec<serde_json::Value>, PathBuf, PathBuf) {
     require_ptrace();
-    let (rec, live_events, live_folded) = (tmp("ucx.rec"), tmp("ucx-live.jsonl"), tmp("ucx-live.folded"));
+    let (rec, live_events, live_folded) =
+        (tmp(&format!("{name}.rec")), tmp(&format!("{name}-live.jsonl")), tmp(&format!("{name}-live.folded")));
     let lib = shared_lib("ucx_like_lib");
     let prog = testprog_linked("ucx_like", &[&lib], &[]);
     let mut cmd = Command::new(prog);
@@ -26,7 +26,11 @@ fn report_of_a_recording_equals_the_live_run() {
     let mut t = Target::start_cmd(&mut cmd);
     assert_eq!(t.out.next(), "hook got");
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&[
+    let mut sc_cmd = syscatch_cmd();
+    if let Some(f) = fault {
+        sc_cmd.env("SYSCATCH_TEST_FAULT", f);
+    }
+    let mut sc = Syscatch::start_cmd(sc_cmd.args([
         "--pid",
         &pid,
         "--leaks",
@@ -39,7 +43,7 @@ fn report_of_a_recording_equals_the_live_run() {
         live_folded.to_str().unwrap(),
         "--record",
         rec.to_str().unwrap(),
-    ]);
+    ]));
     sc.wait_attached();
     t.send("go 64");
     t.out.until(|l| l == "done");
@@ -50,6 +54,14 @@ fn report_of_a_recording_equals_the_live_run() {
     assert_eq!(t.wait().code(), Some(0));
     let live = json_lines(&live_out);
     assert!(live.iter().any(|v| v["type"] == "finding"), "{live_out:#?}");
+    (rec, live, live_events, live_folded)
+}
+
+/// Records a `--leaks` trace of the UCX-shaped worker (GOT hooks, so libc's mmap probes fire too), then reports
+/// the recording after the target is gone: the report, the events and the folded stacks are the live run's.
+#[test]
+fn report_of_a_recording_equals_the_live_run() {
+    let (rec, live, live_events, live_folded) = record_ucx("ucx", None);
     let events = read_lines(&live_events);
     assert!(events.len() > 64, "{} events", events.len());
 
@@ -95,6 +107,39 @@ fn report_of_a_recording_equals_the_live_run() {
     };
     let part = mapped(&json_text(&out));
     assert!(part > 0 && part <= mapped(&report), "{part} of {} bytes mapped", mapped(&report));
+}
+
+/// Past its first minute a `--leaks` recording keeps the leak model's changes at each sample instead of each call
+/// (the test asks for it from the start): the report of it is still the live run's, and it holds each stack once,
+/// the changes once a sample, and no call.
+#[test]
+fn a_recording_of_changes_reports_as_the_live_run() {
+    let (rec, live, _, live_folded) = record_ucx("ucx-changes", Some("record-changes"));
+    let rep_folded = tmp("ucx-changes-rep.folded");
+    let (code, out, err) =
+        run_syscatch(&["report", rec.to_str().unwrap(), "--leaks", "--json", "--folded", rep_folded.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let report = json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>());
+    assert_eq!(report, live, "report differs from the live run");
+    assert_eq!(read_lines(&rep_folded), read_lines(&live_folded));
+
+    let text = Command::new("zcat").arg(&rec).output().unwrap();
+    let kinds: Vec<String> = String::from_utf8(text.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["t"].as_str().unwrap().to_string())
+        .collect();
+    let count = |k: &str| kinds.iter().filter(|t| *t == k).count();
+    let stacks = live.iter().filter(|v| v["type"] == "leak" || v["type"] == "working_set").count();
+    assert_eq!(count("event"), 0, "{kinds:?}");
+    assert!(count("stack") >= stacks && count("stack") < 64, "{} stack records for {stacks} stacks", count("stack"));
+    assert!(count("changes") <= count("sample") + 1, "{kinds:?}");
+
+    // Without --leaks there are no calls to show, and it says so.
+    let (code, text, err) = run_syscatch(&["report", rec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!text.contains(":mmap("), "{text}");
+    assert!(format!("{text}{err}").contains("report it with --leaks"), "{text}{err}");
 }
 
 #[test]
