@@ -5,9 +5,11 @@
  *   "threshold N" mallocs and frees one 4 MiB block first (mmapped, then munmapped by free, which raises glibc's
  *                 dynamic mmap threshold), then as "keep" with N blocks of 4 MiB, which now come from the heap;
  *   "big N"       mallocs N blocks of 1 MiB and keeps them (an allocator's own mappings).
- * prints "done", waits for a line and exits 0. Built with -DWITH_MALLOC_CONF it sets jemalloc's malloc_conf. */
+ * prints "heap START END" (the break before and after the command: what the heap grew by), then "done", waits for
+ * a line and exits 0. Built with -DWITH_MALLOC_CONF it sets jemalloc's malloc_conf. */
 #include "common.h"
 #include <stdlib.h>
+#include <unistd.h>
 
 #ifdef WITH_MALLOC_CONF
 /* jemalloc reads its compiled-in options from the program's own `malloc_conf`. */
@@ -36,6 +38,7 @@ int main(void) {
     char cmd[16] = "";
     int n = 0;
     if (sscanf(buf, "%15s %d", cmd, &n) != 2 || n <= 0) return 2;
+    void *start = sbrk(0);
     if (!strcmp(cmd, "keep")) keep(n, 64 << 10, 0);
     else if (!strcmp(cmd, "tidy")) keep(n, 64 << 10, 1);
     else if (!strcmp(cmd, "threshold")) {
@@ -46,6 +49,7 @@ int main(void) {
     } else if (!strcmp(cmd, "big")) {
         for (int i = 0; i < n; i++) fill(malloc(1 << 20), 1 << 20);
     } else return 2;
+    say("heap %p %p\n", start, sbrk(0));
     say("done\n");
     wait_line(buf, sizeof buf);
     return 0;

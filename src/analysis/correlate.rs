@@ -22,7 +22,7 @@ use crate::model::smaps::{Span, previous_rss_swap};
 use std::collections::BTreeMap;
 
 use crate::model::consts::MAP_ANONYMOUS;
-pub use crate::model::consts::{MAPPING_SYSCALLS, SYS_MMAP, SYS_MREMAP, SYS_MUNMAP};
+pub use crate::model::consts::{MAPPING_SYSCALLS, SYS_BRK, SYS_MMAP, SYS_MREMAP, SYS_MUNMAP};
 
 const PAGE: u64 = 4096;
 const MREMAP_DONTUNMAP: u64 = 4;
@@ -48,6 +48,9 @@ pub struct StackStats {
     pub mmaps: u64,
     pub munmaps: u64,
     pub mremaps: u64,
+    /// Successful calls that moved the heap's end (libc's `sbrk`, the brk syscall).
+    #[serde(default)]
+    pub brks: u64,
     /// Calls from this stack that failed or whose return value is unknown.
     pub failed: u64,
     /// Bytes this stack's calls mapped (mmap, and mremap growth).
@@ -64,7 +67,7 @@ pub struct StackStats {
 
 impl StackStats {
     pub fn calls(&self) -> u64 {
-        self.mmaps + self.munmaps + self.mremaps + self.failed
+        self.mmaps + self.munmaps + self.mremaps + self.brks + self.failed
     }
 
     /// What these figures add to `base`'s (each counter less base's, none below zero).
@@ -73,6 +76,7 @@ impl StackStats {
             mmaps: self.mmaps.saturating_sub(base.mmaps),
             munmaps: self.munmaps.saturating_sub(base.munmaps),
             mremaps: self.mremaps.saturating_sub(base.mremaps),
+            brks: self.brks.saturating_sub(base.brks),
             failed: self.failed.saturating_sub(base.failed),
             mapped: self.mapped.saturating_sub(base.mapped),
             unmapped: self.unmapped.saturating_sub(base.unmapped),
@@ -115,6 +119,8 @@ pub struct AddressSpace {
     returned: Returned,
     /// The time of the calls being applied ([`Self::at`]).
     now: f64,
+    /// The heap's end as the last call that moved it left it (`None` until one did).
+    brk: Option<u64>,
     /// The start of the window the accounting covers ([`Self::rebase`]): bytes mapped earlier are still known by
     /// their stack, but are neither still mapped nor unmapped in it.
     from: f64,
@@ -246,7 +252,43 @@ impl AddressSpace {
         match nr {
             SYS_MMAP => self.mmap(ret, args[1], args[3] & MAP_ANONYMOUS != 0, stack),
             SYS_MUNMAP => self.munmap(args[0], args[1], stack),
-            _ => self.mremap(args[0], args[1], args[2], args[3], ret, stack),
+            SYS_MREMAP => self.mremap(args[0], args[1], args[2], args[3], ret, stack),
+            // The syscall returns the break: the heap moved from the last one known.
+            _ => match self.brk {
+                Some(old) => self.moved_break(old, ret, stack),
+                None => self.brk = Some(ret),
+            },
+        }
+    }
+
+    /// Applies a call of libc's `sbrk(increment)`, which returned the old break (`None`: unknown).
+    /// `sbrk(0)` asks where the break is: not a call that moves it.
+    pub fn apply_sbrk(&mut self, increment: u64, ret: Option<u64>, stack: StackId) {
+        if increment == 0 {
+            self.brk = ret.filter(|&r| r != u64::MAX).or(self.brk);
+            return;
+        }
+        match ret.filter(|&r| r != u64::MAX) {
+            Some(old) => self.moved_break(old, old.wrapping_add(increment), stack),
+            None => self.stats.entry(stack).or_default().failed += 1,
+        }
+    }
+
+    /// The heap's end (the break) moved from `old` to `new`: the pages it added are the stack's, as if mapped;
+    /// those it gave back are unmapped. (The kernel maps `[heap]` to the page above the break.)
+    fn moved_break(&mut self, old: u64, new: u64, stack: StackId) {
+        self.brk = Some(new);
+        self.stats.entry(stack).or_default().brks += 1;
+        let (Some(old), Some(new)) = (page_round(old), page_round(new)) else { return };
+        if new > old {
+            self.unmap(old, new);
+            self.insert(old, new, stack, true);
+            self.stats.entry(stack).or_default().mapped += new - old;
+            *self.returned.entry((old, stack)).or_default() += 1;
+        } else if new < old {
+            let s = self.stats.entry(stack).or_default();
+            s.released = s.released.saturating_add(old - new);
+            self.unmap(new, old);
         }
     }
 
@@ -836,5 +878,27 @@ mod tests {
         let c = live.changes_since(&written);
         windowed.apply_changes(&c, &mut ids);
         assert_eq!(mmaps(&windowed), mmaps(&live) - before_window);
+    }
+
+    /// The heap's end moving: the pages sbrk added are its stack's, those given back are unmapped, wherever the
+    /// break sits inside a page; `sbrk(0)` moves nothing; the brk syscall moves it from the last break known.
+    #[test]
+    fn the_heap_grows_and_shrinks_with_the_break() {
+        let mut m = AddressSpace::new();
+        let heap = 0x5555_0000_0000u64;
+        m.apply_sbrk(0, Some(heap + 0x800), F);
+        m.apply_sbrk(0x21000, Some(heap + 0x800), A);
+        m.apply_sbrk(0x1000, Some(heap + 0x21800), A);
+        assert_eq!(stats(&m, A).still_mapped, 0x22000, "pages up to the one holding the break");
+        assert_eq!((stats(&m, A).brks, stats(&m, A).mapped), (2, 0x22000));
+        m.apply_sbrk((-0x11000i64) as u64, Some(heap + 0x22800), B);
+        assert_eq!(stats(&m, A).still_mapped, 0x11000);
+        assert_eq!((stats(&m, B).released, stats(&m, A).unmapped), (0x11000, 0x11000));
+        assert_eq!(stats(&m, F), StackStats::default(), "sbrk(0) asks, it does not move");
+        m.apply_sbrk(0x1000, Some(u64::MAX), A);
+        assert_eq!(stats(&m, A).failed, 1);
+        m.apply_call(SYS_BRK, &[heap + 0x20000, 0, 0, 0, 0, 0], Some(heap + 0x20000), B);
+        assert_eq!(stats(&m, B).mapped, 0x20000 - 0x12000);
+        balanced(&m);
     }
 }

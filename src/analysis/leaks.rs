@@ -11,7 +11,7 @@ use crate::model::stack::{Frame, Stack};
 use std::collections::HashMap;
 
 /// The mapping family traced together with `--leaks`.
-pub const LEAK_SYSCALLS: [&str; 3] = ["mmap", "munmap", "mremap"];
+pub const LEAK_SYSCALLS: [&str; 4] = ["mmap", "munmap", "mremap", "brk"];
 
 /// What a flame graph or collapsed stacks weigh each stack by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -206,7 +206,11 @@ impl LeakTracker {
         self.reach(ev.time);
         let id = self.stacks.intern(stack);
         self.model.at(ev.time);
-        self.model.apply_call(nr, &ev.args, ev.ret, id);
+        if ev.func.as_deref().is_some_and(crate::model::watch::is_sbrk) {
+            self.model.apply_sbrk(ev.args[0], ev.ret, id);
+        } else {
+            self.model.apply_call(nr, &ev.args, ev.ret, id);
+        }
         Some(id)
     }
 

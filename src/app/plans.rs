@@ -42,7 +42,7 @@ pub fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wr
     if ring {
         plan.ring.push(SYS_MUNMAP);
     }
-    plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap)"));
+    plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap, brk)"));
     let all = |nr: u64| crate::model::consts::MAPPING_SYSCALLS.contains(&nr);
     add_functions(pid, &mut plan, &all, fast, ring)?;
     Ok(plan)

@@ -3,9 +3,16 @@
 
 use crate::model::syscalls;
 
-/// libc's memory-mapping functions watched in `--leaks`, with the syscall each one makes.
-pub const FUNCTIONS: [(&str, &str); 4] =
-    [("mmap", "mmap"), ("mmap64", "mmap"), ("munmap", "munmap"), ("mremap", "mremap")];
+/// libc's memory functions watched in `--leaks`, with the syscall each one makes. `sbrk` is how malloc grows and
+/// trims `[heap]` (through the hidden `__sbrk` at the same address, which calls `__brk` directly: no PLT and no
+/// `syscall()` on the way); unlike the syscall it takes an increment and returns the old break ([`is_sbrk`]).
+pub const FUNCTIONS: [(&str, &str); 5] =
+    [("mmap", "mmap"), ("mmap64", "mmap"), ("munmap", "munmap"), ("mremap", "mremap"), ("sbrk", "brk")];
+
+/// Whether an event's location label is libc's `sbrk` (`libc.so.6:sbrk`).
+pub fn is_sbrk(label: &str) -> bool {
+    label.rsplit_once(':').is_some_and(|(module, func)| func == "sbrk" && crate::model::modules::is_libc(module))
+}
 
 /// The paths a trace watched, and those it could not, with why; for the report.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -33,6 +40,8 @@ mod tests {
         assert_eq!(parse_label_syscall("libc.so.6:mmap64"), Some(9));
         assert_eq!(parse_label_syscall("libc.so.6:munmap"), Some(11));
         assert_eq!(parse_label_syscall("libc.so.6:mremap"), Some(25));
+        assert_eq!(parse_label_syscall("libc.so.6:sbrk"), Some(12));
+        assert!(is_sbrk("libc.so.6:sbrk") && !is_sbrk("libhook.so:sbrk") && !is_sbrk("libc.so.6:brk"));
         assert_eq!(parse_label_syscall("libhook.so:munmap"), None);
         assert_eq!(parse_label_syscall("libc.so.6:malloc"), None);
         assert_eq!(parse_label_syscall("munmap"), None);

@@ -134,7 +134,7 @@ impl LeakReport<'_> {
             writeln!(
                 w,
                 "      still mapped {}{} of {} mapped ({} unmapped, {} gone unseen); {} mmap, {} munmap, {} mremap, \
-                 {} failed",
+                 {}{} failed",
                 kib(s.still_mapped),
                 if self.weighed { format!(" ({} resident)", kib(self.resident_of(*id))) } else { String::new() },
                 kib(s.mapped),
@@ -143,6 +143,7 @@ impl LeakReport<'_> {
                 s.mmaps,
                 s.munmaps,
                 s.mremaps,
+                if s.brks > 0 { format!("{} sbrk, ", s.brks) } else { String::new() },
                 s.failed
             )?;
             if let Some(stack) = self.stack(*id) {
@@ -216,7 +217,7 @@ impl LeakReport<'_> {
                     "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
                     "resident": self.weighed.then(|| self.resident_of(*id)),
                     "vanished": s.vanished, "released": s.released, "mmaps": s.mmaps, "munmaps": s.munmaps,
-                    "mremaps": s.mremaps, "failed": s.failed, "stack": frames(*id),
+                    "mremaps": s.mremaps, "brks": s.brks, "failed": s.failed, "stack": frames(*id),
                 }),
             )?;
         }
@@ -227,7 +228,7 @@ impl LeakReport<'_> {
                 "working_set",
                 json!({
                     "stack_id": c.id.0, "mapped": s.mapped, "unmapped": s.unmapped, "vanished": s.vanished,
-                    "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "failed": s.failed,
+                    "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "brks": s.brks, "failed": s.failed,
                     "stack": frames(c.id),
                 }),
             )?;

@@ -23,6 +23,7 @@ impl<W: Write, E: Write> Text<W, E> {
         let probe = ev.probe.as_deref().map(|p| format!("[{p}] ")).unwrap_or_default();
         let call = match &ev.func {
             // libc's own mmap, munmap, mremap take the syscall's arguments in its order: decoded as it is.
+            Some(label) if crate::model::watch::is_sbrk(label) => format!("{label}(increment={})", ev.args[0] as i64),
             Some(label) => match crate::model::watch::parse_label_syscall(label) {
                 Some(nr) => format!("{label}({})", decode::args(nr, &ev.args)),
                 None => {
