@@ -22,7 +22,7 @@ use crate::model::smaps::{Span, previous_rss_swap};
 use std::collections::BTreeMap;
 
 use crate::model::consts::MAP_ANONYMOUS;
-pub use crate::model::consts::{MAPPING_SYSCALLS, SYS_BRK, SYS_MMAP, SYS_MREMAP, SYS_MUNMAP};
+pub use crate::model::consts::{MAPPING_SYSCALLS, SYS_BRK, SYS_MMAP, SYS_MPROTECT, SYS_MREMAP, SYS_MUNMAP};
 
 const PAGE: u64 = 4096;
 const MREMAP_DONTUNMAP: u64 = 4;
@@ -30,6 +30,9 @@ const MREMAP_DONTUNMAP: u64 = 4;
 /// An opaque id of a captured stack (the caller deduplicates stacks and numbers them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StackId(pub u32);
+
+/// Whose reserved address space is when no traced call reserved it.
+const NOBODY: StackId = StackId(u32::MAX);
 
 /// One mapped range of the model.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,6 +42,9 @@ struct Piece {
     anon: bool,
     /// When the call that mapped it was made (seconds since attach).
     since: f64,
+    /// Address space mapped with no access (PROT_NONE): reserved, not memory; nobody's until a call makes it
+    /// accessible (glibc's thread heaps reserve 64 MiB and `mprotect` the part the arena uses).
+    reserved: bool,
 }
 
 /// Accounting of one stack, in bytes.
@@ -51,6 +57,9 @@ pub struct StackStats {
     /// Successful calls that moved the heap's end (libc's `sbrk`, the brk syscall).
     #[serde(default)]
     pub brks: u64,
+    /// Successful `mprotect` calls that made reserved address space accessible (a thread heap's commit).
+    #[serde(default)]
+    pub commits: u64,
     /// Calls from this stack that failed or whose return value is unknown.
     pub failed: u64,
     /// Bytes this stack's calls mapped (mmap, and mremap growth).
@@ -67,7 +76,7 @@ pub struct StackStats {
 
 impl StackStats {
     pub fn calls(&self) -> u64 {
-        self.mmaps + self.munmaps + self.mremaps + self.brks + self.failed
+        self.mmaps + self.munmaps + self.mremaps + self.brks + self.commits + self.failed
     }
 
     /// What these figures add to `base`'s (each counter less base's, none below zero).
@@ -77,6 +86,7 @@ impl StackStats {
             munmaps: self.munmaps.saturating_sub(base.munmaps),
             mremaps: self.mremaps.saturating_sub(base.mremaps),
             brks: self.brks.saturating_sub(base.brks),
+            commits: self.commits.saturating_sub(base.commits),
             failed: self.failed.saturating_sub(base.failed),
             mapped: self.mapped.saturating_sub(base.mapped),
             unmapped: self.unmapped.saturating_sub(base.unmapped),
@@ -95,9 +105,9 @@ pub struct Changes {
     /// Starts of the pieces that are gone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gone: Vec<u64>,
-    /// Pieces that are new or changed: start, end, stack, anonymous, since (seconds since attach).
+    /// Pieces that are new or changed: start, end, stack, anonymous, since (seconds since attach), reserved.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pieces: Vec<(u64, u64, u32, bool, f64)>,
+    pub pieces: Vec<(u64, u64, u32, bool, f64, bool)>,
     /// The accounting of each stack whose accounting changed, whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stats: Vec<(u32, StackStats)>,
@@ -174,7 +184,7 @@ impl AddressSpace {
                 }
                 (Some(&(a, p)), Some(&(b, q))) => {
                     if a != b || p != q {
-                        c.pieces.push((*b, q.end, q.stack.0, q.anon, q.since));
+                        c.pieces.push((*b, q.end, q.stack.0, q.anon, q.since, q.reserved));
                     }
                     if a == b {
                         old.next();
@@ -186,7 +196,7 @@ impl AddressSpace {
                     old.next();
                 }
                 (None, Some(&(b, q))) => {
-                    c.pieces.push((*b, q.end, q.stack.0, q.anon, q.since));
+                    c.pieces.push((*b, q.end, q.stack.0, q.anon, q.since, q.reserved));
                     new.next();
                 }
                 (None, None) => break,
@@ -212,12 +222,12 @@ impl AddressSpace {
             self.pieces.remove(start);
         }
         let mut last_end = 0;
-        for &(start, end, stack, anon, since) in &c.pieces {
+        for &(start, end, stack, anon, since, reserved) in &c.pieces {
             if start < last_end || end <= start || !since.is_finite() {
                 continue;
             }
             last_end = end;
-            self.pieces.insert(start, Piece { end, stack: id(stack), anon, since });
+            self.pieces.insert(start, Piece { end, stack: id(stack), anon, since, reserved });
         }
         for (stack, s) in &c.stats {
             let stack = id(*stack);
@@ -231,8 +241,9 @@ impl AddressSpace {
         }
     }
 
+    /// Whether the piece is memory the figures count: accessible, and mapped in the window.
     fn in_window(&self, p: &Piece) -> bool {
-        p.since >= self.from
+        !p.reserved && p.since >= self.from
     }
 
     /// Applies one captured call made from `stack`. Calls other than mmap, munmap and mremap are ignored.
@@ -250,7 +261,8 @@ impl AddressSpace {
             return;
         };
         match nr {
-            SYS_MMAP => self.mmap(ret, args[1], args[3] & MAP_ANONYMOUS != 0, stack),
+            SYS_MMAP => self.mmap(ret, args[1], args[3] & MAP_ANONYMOUS != 0, args[2] == 0, stack),
+            SYS_MPROTECT => self.mprotect(args[0], args[1], args[2], stack),
             SYS_MUNMAP => self.munmap(args[0], args[1], stack),
             SYS_MREMAP => self.mremap(args[0], args[1], args[2], args[3], ret, stack),
             // The syscall returns the break: the heap moved from the last one known.
@@ -282,7 +294,7 @@ impl AddressSpace {
         let (Some(old), Some(new)) = (page_round(old), page_round(new)) else { return };
         if new > old {
             self.unmap(old, new);
-            self.insert(old, new, stack, true);
+            self.insert(old, new, stack, true, false);
             self.stats.entry(stack).or_default().mapped += new - old;
             *self.returned.entry((old, stack)).or_default() += 1;
         } else if new < old {
@@ -292,12 +304,15 @@ impl AddressSpace {
         }
     }
 
-    fn mmap(&mut self, addr: u64, len: u64, anon: bool, stack: StackId) {
+    /// `reserved`: mapped with no access (PROT_NONE): address space, not memory.
+    fn mmap(&mut self, addr: u64, len: u64, anon: bool, reserved: bool, stack: StackId) {
         self.stats.entry(stack).or_default().mmaps += 1;
         let Some((start, end)) = range(addr, len) else { return };
         self.unmap(start, end);
-        self.insert(start, end, stack, anon);
-        self.stats.entry(stack).or_default().mapped += end - start;
+        self.insert(start, end, stack, anon, reserved);
+        if !reserved {
+            self.stats.entry(stack).or_default().mapped += end - start;
+        }
         *self.returned.entry((start, stack)).or_default() += 1;
     }
 
@@ -338,14 +353,38 @@ impl AddressSpace {
         }
         if new_len > base_len {
             // Growth has the kind of the mapping it extends (anonymous when the model did not hold it).
-            self.insert(new + grow_from, new_end, stack, moved_anon);
+            self.insert(new + grow_from, new_end, stack, moved_anon, false);
             self.stats.entry(stack).or_default().mapped += new_len - base_len;
         }
         *self.returned.entry((new, stack)).or_default() += 1;
     }
 
-    fn insert(&mut self, start: u64, end: u64, stack: StackId, anon: bool) {
-        self.pieces.insert(start, Piece { end, stack, anon, since: self.now });
+    fn insert(&mut self, start: u64, end: u64, stack: StackId, anon: bool, reserved: bool) {
+        self.pieces.insert(start, Piece { end, stack, anon, since: self.now, reserved });
+    }
+
+    /// An access other than none given to reserved address space commits it: those bytes become the calling
+    /// stack's, as if it had mapped them (glibc grows a thread heap so). Other changes of protection leave the
+    /// model as it is (memory made inaccessible keeps its pages).
+    fn mprotect(&mut self, addr: u64, len: u64, prot: u64, stack: StackId) {
+        let Some((start, end)) = range(addr, len) else { return };
+        if prot == 0 || !self.pieces.range(..end).rev().take_while(|(_, p)| p.end > start).any(|(_, p)| p.reserved) {
+            return;
+        }
+        let mut committed = 0;
+        for (s, e, p) in self.take(start, end) {
+            let p = if p.reserved {
+                committed += e - s;
+                Piece { end: e, stack, since: self.now, reserved: false, ..p }
+            } else {
+                Piece { end: e, ..p }
+            };
+            self.pieces.insert(s, p);
+        }
+        let st = self.stats.entry(stack).or_default();
+        st.commits += 1;
+        st.mapped += committed;
+        *self.returned.entry((start, stack)).or_default() += 1;
     }
 
     /// Removes `[start, end)` from the model, splitting pieces at its edges, and returns what was there.
@@ -380,7 +419,7 @@ impl AddressSpace {
     }
 
     /// Drops every byte the smaps sample does not show mapped as the same kind of memory (anonymous or
-    /// file-backed), counting it as vanished for its stack.
+    /// file-backed), counting it as vanished for its stack; holds the reserved address space it shows.
     pub fn reconcile(&mut self, regions: &[Span]) {
         // The kernel lists regions sorted and disjoint; text from elsewhere may not be: keep only what is.
         let mut spans: Vec<(u64, u64, bool)> =
@@ -416,6 +455,14 @@ impl AddressSpace {
                 self.stats.entry(p.stack).or_default().vanished += p.end - start - kept;
             }
         }
+        // Reserved address space the model does not hold (reserved before the trace, or by a call it did not
+        // see) is held as nobody's, so that a commit into it is seen.
+        for r in regions.iter().filter(|r| r.reserved && r.start < r.end) {
+            if self.pieces.range(..r.end).next_back().is_none_or(|(_, p)| p.end <= r.start) {
+                let piece = Piece { end: r.end, stack: NOBODY, anon: true, since: self.now, reserved: true };
+                self.pieces.insert(r.start, piece);
+            }
+        }
     }
 
     /// Per-stack accounting, the stacks holding the most still-mapped bytes first (then by bytes mapped).
@@ -449,7 +496,7 @@ impl AddressSpace {
     /// when that is the window's middle half (see [`crate::analysis::growth`]).
     pub fn held_since(&self, from: f64, to: f64) -> BTreeMap<StackId, u64> {
         let mut out: BTreeMap<StackId, u64> = BTreeMap::new();
-        for (&s, p) in self.pieces.iter().filter(|(_, p)| p.anon && p.since >= from && p.since < to) {
+        for (&s, p) in self.pieces.iter().filter(|(_, p)| p.anon && !p.reserved && p.since >= from && p.since < to) {
             *out.entry(p.stack).or_default() += p.end - s;
         }
         out
@@ -899,6 +946,45 @@ mod tests {
         assert_eq!(stats(&m, A).failed, 1);
         m.apply_call(SYS_BRK, &[heap + 0x20000, 0, 0, 0, 0, 0], Some(heap + 0x20000), B);
         assert_eq!(stats(&m, B).mapped, 0x20000 - 0x12000);
+        balanced(&m);
+    }
+
+    /// A thread heap: reserved with no access (nobody's memory), then committed a part at a time by mprotect,
+    /// each part the committing stack's; a reservation the model did not see is learnt from a sample's `---p`
+    /// region; other protection changes leave the model alone.
+    #[test]
+    fn commits_into_reserved_space_are_the_committing_stacks() {
+        let mut m = AddressSpace::new();
+        let heap = 0x7f00_0000_0000u64;
+        m.apply_call(SYS_MMAP, &[0, 64 << 20, 0, MAP_ANONYMOUS | 2, 0, 0], Some(heap), F);
+        assert_eq!((stats(&m, F).mmaps, stats(&m, F).mapped, stats(&m, F).still_mapped), (1, 0, 0));
+        m.apply_call(SYS_MPROTECT, &[heap, 0x21000, 3, 0, 0, 0], Some(0), A);
+        m.apply_call(SYS_MPROTECT, &[heap + 0x21000, 0x1000, 3, 0, 0, 0], Some(0), B);
+        m.apply_call(SYS_MPROTECT, &[heap + 0x21000, 0x1000, 1, 0, 0, 0], Some(0), B);
+        assert_eq!((stats(&m, A).commits, stats(&m, A).still_mapped), (1, 0x21000));
+        assert_eq!((stats(&m, B).commits, stats(&m, B).still_mapped), (1, 0x1000), "read-only again: no commit");
+        m.apply_call(SYS_MPROTECT, &[heap + 0x21000, 0x1000, 0, 0, 0, 0], Some(0), B);
+        assert_eq!(stats(&m, B).still_mapped, 0x1000, "made inaccessible, its pages stay");
+        // Unknown address space: nothing to commit.
+        m.apply_call(SYS_MPROTECT, &[0x1000_0000, 0x1000, 3, 0, 0, 0], Some(0), B);
+        assert_eq!(stats(&m, B).commits, 1);
+        // A heap reserved before the trace, seen in a sample.
+        let other = 0x7e00_0000_0000u64;
+        let region = |start: u64, end: u64, perms: &str| format!("{start:x}-{end:x} {perms} 0 00:00 0\nRss: 0 kB\n");
+        let text = [
+            region(other, other + (64 << 20), "---p"),
+            region(heap, heap + 0x22000, "rw-p"),
+            region(heap + 0x22000, heap + (64 << 20), "---p"),
+        ];
+        let spans = smaps(&text.concat());
+        assert_eq!(spans.iter().map(|s| s.reserved).collect::<Vec<_>>(), [true, false, true]);
+        m.reconcile(&spans);
+        assert_eq!(stats(&m, A).vanished, 0);
+        m.apply_call(SYS_MPROTECT, &[other, 0x4000, 3, 0, 0, 0], Some(0), A);
+        assert_eq!(stats(&m, A).still_mapped, 0x25000);
+        // A munmap of the whole heap returns what was committed and forgets the reservation.
+        m.apply_call(SYS_MUNMAP, &[heap, 64 << 20, 0, 0, 0, 0], Some(0), F);
+        assert_eq!((stats(&m, A).unmapped, stats(&m, B).unmapped), (0x21000, 0x1000));
         balanced(&m);
     }
 }

@@ -11,7 +11,7 @@ use crate::model::stack::{Frame, Stack};
 use std::collections::HashMap;
 
 /// The mapping family traced together with `--leaks`.
-pub const LEAK_SYSCALLS: [&str; 4] = ["mmap", "munmap", "mremap", "brk"];
+pub const LEAK_SYSCALLS: [&str; 5] = ["mmap", "munmap", "mremap", "brk", "mprotect"];
 
 /// What a flame graph or collapsed stacks weigh each stack by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -553,7 +553,7 @@ mod tests {
     }
 
     fn region(start: u64, end: u64, rss_kb: u64) -> Span {
-        Span { start, end, anon: true, rss_swap: rss_kb }
+        Span { start, end, anon: true, rss_swap: rss_kb, reserved: false }
     }
 
     #[test]

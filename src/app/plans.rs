@@ -42,7 +42,7 @@ pub fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wr
     if ring {
         plan.ring.push(SYS_MUNMAP);
     }
-    plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap, brk)"));
+    plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap, brk, mprotect)"));
     let all = |nr: u64| crate::model::consts::MAPPING_SYSCALLS.contains(&nr);
     add_functions(pid, &mut plan, &all, fast, ring)?;
     Ok(plan)
@@ -87,6 +87,7 @@ fn add_functions(pid: Tid, plan: &mut Plan, wanted: &dyn Fn(u64) -> bool, fast: 
             let nr = match name {
                 "munmap" => SYS_MUNMAP,
                 "mmap" | "mmap64" => crate::model::consts::SYS_MMAP,
+                "mprotect" => crate::model::consts::SYS_MPROTECT,
                 _ => continue,
             };
             let ring = nr == SYS_MUNMAP && ring;

@@ -125,6 +125,15 @@ pub struct Span {
     /// Anonymous memory as the leak model counts it ([`anonymous_like`]).
     pub anon: bool,
     pub rss_swap: u64,
+    /// Anonymous address space no access is allowed to (`---p`): reserved, not memory (the unused part of a
+    /// glibc thread heap, which `mprotect` commits as the arena grows).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reserved: bool,
+}
+
+/// Whether a mapping with these permissions and path is reserved address space ([`Span::reserved`]).
+fn reserved(perms: &str, path: &str) -> bool {
+    perms.starts_with("---") && anonymous_like(path)
 }
 
 impl Span {
@@ -133,7 +142,13 @@ impl Span {
     }
 
     pub fn of_mapping(m: &Mapping, rss_swap: u64) -> Span {
-        Span { start: m.start, end: m.end, anon: anonymous_like(&m.path), rss_swap }
+        Span {
+            start: m.start,
+            end: m.end,
+            anon: anonymous_like(&m.path),
+            rss_swap,
+            reserved: reserved(&m.perms, &m.path),
+        }
     }
 
     /// The same range and kind (its Rss+Swap aside).
@@ -162,7 +177,8 @@ pub fn parse_maps_span(line: &str) -> Option<Span> {
     if end < start || perms.len() != 4 {
         return None;
     }
-    Some(Span { start, end, anon: anonymous_like(rest.trim_start_matches(' ')), rss_swap: 0 })
+    let path = rest.trim_start_matches(' ');
+    Some(Span { start, end, anon: anonymous_like(path), rss_swap: 0, reserved: reserved(perms, path) })
 }
 
 /// Fills the Rss+Swap of the regions of a new sample `now` (read from maps, so without it) from the previous sample
@@ -481,7 +497,10 @@ VmFlags: rd wr mr mw me gd ac
         }
         assert_eq!(slim, expect);
         let spans: Vec<Span> = whole.iter().map(Span::of).collect();
-        assert_eq!(spans[0], Span { start: 0x5581d6a00000, end: 0x5581d6a21000, anon: true, rss_swap: 132 });
+        assert_eq!(
+            spans[0],
+            Span { start: 0x5581d6a00000, end: 0x5581d6a21000, anon: true, rss_swap: 132, reserved: false }
+        );
         // A file is not anonymous; a pseudo-name is.
         assert_eq!(spans.iter().map(|s| s.anon).collect::<Vec<_>>(), [true, true, true, false, true]);
         assert!(anonymous_like("/dev/zero (deleted)") && !anonymous_like("/usr/lib/libc.so.6"));
@@ -490,7 +509,7 @@ VmFlags: rd wr mr mw me gd ac
 
     #[test]
     fn a_sample_from_maps_reads_afresh_only_what_changed_or_is_traced() {
-        let span = |start, end, anon, rss_swap| Span { start, end, anon, rss_swap };
+        let span = |start, end, anon, rss_swap| Span { start, end, anon, rss_swap, reserved: false };
         let prev = [span(0x1000, 0x2000, true, 4), span(0x2000, 0x4000, false, 8), span(0x5000, 0x6000, true, 4)];
         let mut now = [
             span(0x1000, 0x2000, true, 0),  // unchanged: carried

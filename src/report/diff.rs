@@ -183,7 +183,7 @@ mod tests {
         let leak = Stack { frames: vec![frame(leak_at, "pool_grow"), frame(leak_at + 0x100, "main")], truncated: None };
         let other = Stack { frames: vec![frame(0x9000, "cache_fill"), frame(0x9100, "main")], truncated: None };
         let mut t = LeakTracker::default();
-        let span = |start: u64| Span { start, end: start + 0x8000, anon: true, rss_swap: 4 };
+        let span = |start: u64| Span { start, end: start + 0x8000, anon: true, rss_swap: 4, reserved: false };
         let spans = vec![span(0x1000_0000), span(0x2000_0000)];
         t.sample(Some(0.0), spans.clone());
         for s in 0..8u64 {

@@ -109,7 +109,7 @@ fn summary() -> Summary {
 }
 
 fn region(start: u64, end: u64, rss_kb: u64) -> Span {
-    Span { start, end, anon: true, rss_swap: rss_kb }
+    Span { start, end, anon: true, rss_swap: rss_kb, reserved: false }
 }
 
 /// The leak report of the events with its diagnosis, given to `f`.

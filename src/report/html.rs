@@ -81,7 +81,7 @@ fn candidate(report: &LeakReport, c: &Candidate, kind: &str, frames: &mut FrameT
         "verdict_text": verdict_text(c),
         "growth": c.growth, "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
         "resident": report.weighed.then(|| report.resident_of(c.id)), "vanished": s.vanished,
-        "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "brks": s.brks, "failed": s.failed, "calls": s.calls(),
+        "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "brks": s.brks, "commits": s.commits, "failed": s.failed, "calls": s.calls(),
         "caller": caller(stack), "frames": ids, "truncated": stack.and_then(|st| st.truncated.clone()),
     })
 }
@@ -272,8 +272,8 @@ mod tests {
         };
         let stack = Stack { frames: vec![native, py], truncated: Some("<b>cut</b>".into()) };
         let mut t = LeakTracker::default();
-        let region = |kb| Span { start: 0x1000_0000, end: 0x1001_0000, anon: true, rss_swap: kb };
-        let other = Span { start: 0x7000_0000, end: 0x7000_1000, anon: true, rss_swap: 4 };
+        let region = |kb| Span { start: 0x1000_0000, end: 0x1001_0000, anon: true, rss_swap: kb, reserved: false };
+        let other = Span { start: 0x7000_0000, end: 0x7000_1000, anon: true, rss_swap: 4, reserved: false };
         t.sample(Some(0.0), vec![other]);
         let ev = Event {
             time: 0.5,

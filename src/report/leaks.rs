@@ -143,7 +143,11 @@ impl LeakReport<'_> {
                 s.mmaps,
                 s.munmaps,
                 s.mremaps,
-                if s.brks > 0 { format!("{} sbrk, ", s.brks) } else { String::new() },
+                [(s.brks, "sbrk"), (s.commits, "mprotect commit")]
+                    .iter()
+                    .filter(|(n, _)| *n > 0)
+                    .map(|(n, what)| format!("{n} {what}, "))
+                    .collect::<String>(),
                 s.failed
             )?;
             if let Some(stack) = self.stack(*id) {
@@ -217,7 +221,8 @@ impl LeakReport<'_> {
                     "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
                     "resident": self.weighed.then(|| self.resident_of(*id)),
                     "vanished": s.vanished, "released": s.released, "mmaps": s.mmaps, "munmaps": s.munmaps,
-                    "mremaps": s.mremaps, "brks": s.brks, "failed": s.failed, "stack": frames(*id),
+                    "mremaps": s.mremaps, "brks": s.brks, "commits": s.commits, "failed": s.failed,
+                    "stack": frames(*id),
                 }),
             )?;
         }
@@ -228,8 +233,8 @@ impl LeakReport<'_> {
                 "working_set",
                 json!({
                     "stack_id": c.id.0, "mapped": s.mapped, "unmapped": s.unmapped, "vanished": s.vanished,
-                    "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "brks": s.brks, "failed": s.failed,
-                    "stack": frames(c.id),
+                    "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "brks": s.brks, "commits": s.commits,
+                    "failed": s.failed, "stack": frames(c.id),
                 }),
             )?;
         }

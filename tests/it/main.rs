@@ -12,6 +12,7 @@ mod findings;
 mod fuzz_replay;
 mod growth;
 mod guardian;
+mod heap;
 mod hooks;
 mod html;
 mod known;

@@ -27,7 +27,7 @@ impl<'a> Tracer<'a> {
                 if t.threads.contains_key(&tid) {
                     continue;
                 }
-                match t.k.seize(tid) {
+                match t.seize_first(tid) {
                     Ok(()) => {
                         t.add_thread(tid, false);
                         new += 1;
@@ -52,6 +52,24 @@ impl<'a> Tracer<'a> {
             }
         }
     }
+
+    /// Seizes `tid`; while no thread is seized yet, a refusal (EPERM) is tried again for up to
+    /// [`Self::REFUSED_FOR`] before it counts: a refusal that lasts is a real one (no permission, another tracer),
+    /// one that passes is not (seen once in CI under load, attaching to a target just detached by the syscatch
+    /// before it: the first seize was refused, cause not found).
+    fn seize_first(&mut self, tid: Tid) -> Result<(), Errno> {
+        let started = Instant::now();
+        loop {
+            match self.k.seize(tid) {
+                Err(Errno::EPERM) if self.threads.is_empty() && started.elapsed() < Self::REFUSED_FOR => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    const REFUSED_FOR: std::time::Duration = std::time::Duration::from_millis(200);
 
     /// Runs `f` at real-time priority when permitted (attaching, detaching, a step with the others held).
     pub(super) fn realtime<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {

@@ -1,0 +1,79 @@
+/* glibc's thread arenas growing, with their own ground truth. Prints "pid N"; on "go" it starts two threads, each
+ * of which takes an arena of its own with its first malloc (glibc gives a new thread a new arena while there are
+ * fewer than 8 per CPU): "leaker" mallocs 48-byte nodes into a list that only grows (LEAK bytes of them), "churner"
+ * mallocs and frees blocks of the same sizes again and again. Each prints "arena NAME HEAP COMMITTED": the 64 MiB-
+ * aligned heap holding its blocks and the bytes glibc made read-write in it (heap_info's mprotect_size: the
+ * heap's reservation is PROT_NONE until grow_heap mprotects it), or "arena NAME main" if its blocks came from
+ * the main arena. Then "done"; waits for a line and exits 0. */
+#include "common.h"
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HEAP_MAX ((uintptr_t)64 << 20)
+#define NON_MAIN_ARENA 0x4
+#define LEAK (24 << 20)
+#define NODE 48
+
+struct node {
+    struct node *next;
+    char data[NODE - sizeof(struct node *)];
+};
+
+static struct node *kept;
+
+static void report(const char *name, void *block) {
+    if (!(*(size_t *)((uintptr_t)block - sizeof(size_t)) & NON_MAIN_ARENA)) {
+        say("arena %s main\n", name);
+        return;
+    }
+    uintptr_t heap = (uintptr_t)block & ~(HEAP_MAX - 1);
+    /* struct heap_info { mstate ar_ptr; struct heap_info *prev; size_t size; size_t mprotect_size; ... } */
+    say("arena %s %#lx %zu\n", name, (unsigned long)heap, ((size_t *)heap)[3]);
+}
+
+__attribute__((noinline)) static void *leaker(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < LEAK / NODE; i++) {
+        struct node *n = malloc(sizeof *n);
+        memset(n->data, 1, sizeof n->data);
+        n->next = kept;
+        kept = n;
+    }
+    report("leaker", kept);
+    return NULL;
+}
+
+__attribute__((noinline)) static void *churner(void *arg) {
+    (void)arg;
+    void *last = NULL;
+    for (int round = 0; round < 2000; round++) {
+        void *blocks[64];
+        for (int i = 0; i < 64; i++) {
+            blocks[i] = malloc(NODE + (size_t)(i % 4) * 1024);
+            memset(blocks[i], 2, NODE);
+        }
+        for (int i = 0; i < 63; i++) free(blocks[i]);
+        free(last);
+        last = blocks[63];
+    }
+    report("churner", last);
+    free(last);
+    return NULL;
+}
+
+int main(void) {
+    char buf[64];
+    say("pid %d\n", getpid());
+    if (!wait_line(buf, sizeof buf)) return 1;
+    pthread_t a, b;
+    /* Together: a thread that exits leaves its arena to the next thread started. */
+    pthread_create(&a, NULL, leaker, NULL);
+    pthread_create(&b, NULL, churner, NULL);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    say("done\n");
+    wait_line(buf, sizeof buf);
+    return 0;
+}
