@@ -4,12 +4,17 @@
  * mallocs and frees blocks of the same sizes again and again. Each prints "arena NAME HEAP COMMITTED": the 64 MiB-
  * aligned heap holding its blocks and the bytes glibc made read-write in it (heap_info's mprotect_size: the
  * heap's reservation is PROT_NONE until grow_heap mprotects it), or "arena NAME main" if its blocks came from
- * the main arena. Then "done"; waits for a line and exits 0. */
+ * the main arena. Then "done". On "trim" it frees every node but the newest (at the top of the leaker's heap, so the
+ * rest stays inside it as free chunks), calls malloc_trim(0) (which gives the free pages back with
+ * madvise(MADV_DONTNEED)), and prints "trimmed RESIDENT": the bytes of the leaker's committed heap still resident
+ * (mincore), then "done". Any other line: exits 0. */
 #include "common.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <malloc.h>
+#include <sys/mman.h>
 
 #define HEAP_MAX ((uintptr_t)64 << 20)
 #define NON_MAIN_ARENA 0x4
@@ -22,6 +27,7 @@ struct node {
 };
 
 static struct node *kept;
+static uintptr_t leaker_heap;
 
 static void report(const char *name, void *block) {
     if (!(*(size_t *)((uintptr_t)block - sizeof(size_t)) & NON_MAIN_ARENA)) {
@@ -29,6 +35,7 @@ static void report(const char *name, void *block) {
         return;
     }
     uintptr_t heap = (uintptr_t)block & ~(HEAP_MAX - 1);
+    if (!strcmp(name, "leaker")) leaker_heap = heap;
     /* struct heap_info { mstate ar_ptr; struct heap_info *prev; size_t size; size_t mprotect_size; ... } */
     say("arena %s %#lx %zu\n", name, (unsigned long)heap, ((size_t *)heap)[3]);
 }
@@ -74,6 +81,21 @@ int main(void) {
     pthread_join(a, NULL);
     pthread_join(b, NULL);
     say("done\n");
-    wait_line(buf, sizeof buf);
+    while (wait_line(buf, sizeof buf) && !strncmp(buf, "trim", 4) && leaker_heap) {
+        for (struct node *n = kept->next, *next; n; n = next) {
+            next = n->next;
+            free(n);
+        }
+        kept->next = NULL;
+        malloc_trim(0);
+        size_t committed = ((size_t *)leaker_heap)[3], pages = committed / 4096;
+        unsigned char *vec = malloc(pages);
+        size_t resident = 0;
+        if (vec && mincore((void *)leaker_heap, committed, vec) == 0)
+            for (size_t i = 0; i < pages; i++) resident += (vec[i] & 1) * 4096;
+        free(vec);
+        say("trimmed %zu\n", resident);
+        say("done\n");
+    }
     return 0;
 }

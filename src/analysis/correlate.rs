@@ -22,7 +22,9 @@ use crate::model::smaps::{Span, previous_rss_swap};
 use std::collections::BTreeMap;
 
 use crate::model::consts::MAP_ANONYMOUS;
-pub use crate::model::consts::{MAPPING_SYSCALLS, SYS_BRK, SYS_MMAP, SYS_MPROTECT, SYS_MREMAP, SYS_MUNMAP};
+pub use crate::model::consts::{
+    MAPPING_SYSCALLS, SYS_BRK, SYS_MADVISE, SYS_MMAP, SYS_MPROTECT, SYS_MREMAP, SYS_MUNMAP,
+};
 
 const PAGE: u64 = 4096;
 const MREMAP_DONTUNMAP: u64 = 4;
@@ -60,6 +62,9 @@ pub struct StackStats {
     /// Successful `mprotect` calls that made reserved address space accessible (a thread heap's commit).
     #[serde(default)]
     pub commits: u64,
+    /// Successful `madvise` calls that gave pages back (MADV_DONTNEED, MADV_REMOVE).
+    #[serde(default)]
+    pub returns: u64,
     /// Calls from this stack that failed or whose return value is unknown.
     pub failed: u64,
     /// Bytes this stack's calls mapped (mmap, and mremap growth).
@@ -76,7 +81,7 @@ pub struct StackStats {
 
 impl StackStats {
     pub fn calls(&self) -> u64 {
-        self.mmaps + self.munmaps + self.mremaps + self.brks + self.commits + self.failed
+        self.mmaps + self.munmaps + self.mremaps + self.brks + self.commits + self.returns + self.failed
     }
 
     /// What these figures add to `base`'s (each counter less base's, none below zero).
@@ -87,6 +92,7 @@ impl StackStats {
             mremaps: self.mremaps.saturating_sub(base.mremaps),
             brks: self.brks.saturating_sub(base.brks),
             commits: self.commits.saturating_sub(base.commits),
+            returns: self.returns.saturating_sub(base.returns),
             failed: self.failed.saturating_sub(base.failed),
             mapped: self.mapped.saturating_sub(base.mapped),
             unmapped: self.unmapped.saturating_sub(base.unmapped),
@@ -263,6 +269,7 @@ impl AddressSpace {
         match nr {
             SYS_MMAP => self.mmap(ret, args[1], args[3] & MAP_ANONYMOUS != 0, args[2] == 0, stack),
             SYS_MPROTECT => self.mprotect(args[0], args[1], args[2], stack),
+            SYS_MADVISE => self.madvise(args[0], args[1], args[2], stack),
             SYS_MUNMAP => self.munmap(args[0], args[1], stack),
             SYS_MREMAP => self.mremap(args[0], args[1], args[2], args[3], ret, stack),
             // The syscall returns the break: the heap moved from the last one known.
@@ -361,6 +368,31 @@ impl AddressSpace {
 
     fn insert(&mut self, start: u64, end: u64, stack: StackId, anon: bool, reserved: bool) {
         self.pieces.insert(start, Piece { end, stack, anon, since: self.now, reserved });
+    }
+
+    /// MADV_DONTNEED and MADV_REMOVE give the range's pages back: what it held is unmapped for the stacks that
+    /// mapped it (the mapping stays; pages touched there again come back with no call: glibc reusing a trimmed
+    /// part of an arena, jemalloc a purged extent). Other advice leaves the model as it is (MADV_FREE and
+    /// MADV_PAGEOUT leave the pages counted: freed lazily, or in swap).
+    fn madvise(&mut self, addr: u64, len: u64, advice: u64, stack: StackId) {
+        const MADV_DONTNEED: u64 = 4;
+        const MADV_REMOVE: u64 = 9;
+        let Some((start, end)) = range(addr, len).filter(|_| matches!(advice, MADV_DONTNEED | MADV_REMOVE)) else {
+            return;
+        };
+        let s = self.stats.entry(stack).or_default();
+        s.returns += 1;
+        s.released = s.released.saturating_add(end - start);
+        // What is returned is no one's until a call maps it again; reserved space stays reserved.
+        let mut reserved = Vec::new();
+        for (s, e, p) in self.take(start, end) {
+            if p.reserved {
+                reserved.push((s, Piece { end: e, ..p }));
+            } else if self.in_window(&p) {
+                self.stats.entry(p.stack).or_default().unmapped += e - s;
+            }
+        }
+        self.pieces.extend(reserved);
     }
 
     /// An access other than none given to reserved address space commits it: those bytes become the calling
@@ -985,6 +1017,25 @@ mod tests {
         // A munmap of the whole heap returns what was committed and forgets the reservation.
         m.apply_call(SYS_MUNMAP, &[heap, 64 << 20, 0, 0, 0, 0], Some(0), F);
         assert_eq!((stats(&m, A).unmapped, stats(&m, B).unmapped), (0x21000, 0x1000));
+        balanced(&m);
+    }
+
+    /// Pages given back by madvise are no one's: the stacks that mapped them hold less, the mapping stays, and
+    /// advice that keeps the pages counted changes nothing.
+    #[test]
+    fn madvise_dontneed_gives_pages_back() {
+        let mut m = AddressSpace::new();
+        mmap(&mut m, 0x10000, 0x10000, A);
+        m.apply_call(SYS_MADVISE, &[0x12000, 0x2000, 4, 0, 0, 0], Some(0), B);
+        m.apply_call(SYS_MADVISE, &[0x14000, 0x2000, 8, 0, 0, 0], Some(0), B);
+        m.apply_call(SYS_MADVISE, &[0x16000, 0x2000, 14, 0, 0, 0], Some(0), B);
+        assert_eq!((stats(&m, A).still_mapped, stats(&m, A).unmapped), (0xe000, 0x2000));
+        assert_eq!((stats(&m, B).returns, stats(&m, B).released), (1, 0x2000));
+        // Reserved space stays reserved.
+        m.apply_call(SYS_MMAP, &[0, 0x4000, 0, MAP_ANONYMOUS | 2, 0, 0], Some(0x40000), F);
+        m.apply_call(SYS_MADVISE, &[0x40000, 0x4000, 4, 0, 0, 0], Some(0), B);
+        m.apply_call(SYS_MPROTECT, &[0x40000, 0x1000, 3, 0, 0, 0], Some(0), B);
+        assert_eq!(stats(&m, B).still_mapped, 0x1000);
         balanced(&m);
     }
 }

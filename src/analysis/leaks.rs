@@ -11,7 +11,7 @@ use crate::model::stack::{Frame, Stack};
 use std::collections::HashMap;
 
 /// The mapping family traced together with `--leaks`.
-pub const LEAK_SYSCALLS: [&str; 5] = ["mmap", "munmap", "mremap", "brk", "mprotect"];
+pub const LEAK_SYSCALLS: [&str; 6] = ["mmap", "munmap", "mremap", "brk", "mprotect", "madvise"];
 
 /// What a flame graph or collapsed stacks weigh each stack by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

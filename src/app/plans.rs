@@ -6,7 +6,7 @@ use crate::app::trace::open_mem;
 use crate::live::plan::{Plan, Wrapper};
 use crate::live::resolve;
 use crate::live::tracer::{FastFunction, Numbers, Probe, SiteSpec};
-use crate::model::consts::SYS_MUNMAP;
+use crate::model::consts::{SYS_MADVISE, SYS_MUNMAP};
 use crate::os::Tid;
 use anyhow::{Result, anyhow};
 use std::collections::{HashMap, HashSet};
@@ -33,18 +33,16 @@ pub fn syscall_plan(numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Plan {
 
 /// `--leaks`: the plan of `--syscall` plus probes on libc's own mapping functions, so that mappings made through
 /// `mmap()` (also by a hook library that redirected GOT slots and calls the real one) are caught too. With
-/// `--fast`, munmap calls go to the trampoline's ring, without a stop: the leak model needs only their range and
-/// result (unless `--syscall` named munmap: its events then keep their stacks).
+/// `--fast`, munmap and madvise calls go to the trampoline's ring, without a stop: the leak model needs only their
+/// range and result (unless `--syscall` named them: their events then keep their stacks).
 pub fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wrapper, fast: bool) -> Result<Plan> {
     let at = site.addr;
     let mut plan = syscall_plan(numbers, site, fast);
-    let ring = fast && !asked.contains(&SYS_MUNMAP);
-    if ring {
-        plan.ring.push(SYS_MUNMAP);
-    }
-    plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap, brk, mprotect)"));
+    let ring: Vec<u64> = [SYS_MUNMAP, SYS_MADVISE].into_iter().filter(|nr| fast && !asked.contains(nr)).collect();
+    plan.ring.extend(&ring);
+    plan.watched.paths.push(format!("syscall() at {at:#x} (mmap, munmap, mremap, brk, mprotect, madvise)"));
     let all = |nr: u64| crate::model::consts::MAPPING_SYSCALLS.contains(&nr);
-    add_functions(pid, &mut plan, &all, fast, ring)?;
+    add_functions(pid, &mut plan, &all, fast, &ring)?;
     Ok(plan)
 }
 
@@ -66,20 +64,20 @@ pub fn trace_plan(pid: Tid, numbers: HashSet<u64>, site: Wrapper, fast: bool, wr
         plan.what = format!("{} only (--only-syscall-wrapper)", plan.what);
         return Ok(plan);
     }
-    add_functions(pid, &mut plan, &|nr| asked.contains(&nr), fast, false)?;
+    add_functions(pid, &mut plan, &|nr| asked.contains(&nr), fast, &[])?;
     Ok(plan)
 }
 
 /// Adds probes on libc's own functions making the syscalls `wanted` to `plan` (and with `fast`, the trampoline on
-/// mmap and munmap where they have its shape; `ring`: munmap's calls to the ring, without a stop).
-fn add_functions(pid: Tid, plan: &mut Plan, wanted: &dyn Fn(u64) -> bool, fast: bool, ring: bool) -> Result<()> {
+/// those with its shape; `ring`: the syscalls whose functions' calls go to the ring, without a stop).
+fn add_functions(pid: Tid, plan: &mut Plan, wanted: &dyn Fn(u64) -> bool, fast: bool, ring: &[u64]) -> Result<()> {
     let mem = open_mem(pid)?;
     let maps = resolve::read_maps(pid)?;
     let libc = resolve::find_libc(&maps).ok_or_else(|| anyhow!("process {pid} has no libc mapped"))?;
     let module = resolve::read_module(pid, &libc, Some(&mem))?;
     let specs = crate::live::mappaths::function_specs(&module, &mem, wanted, &mut plan.watched);
     if fast {
-        // libc's munmap and mmap get the trampoline too (munmap to the ring); mremap, and any that lacks the shape,
+        // libc's functions get the trampoline too (munmap and madvise to the ring); mremap, and any that lacks the shape,
         // keeps its int3.
         for s in &specs {
             let Some(label) = s.probes.first().and_then(|p| p.label.clone()) else { continue };
@@ -88,9 +86,10 @@ fn add_functions(pid: Tid, plan: &mut Plan, wanted: &dyn Fn(u64) -> bool, fast: 
                 "munmap" => SYS_MUNMAP,
                 "mmap" | "mmap64" => crate::model::consts::SYS_MMAP,
                 "mprotect" => crate::model::consts::SYS_MPROTECT,
+                "madvise" => SYS_MADVISE,
                 _ => continue,
             };
-            let ring = nr == SYS_MUNMAP && ring;
+            let ring = ring.contains(&nr);
             // The whole function: `plan_fixed` requires its one `syscall` and every branch inside it.
             let Some(size) = module.find_symbol(name).map(|(_, size)| size.clamp(16, 1024)) else { continue };
             let Some(code) = module.file_bytes(s.addr, size).map(<[u8]>::to_vec) else { continue };

@@ -9,7 +9,7 @@ pub const SYS_MREMAP: u64 = 25;
 pub const SYS_MADVISE: u64 = 28;
 
 /// The calls that create, remove or move mappings: what `--leaks` traces.
-pub const MAPPING_SYSCALLS: [u64; 5] = [SYS_MMAP, SYS_MUNMAP, SYS_MREMAP, SYS_BRK, SYS_MPROTECT];
+pub const MAPPING_SYSCALLS: [u64; 6] = [SYS_MMAP, SYS_MUNMAP, SYS_MREMAP, SYS_BRK, SYS_MPROTECT, SYS_MADVISE];
 
 pub const PROT_NONE: u64 = 0;
 pub const MAP_SHARED: u64 = 0x01;

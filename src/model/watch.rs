@@ -4,16 +4,18 @@
 use crate::model::syscalls;
 
 /// libc's memory functions watched in `--leaks`, with the syscall each one makes. `mprotect` is how glibc grows
-/// a thread heap (by committing the next part of its reservation, through the hidden `__mprotect`). `sbrk` is how malloc grows and
+/// a thread heap (by committing the next part of its reservation, through the hidden `__mprotect`); `madvise`
+/// (MADV_DONTNEED) how it gives an arena's pages back, and jemalloc its purged ones. `sbrk` is how malloc grows and
 /// trims `[heap]` (through the hidden `__sbrk` at the same address, which calls `__brk` directly: no PLT and no
 /// `syscall()` on the way); unlike the syscall it takes an increment and returns the old break ([`is_sbrk`]).
-pub const FUNCTIONS: [(&str, &str); 6] = [
+pub const FUNCTIONS: [(&str, &str); 7] = [
     ("mmap", "mmap"),
     ("mmap64", "mmap"),
     ("munmap", "munmap"),
     ("mremap", "mremap"),
     ("sbrk", "brk"),
     ("mprotect", "mprotect"),
+    ("madvise", "madvise"),
 ];
 
 /// Whether an event's location label is libc's `sbrk` (`libc.so.6:sbrk`).

@@ -81,7 +81,7 @@ fn candidate(report: &LeakReport, c: &Candidate, kind: &str, frames: &mut FrameT
         "verdict_text": verdict_text(c),
         "growth": c.growth, "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
         "resident": report.weighed.then(|| report.resident_of(c.id)), "vanished": s.vanished,
-        "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "brks": s.brks, "commits": s.commits, "failed": s.failed, "calls": s.calls(),
+        "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "brks": s.brks, "commits": s.commits, "returns": s.returns, "failed": s.failed, "calls": s.calls(),
         "caller": caller(stack), "frames": ids, "truncated": stack.and_then(|st| st.truncated.clone()),
     })
 }

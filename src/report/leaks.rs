@@ -143,7 +143,7 @@ impl LeakReport<'_> {
                 s.mmaps,
                 s.munmaps,
                 s.mremaps,
-                [(s.brks, "sbrk"), (s.commits, "mprotect commit")]
+                [(s.brks, "sbrk"), (s.commits, "mprotect commit"), (s.returns, "madvise return")]
                     .iter()
                     .filter(|(n, _)| *n > 0)
                     .map(|(n, what)| format!("{n} {what}, "))
@@ -221,8 +221,8 @@ impl LeakReport<'_> {
                     "still_mapped": s.still_mapped, "mapped": s.mapped, "unmapped": s.unmapped,
                     "resident": self.weighed.then(|| self.resident_of(*id)),
                     "vanished": s.vanished, "released": s.released, "mmaps": s.mmaps, "munmaps": s.munmaps,
-                    "mremaps": s.mremaps, "brks": s.brks, "commits": s.commits, "failed": s.failed,
-                    "stack": frames(*id),
+                    "mremaps": s.mremaps, "brks": s.brks, "commits": s.commits, "returns": s.returns,
+                    "failed": s.failed, "stack": frames(*id),
                 }),
             )?;
         }
@@ -234,7 +234,7 @@ impl LeakReport<'_> {
                 json!({
                     "stack_id": c.id.0, "mapped": s.mapped, "unmapped": s.unmapped, "vanished": s.vanished,
                     "mmaps": s.mmaps, "munmaps": s.munmaps, "mremaps": s.mremaps, "brks": s.brks, "commits": s.commits,
-                    "failed": s.failed, "stack": frames(c.id),
+                    "returns": s.returns, "failed": s.failed, "stack": frames(c.id),
                 }),
             )?;
         }
