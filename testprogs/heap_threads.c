@@ -4,10 +4,11 @@
  * mallocs and frees blocks of the same sizes again and again. Each prints "arena NAME HEAP COMMITTED": the 64 MiB-
  * aligned heap holding its blocks and the bytes glibc made read-write in it (heap_info's mprotect_size: the
  * heap's reservation is PROT_NONE until grow_heap mprotects it), or "arena NAME main" if its blocks came from
- * the main arena. Then "done". On "trim" it frees every node but the newest (at the top of the leaker's heap, so the
+ * the main arena. Then "mallinfo ARENA FREE" (mallinfo2()'s arena and fordblks: what malloc holds in its arenas
+ * and the free bytes of them) and "done". On "trim" it frees every node but the newest (at the top of the leaker's heap, so the
  * rest stays inside it as free chunks), calls malloc_trim(0) (which gives the free pages back with
  * madvise(MADV_DONTNEED)), and prints "trimmed RESIDENT": the bytes of the leaker's committed heap still resident
- * (mincore), then "done". Any other line: exits 0. */
+ * (mincore), "mallinfo ARENA FREE" and "done". Any other line: exits 0. */
 #include "common.h"
 #include <pthread.h>
 #include <stdint.h>
@@ -28,6 +29,11 @@ struct node {
 
 static struct node *kept;
 static uintptr_t leaker_heap;
+
+static void say_mallinfo(void) {
+    struct mallinfo2 m = mallinfo2();
+    say("mallinfo %zu %zu\n", m.arena, m.fordblks);
+}
 
 static void report(const char *name, void *block) {
     if (!(*(size_t *)((uintptr_t)block - sizeof(size_t)) & NON_MAIN_ARENA)) {
@@ -80,6 +86,7 @@ int main(void) {
     pthread_create(&b, NULL, churner, NULL);
     pthread_join(a, NULL);
     pthread_join(b, NULL);
+    say_mallinfo();
     say("done\n");
     while (wait_line(buf, sizeof buf) && !strncmp(buf, "trim", 4) && leaker_heap) {
         for (struct node *n = kept->next, *next; n; n = next) {
@@ -95,6 +102,7 @@ int main(void) {
             for (size_t i = 0; i < pages; i++) resident += (vec[i] & 1) * 4096;
         free(vec);
         say("trimmed %zu\n", resident);
+        say_mallinfo();
         say("done\n");
     }
     return 0;

@@ -9,6 +9,7 @@ pub mod known;
 pub mod leaks;
 pub mod memclass;
 pub mod modules;
+pub mod mstate;
 pub mod rules;
 pub mod symbolize;
 pub mod trend;

@@ -6,7 +6,8 @@
 //! `--json`: one `{"type":"mem","data":{...}}` line per sample. `data`: `pid`, `name`, `time` (s since the first
 //! sample), `total` and `classes[]` (`class`, `regions`, `size_kb`, `rss_kb`, `swap_kb`, `pss_kb`, `rss_swap_kb`),
 //! `arenas` (`heaps`, `count`, `addrs` (hex), `rss_swap_kb`, `unread_heaps`, `rejected`), `threads` (`count`,
-//! `located`, `stack_regions`), `allocator` (`name`, `library`), `env`, `advice[]`; with `--watch` also `sample`
+//! `located`, `stack_regions`), `allocator` (`name`, `library`), `env`, `advice[]`, `heap` (glibc malloc's
+//! arenas: see `crate::app::heap`; not with `--watch`); with `--watch` also `sample`
 //! (1-based) and `growth[]` (`start`, `end` (hex), `perms`, `path`, `class`, `rss_swap_kb`, `growth_kb`, `new`).
 
 use crate::analysis::memclass::{self, Allocator, ArenaSummary, Class};
@@ -48,10 +49,18 @@ pub fn run(args: &MemArgs) -> Result<i32> {
     let mut out = out.lock();
 
     let Some(interval) = args.watch else {
+        let heap = crate::app::heap::read(pid, mem.as_ref(), &first, &alloc);
         if args.json {
-            line(&mut out, "mem", mem_json(pid, &name, &first, &alloc, &env, &advice, None))?;
+            let mut v = mem_json(pid, &name, &first, &alloc, &env, &advice, None);
+            if let Some(h) = &heap {
+                v["heap"] = crate::app::heap::json(h);
+            }
+            line(&mut out, "mem", v)?;
         } else {
             write_report(&mut out, pid, &name, &first, &alloc, &env, &advice)?;
+            for l in heap.as_ref().map(crate::app::heap::lines).unwrap_or_default() {
+                writeln!(out, "{l}")?;
+            }
         }
         out.flush()?;
         return Ok(chosen.status());
@@ -135,7 +144,7 @@ pub(super) fn sleep_until(start: Instant, at: Duration) -> bool {
 }
 
 /// `12.3 MiB` from kB.
-pub(super) fn human(kb: u64) -> String {
+pub(crate) fn human(kb: u64) -> String {
     if kb < 1024 {
         format!("{kb} kB")
     } else if kb < 1024 * 1024 {

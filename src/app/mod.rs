@@ -8,6 +8,7 @@ pub mod choose;
 pub mod crash;
 pub mod demo;
 pub mod findings;
+pub mod heap;
 pub mod hooks;
 pub mod mem;
 pub mod mem_many;

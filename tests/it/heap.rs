@@ -76,3 +76,47 @@ fn thread_arenas_grow_on_the_stacks_that_committed_them() {
     let from_ring = summary["from_ring"].as_u64().unwrap();
     assert!(hits >= calls && from_ring > 0, "{summary:#?}");
 }
+
+/// `mem`'s heap section reads every arena without stopping the process, and its sums are what the target's own
+/// `mallinfo2()` says, to the byte: what malloc holds in its arenas and how much of it is free; the leaker's
+/// arena holds its list in use, and after a trim that memory is free and no longer resident.
+#[test]
+fn mem_reads_each_arena_as_mallinfo2_counts_it() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("heap_threads"), &[]);
+    let pid = t.pid.to_string();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    let leaker = lines.iter().find(|l| l.starts_with("arena leaker ")).unwrap().split(' ').nth(2).unwrap().to_string();
+    let heap_of = |t: &mut Target| -> (Vec<Value>, (u64, u64)) {
+        let info = t.out.seen.iter().rev().find(|l| l.starts_with("mallinfo ")).unwrap().clone();
+        let f: Vec<u64> = info.split(' ').skip(1).map(|x| x.parse().unwrap()).collect();
+        let (code, out, err) = run_syscatch(&["mem", "--pid", &pid, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        let heap = &v["data"]["heap"];
+        assert!(heap["problem"].is_null(), "{heap:#}");
+        (heap["arenas"].as_array().unwrap().clone(), (f[0], f[1]))
+    };
+    let sum = |arenas: &[Value], k: &str| -> u64 { arenas.iter().map(|a| a[k].as_u64().unwrap()).sum() };
+    let (arenas, (held, free)) = heap_of(&mut t);
+    assert_eq!((sum(&arenas, "system_mem"), sum(&arenas, "free")), (held, free), "{arenas:#?}");
+    assert_eq!(arenas.iter().filter(|a| a["main"] == true).count(), 1, "{arenas:#?}");
+    let of_leaker = |arenas: &[Value]| -> Value {
+        let want = u64::from_str_radix(leaker.trim_start_matches("0x"), 16).unwrap() + 48;
+        arenas.iter().find(|a| a["addr"] == format!("{want:#x}")).cloned().unwrap_or_else(|| panic!("{arenas:#?}"))
+    };
+    let a = of_leaker(&arenas);
+    assert!(a["in_use"].as_u64().unwrap() >= 24 << 20 && a["rss_kb"].as_u64().unwrap() >= 24 << 10, "{a:#}");
+    t.send("trim");
+    t.out.until(|l| l == "done");
+    let (arenas, (held, free)) = heap_of(&mut t);
+    assert_eq!((sum(&arenas, "system_mem"), sum(&arenas, "free")), (held, free), "{arenas:#?}");
+    let a = of_leaker(&arenas);
+    assert!(a["free"].as_u64().unwrap() >= 24 << 20 && a["rss_kb"].as_u64().unwrap() < 1024, "{a:#}");
+    // Text: one line per arena.
+    let (_, text, _) = run_syscatch(&["mem", "--pid", &pid]);
+    assert!(text.contains("heap (glibc 2.") && text.contains("main arena ([heap])"), "{text}");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+}
