@@ -1,7 +1,9 @@
 /* glibc's thread arenas growing, with their own ground truth. Prints "pid N"; on "go" it starts two threads, each
  * of which takes an arena of its own with its first malloc (glibc gives a new thread a new arena while there are
  * fewer than 8 per CPU): "leaker" mallocs 48-byte nodes into a list that only grows (LEAK bytes of them), "churner"
- * mallocs and frees blocks of the same sizes again and again. Each prints "arena NAME HEAP COMMITTED": the 64 MiB-
+ * mallocs and frees blocks of the same sizes again and again, "fragmenter" mallocs FRAG blocks of 2,000 bytes
+ * and frees all but every 16th (the freed runs lie between blocks in use) and prints "freed BYTES" (the chunk
+ * bytes it freed: malloc_usable_size plus the chunk header). Each prints "arena NAME HEAP COMMITTED": the 64 MiB-
  * aligned heap holding its blocks and the bytes glibc made read-write in it (heap_info's mprotect_size: the
  * heap's reservation is PROT_NONE until grow_heap mprotects it), or "arena NAME main" if its blocks came from
  * the main arena. Then "mallinfo ARENA FREE" (mallinfo2()'s arena and fordblks: what malloc holds in its arenas
@@ -21,6 +23,8 @@
 #define NON_MAIN_ARENA 0x4
 #define LEAK (24 << 20)
 #define NODE 48
+#define FRAG 16384
+#define FRAG_SIZE 2000
 
 struct node {
     struct node *next;
@@ -28,6 +32,14 @@ struct node {
 };
 
 static struct node *kept;
+/* Each thread's first malloc takes its arena; none goes on before all three have one (a thread that exits leaves
+ * its arena to the next thread that asks). */
+static pthread_barrier_t arenas_taken;
+
+static void take_arena(void) {
+    free(malloc(1));
+    pthread_barrier_wait(&arenas_taken);
+}
 static uintptr_t leaker_heap;
 
 static void say_mallinfo(void) {
@@ -48,6 +60,7 @@ static void report(const char *name, void *block) {
 
 __attribute__((noinline)) static void *leaker(void *arg) {
     (void)arg;
+    take_arena();
     for (size_t i = 0; i < LEAK / NODE; i++) {
         struct node *n = malloc(sizeof *n);
         memset(n->data, 1, sizeof n->data);
@@ -60,6 +73,7 @@ __attribute__((noinline)) static void *leaker(void *arg) {
 
 __attribute__((noinline)) static void *churner(void *arg) {
     (void)arg;
+    take_arena();
     void *last = NULL;
     for (int round = 0; round < 2000; round++) {
         void *blocks[64];
@@ -76,16 +90,41 @@ __attribute__((noinline)) static void *churner(void *arg) {
     return NULL;
 }
 
+static void **frag_kept;
+
+__attribute__((noinline)) static void *fragmenter(void *arg) {
+    (void)arg;
+    take_arena();
+    void **blocks = malloc(FRAG * sizeof *blocks);
+    size_t freed = 0;
+    for (int i = 0; i < FRAG; i++) {
+        blocks[i] = malloc(FRAG_SIZE);
+        memset(blocks[i], 3, FRAG_SIZE);
+    }
+    for (int i = 0; i < FRAG; i++) {
+        if (i % 16 == 15) continue;
+        freed += malloc_usable_size(blocks[i]) + sizeof(size_t);
+        free(blocks[i]);
+        blocks[i] = NULL;
+    }
+    frag_kept = blocks;
+    report("fragmenter", blocks[15]);
+    say("freed %zu\n", freed);
+    return NULL;
+}
+
 int main(void) {
     char buf[64];
     say("pid %d\n", getpid());
     if (!wait_line(buf, sizeof buf)) return 1;
-    pthread_t a, b;
-    /* Together: a thread that exits leaves its arena to the next thread started. */
+    pthread_t a, b, c;
+    pthread_barrier_init(&arenas_taken, NULL, 3);
     pthread_create(&a, NULL, leaker, NULL);
     pthread_create(&b, NULL, churner, NULL);
+    pthread_create(&c, NULL, fragmenter, NULL);
     pthread_join(a, NULL);
     pthread_join(b, NULL);
+    pthread_join(c, NULL);
     say_mallinfo();
     say("done\n");
     while (wait_line(buf, sizeof buf) && !strncmp(buf, "trim", 4) && leaker_heap) {

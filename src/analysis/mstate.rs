@@ -30,11 +30,49 @@ pub const MAX_CHUNKS: u64 = 1 << 20;
 /// Most arenas followed through `next`.
 pub const MAX_ARENAS: usize = 1024;
 
+/// One arena as a look at the process found it, with the regions that are its memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ArenaReading {
+    pub arena: Arena,
+    /// The main arena (its memory is `[heap]`, grown by sbrk), or a thread arena (its 64 MiB heaps).
+    pub main: bool,
+    pub heaps: usize,
+    /// Of its regions: Rss and Private_Dirty, kB.
+    pub rss_kb: u64,
+    pub dirty_kb: u64,
+}
+
+impl ArenaReading {
+    /// Resident bytes it does not hold for the program: free and still in memory (none when the free chunks
+    /// were given back).
+    pub fn free_resident(&self) -> u64 {
+        (self.rss_kb * 1024).saturating_sub(self.arena.in_use()).min(self.arena.free())
+    }
+}
+
+/// Every arena of glibc malloc in a process, or why they could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HeapReading {
+    /// The libc's version (major, minor).
+    pub glibc: Option<(u32, u32)>,
+    /// The main arena first, then the thread arenas by address.
+    pub arenas: Vec<ArenaReading>,
+    /// Why the list is missing or cut short.
+    pub problem: Option<String>,
+}
+
+impl HeapReading {
+    /// `addr`'s arena.
+    pub fn arena(&self, addr: u64) -> Option<&ArenaReading> {
+        self.arenas.iter().find(|a| a.arena.addr == addr)
+    }
+}
+
 /// Reads `buf.len()` bytes at an address of the target; false when it cannot.
 pub type Read<'a> = dyn FnMut(u64, &mut [u8]) -> bool + 'a;
 
 /// One arena as read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Arena {
     /// Its `malloc_state`.
     pub addr: u64,

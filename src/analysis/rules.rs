@@ -52,6 +52,9 @@ pub struct When {
     pub class_size: Option<ClassAmount>,
     /// At least this many glibc thread arenas.
     pub min_arenas: Option<usize>,
+    /// Some glibc malloc arena, as read after the trace against before it (an arena born during the trace starts
+    /// from nothing), meets these.
+    pub heap: Option<HeapCondition>,
     /// The allocator's name (`glibc`, `jemalloc`, `tcmalloc`, `mimalloc`).
     pub allocator: Option<String>,
     /// Memory functions that some module's calls no longer reach in libc (a GOT slot or an entry patched, or
@@ -72,6 +75,50 @@ pub struct ClassAmount {
     /// Memory class names as `syscatch mem` prints them (`heap`, `malloc_arenas`, `anon_large`, ...).
     pub classes: Vec<String>,
     pub min_kb: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeapCondition {
+    /// Free bytes in the arena's bins and fastbins (its top chunk aside) grew by at least this much (KiB)...
+    pub free_growth_min_kb: Option<u64>,
+    /// ...while its bytes in use grew by at most this share of that growth: the free chunks lie between blocks
+    /// still in use.
+    pub in_use_growth_max_share: Option<f64>,
+    /// Free bytes still resident in the arena (its resident bytes less those in use), at least this (KiB).
+    pub free_resident_min_kb: Option<u64>,
+}
+
+/// The arenas that meet `c`: the bytes they show (the free growth, else the free resident bytes) and a line each.
+fn heap_matches(c: &HeapCondition, p: &ProcessFacts) -> Option<(u64, Vec<String>)> {
+    let heap = p.heap.as_ref()?;
+    let (mut bytes, mut ev) = (0, Vec::new());
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
+    let signed = |b: i64| format!("{}{:.1} MiB", if b < 0 { "-" } else { "+" }, b.unsigned_abs() as f64 / 1048576.0);
+    for a in &heap.arenas {
+        let before = p.heap_before.as_ref().and_then(|h| h.arena(a.arena.addr)).map(|b| &b.arena);
+        let loose = |x: &crate::analysis::mstate::Arena| x.bins + x.fastbins;
+        let free_growth = loose(&a.arena) as i64 - before.map_or(0, |b| loose(b) as i64);
+        let use_growth = a.arena.in_use() as i64 - before.map_or(0, |b| b.in_use() as i64);
+        let ok = c.free_growth_min_kb.is_none_or(|kb| free_growth >= (kb * 1024) as i64)
+            && c.in_use_growth_max_share.is_none_or(|s| (use_growth as f64) <= s * free_growth.max(0) as f64)
+            && c.free_resident_min_kb.is_none_or(|kb| a.free_resident() >= kb * 1024);
+        if !ok {
+            continue;
+        }
+        bytes += if c.free_growth_min_kb.is_some() { free_growth.max(0) as u64 } else { a.free_resident() };
+        let name = if a.main { "main arena ([heap])".to_string() } else { format!("arena {:#x}", a.arena.addr) };
+        ev.push(format!(
+            "{name}: in use {} ({}), free {} in bins and fastbins ({}), top {}, resident {}",
+            mib(a.arena.in_use()),
+            signed(use_growth),
+            mib(a.arena.bins + a.arena.fastbins),
+            signed(free_growth),
+            mib(a.arena.top),
+            mib(a.rss_kb * 1024)
+        ));
+    }
+    (!ev.is_empty()).then_some((bytes, ev))
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -130,6 +177,12 @@ pub struct ProcessFacts {
     /// Where `env` was read from (`live __environ`, or `/proc/PID/environ (start-up)`).
     pub env_source: String,
     pub kernel: BTreeMap<String, String>,
+    /// glibc malloc's arenas at the end, and before the trace (`None` with another allocator, or from older
+    /// recordings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap: Option<crate::analysis::mstate::HeapReading>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_before: Option<crate::analysis::mstate::HeapReading>,
 }
 
 /// Everything a rule may look at: the traced stacks, the process's facts, and its class figures (Rss+Swap in
@@ -199,7 +252,7 @@ pub enum RulesError {
     Json(#[from] serde_json::Error),
     #[error("rule `{0}`: needs an id and at least one fix")]
     NoIdOrFix(String),
-    #[error("rule `{0}`: `when` needs frames, class_growth or class_size (a growth pattern)")]
+    #[error("rule `{0}`: `when` needs frames, class_growth, class_size or heap (a growth pattern)")]
     NoPattern(String),
 }
 
@@ -211,7 +264,7 @@ pub fn parse_rules(text: &str) -> Result<Vec<Rule>, RulesError> {
             return Err(RulesError::NoIdOrFix(r.id.clone()));
         }
         let w = &r.when;
-        if w.frames.is_empty() && w.class_growth.is_none() && w.class_size.is_none() {
+        if w.frames.is_empty() && w.class_growth.is_none() && w.class_size.is_none() && w.heap.is_none() {
             return Err(RulesError::NoPattern(r.id.clone()));
         }
     }
@@ -299,6 +352,9 @@ fn process_conditions(w: &When, facts: &Facts) -> Option<Vec<String>> {
         }
         ev.push(format!("{} glibc thread arenas", facts.process.arenas));
     }
+    if let Some(c) = &w.heap {
+        ev.extend(heap_matches(c, &facts.process)?.1);
+    }
     if let Some(c) = &w.class_growth {
         let g = class_sum(&facts.class_growth_kb, &c.classes);
         if g < c.min_kb as i64 {
@@ -358,8 +414,11 @@ pub fn evaluate(rules: &[Rule], facts: &Facts) -> Vec<Finding> {
         let Some(mut evidence) = process_conditions(&rule.when, facts) else { continue };
         let (bytes, growth, stacks, frames) = if rule.when.frames.is_empty() {
             let grown = rule.when.class_growth.as_ref().map(|c| class_sum(&facts.class_growth_kb, &c.classes));
+            let heap =
+                rule.when.heap.as_ref().and_then(|c| heap_matches(c, &facts.process)).map(|(b, _)| b as i64 / 1024);
             let kb = grown
                 .or_else(|| rule.when.class_size.as_ref().map(|c| class_sum(&facts.class_size_kb, &c.classes)))
+                .or(heap)
                 .unwrap_or(0);
             let growth = grown.map(|kb| Growth::Class(kb.max(0) as u64 * 1024));
             (kb.max(0) as u64 * 1024, growth, Vec::new(), Vec::new())

@@ -24,10 +24,11 @@ pub fn read_facts_but_memory(pid: Tid) -> ProcessFacts {
 
 /// Memory by class, the arenas and the allocator, as `live::memory` read them (nothing when it could not).
 pub fn set_class_facts(f: &mut ProcessFacts, class: Option<crate::live::memory::ClassFacts>) {
-    if let Some((kb, arenas, alloc)) = class {
+    if let Some((kb, arenas, alloc, heap)) = class {
         f.class_kb = Some(kb);
         f.arenas = arenas;
         f.allocator = alloc;
+        f.heap = heap;
     }
 }
 

@@ -20,22 +20,23 @@ pub struct Sample {
 }
 
 /// The memory facts the findings rules take: Rss+Swap in KiB by class name, the number of glibc thread arenas,
-/// and the allocator's name.
-pub type ClassFacts = (BTreeMap<String, i64>, usize, String);
+/// the allocator's name, and glibc malloc's arenas as read.
+pub type ClassFacts = (BTreeMap<String, i64>, usize, String, Option<crate::analysis::mstate::HeapReading>);
 
 /// [`ClassFacts`] as the process is now; `None` when it cannot be read.
 pub fn read_class_facts(pid: Tid) -> Option<ClassFacts> {
     read_class_facts_of(pid, read_regions(pid).ok()?)
 }
 
-/// [`ClassFacts`] of regions read just before (by [`read_regions`]), reading only the heaps' first words and the
-/// threads' stack pointers.
+/// [`ClassFacts`] of regions read just before (by [`read_regions`]), reading only the heaps' first words, the
+/// threads' stack pointers and glibc malloc's arenas.
 pub fn read_class_facts_of(pid: Tid, regions: Vec<SmapsRegion>) -> Option<ClassFacts> {
     let mem = ProcMem::open(pid).ok();
     let s = sample_of(pid, regions, mem.as_ref(), 0.0).ok()?;
     let alloc = memclass::detect_allocator(&s.regions);
     let kb = s.by_class.iter().map(|(c, t)| (c.name().to_string(), t.rss_swap() as i64)).collect();
-    Some((kb, s.arenas.arenas.len().max(usize::from(s.arenas.unread > 0)), alloc.name.to_string()))
+    let heap = crate::live::heap::read(pid, mem.as_ref(), &s, &alloc);
+    Some((kb, s.arenas.arenas.len().max(usize::from(s.arenas.unread > 0)), alloc.name.to_string(), heap))
 }
 
 /// Every region of `/proc/PID/smaps`, parsed as it is read, without the `VmFlags` and the counters that have no

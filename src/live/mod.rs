@@ -6,6 +6,7 @@
 pub mod error;
 pub mod facts;
 pub mod guardian;
+pub mod heap;
 pub mod limits;
 pub mod mappaths;
 pub mod memory;
