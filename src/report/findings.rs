@@ -212,6 +212,43 @@ fn notes(d: &Diagnosis, report: &LeakReport) -> (Vec<String>, Option<String>) {
     (out, untraced)
 }
 
+/// glibc malloc's arenas after the trace, each with its change since before it: the heap section.
+fn heap_lines(d: &Diagnosis) -> Vec<String> {
+    let Some(h) = &d.facts.process.heap else { return Vec::new() };
+    let before = d.facts.process.heap_before.as_ref();
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
+    let change = |now: u64, was: Option<u64>| match was {
+        Some(w) => format!("{}{:.1}", if now < w { "-" } else { "+" }, now.abs_diff(w) as f64 / 1048576.0),
+        None => "new".into(),
+    };
+    let version = h.glibc.map(|(a, b)| format!(" {a}.{b}")).unwrap_or_default();
+    let mut out = vec![format!(
+        "Heap (glibc{version} malloc; each arena after the trace, and its change since before it): resident (the \
+         kernel's), held by malloc, in use by the program, free"
+    )];
+    for a in &h.arenas {
+        let b = before.and_then(|x| x.arena(a.arena.addr));
+        let name = if a.main { "main arena ([heap])".to_string() } else { format!("arena {:#x}", a.arena.addr) };
+        out.push(format!(
+            "  {name}: resident {} ({}), malloc {} ({}), in use {} ({}), free {} ({}; top {}, bins and fastbins {})",
+            mib(a.rss_kb * 1024),
+            change(a.rss_kb * 1024, b.map(|b| b.rss_kb * 1024)),
+            mib(a.arena.system_mem),
+            change(a.arena.system_mem, b.map(|b| b.arena.system_mem)),
+            mib(a.arena.in_use()),
+            change(a.arena.in_use(), b.map(|b| b.arena.in_use())),
+            mib(a.arena.free()),
+            change(a.arena.free(), b.map(|b| b.arena.free())),
+            mib(a.arena.top),
+            mib(a.arena.bins + a.arena.fastbins),
+        ));
+    }
+    if let Some(p) = &h.problem {
+        out.push(format!("  ({p})"));
+    }
+    out
+}
+
 /// The findings, first in the text report.
 pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "\n{}", headline(d, report))?;
@@ -255,6 +292,9 @@ pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
             writeln!(w, "    - {s}")?;
         }
     }
+    for (i, l) in heap_lines(d).iter().enumerate() {
+        writeln!(w, "{}  {l}", if i == 0 { "\n" } else { "" })?;
+    }
     Ok(())
 }
 
@@ -289,6 +329,7 @@ pub fn page(d: &Diagnosis, report: &LeakReport) -> serde_json::Value {
         "notes": notes,
         "untraced": untraced,
         "next": if untraced.is_some() { next_steps(d) } else { Vec::new() },
+        "heap": heap_lines(d),
     })
 }
 
@@ -352,7 +393,31 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
             "hooks": d.facts.process.hooks.iter().map(|h| json!({"function": h.function, "how": h.how, "module": h.module, "text": h.text})).collect::<Vec<_>>(),
             "next": if untraced_worth_saying(change, change_traced(report)) { next_steps(d) } else { Vec::new() },
         }),
-    )
+    )?;
+    if let Some(h) = &d.facts.process.heap {
+        let figures = |a: &crate::analysis::mstate::ArenaReading| {
+            json!({
+                "rss_kb": a.rss_kb, "dirty_kb": a.dirty_kb, "system_mem": a.arena.system_mem,
+                "in_use": a.arena.in_use(), "free": a.arena.free(), "top": a.arena.top, "bins": a.arena.bins,
+                "fastbins": a.arena.fastbins, "free_chunks": a.arena.chunks,
+            })
+        };
+        let before = d.facts.process.heap_before.as_ref();
+        let arenas: Vec<_> = h
+            .arenas
+            .iter()
+            .map(|a| {
+                let b = before.and_then(|x| x.arena(a.arena.addr));
+                json!({
+                    "addr": crate::report::json::hex(a.arena.addr), "main": a.main, "heaps": a.heaps,
+                    "after": figures(a), "before": b.map(figures),
+                })
+            })
+            .collect();
+        let glibc = h.glibc.map(|(a, b)| format!("{a}.{b}"));
+        line(&mut &mut *w, "heap", json!({"glibc": glibc, "arenas": arenas, "problem": h.problem}))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -87,6 +87,11 @@ fn thread_arenas_grow_on_the_stacks_that_committed_them() {
         line.split("in bins and fastbins (+").nth(1).unwrap().split(" MiB").next().unwrap().parse().unwrap();
     assert!((grew * 1048576.0 - freed).abs() <= freed / 10.0, "{line}: freed {freed}");
     assert!(!frag["evidence"].to_string().contains(&format!("{:#x}", churner + 48)), "{frag:#}");
+    // The heap section: the fragmenter's arena was born during the trace, and holds what it freed as free.
+    let heap = of_type(&values, "heap")[0];
+    let a = heap["arenas"].as_array().unwrap().iter().find(|a| a["addr"] == format!("{:#x}", fragmenter + 48));
+    let a = a.unwrap_or_else(|| panic!("{heap:#}"));
+    assert!(a["before"].is_null() && a["after"]["free"].as_f64().unwrap() >= freed, "{a:#}");
     let calls: u64 = leaks.iter().map(|v| v["commits"].as_u64().unwrap()).sum();
     assert!(calls > 1000, "{calls} commits");
     let hits = summary["hits"].as_u64().unwrap();
