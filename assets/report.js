@@ -103,6 +103,11 @@
     if (F.untraced) {
       sec.append(el("p", { text: F.untraced }), el("ul", null, ...F.next.map((s) => el("li", { text: s }))));
     }
+    // glibc malloc's arenas: a heading line, then one line each.
+    const heap = F.heap || [];
+    if (heap.length) {
+      sec.append(el("p", { text: heap[0] }), el("ul", null, ...heap.slice(1).map((s) => el("li", { text: s.trim() }))));
+    }
   }
 
   function timeline() {

@@ -132,6 +132,7 @@ fn html_report_renders_the_findings_and_zooms_in_a_browser() {
     // The findings as in the text report, with the Python line: the hostile qualname, as text.
     let findings = state["findings"].as_str().unwrap();
     assert!(findings.contains("ucx-rcache-invalidation") && findings.contains("fix 1"), "{findings}");
+    assert!(findings.contains("Heap (glibc") && findings.contains("main arena ([heap])"), "{findings}");
     let frames: Vec<&str> = state["finding_frames"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     let python = frames.iter().find(|f| f.ends_with("[python]")).unwrap_or_else(|| panic!("{frames:#?}"));
     assert!(python.starts_with(HOSTILE) && python.contains("/tmp/\"quoted' <b>bold</b>.py:"), "{python}");
