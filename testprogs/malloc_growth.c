@@ -4,12 +4,16 @@
  *   "tidy N"      the same, then frees the last too: the heap top is trimmed, nothing stays;
  *   "threshold N" mallocs and frees one 4 MiB block first (mmapped, then munmapped by free, which raises glibc's
  *                 dynamic mmap threshold), then as "keep" with N blocks of 4 MiB, which now come from the heap;
- *   "big N"       mallocs N blocks of 1 MiB and keeps them (an allocator's own mappings).
+ *   "big N"       mallocs N blocks of 1 MiB and keeps them (an allocator's own mappings);
+ *   "regrow N"    as "keep" with N blocks of 64 KiB, then malloc_trim(0) (which gives the free pages back with
+ *                 madvise), then mallocs and writes N - 1 blocks of 64 KiB again: they reuse the trimmed memory with
+ *                 no call; prints "regrown BYTES" (what they wrote).
  * prints "heap START END" (the break before and after the command: what the heap grew by), then "done", waits for
  * a line and exits 0. Built with -DWITH_MALLOC_CONF it sets jemalloc's malloc_conf. */
 #include "common.h"
 #include <stdlib.h>
 #include <unistd.h>
+#include <malloc.h>
 
 #ifdef WITH_MALLOC_CONF
 /* jemalloc reads its compiled-in options from the program's own `malloc_conf`. */
@@ -31,6 +35,21 @@ __attribute__((noinline)) static void keep(int n, size_t len, int free_last) {
     free(blocks);
 }
 
+__attribute__((noinline)) static void regrow(int n, size_t len) {
+    char **blocks = calloc((size_t)n, sizeof *blocks);
+    for (int i = 0; i < n; i++) {
+        blocks[i] = malloc(len);
+        fill(blocks[i], len);
+    }
+    for (int i = 0; i < n - 1; i++) free(blocks[i]);
+    malloc_trim(0);
+    for (int i = 0; i < n - 1; i++) {
+        blocks[i] = malloc(len);
+        fill(blocks[i], len);
+    }
+    say("regrown %zu\n", (size_t)(n - 1) * len);
+}
+
 int main(void) {
     char buf[64];
     say("pid %d\n", getpid());
@@ -41,6 +60,7 @@ int main(void) {
     void *start = sbrk(0);
     if (!strcmp(cmd, "keep")) keep(n, 64 << 10, 0);
     else if (!strcmp(cmd, "tidy")) keep(n, 64 << 10, 1);
+    else if (!strcmp(cmd, "regrow")) regrow(n, 64 << 10);
     else if (!strcmp(cmd, "threshold")) {
         char *p = malloc(4 << 20);
         fill(p, 4 << 20);

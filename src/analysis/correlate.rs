@@ -47,6 +47,8 @@ struct Piece {
     /// Address space mapped with no access (PROT_NONE): reserved, not memory; nobody's until a call makes it
     /// accessible (glibc's thread heaps reserve 64 MiB and `mprotect` the part the arena uses).
     reserved: bool,
+    /// Pages given back by madvise: the stack's range still, not memory until touched again (with no call).
+    returned: bool,
 }
 
 /// Accounting of one stack, in bytes.
@@ -111,9 +113,10 @@ pub struct Changes {
     /// Starts of the pieces that are gone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gone: Vec<u64>,
-    /// Pieces that are new or changed: start, end, stack, anonymous, since (seconds since attach), reserved.
+    /// Pieces that are new or changed: start, end, stack, anonymous, since (seconds since attach), reserved,
+    /// given back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pieces: Vec<(u64, u64, u32, bool, f64, bool)>,
+    pub pieces: Vec<(u64, u64, u32, bool, f64, bool, bool)>,
     /// The accounting of each stack whose accounting changed, whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stats: Vec<(u32, StackStats)>,
@@ -190,7 +193,7 @@ impl AddressSpace {
                 }
                 (Some(&(a, p)), Some(&(b, q))) => {
                     if a != b || p != q {
-                        c.pieces.push((*b, q.end, q.stack.0, q.anon, q.since, q.reserved));
+                        c.pieces.push((*b, q.end, q.stack.0, q.anon, q.since, q.reserved, q.returned));
                     }
                     if a == b {
                         old.next();
@@ -202,7 +205,7 @@ impl AddressSpace {
                     old.next();
                 }
                 (None, Some(&(b, q))) => {
-                    c.pieces.push((*b, q.end, q.stack.0, q.anon, q.since, q.reserved));
+                    c.pieces.push((*b, q.end, q.stack.0, q.anon, q.since, q.reserved, q.returned));
                     new.next();
                 }
                 (None, None) => break,
@@ -228,12 +231,12 @@ impl AddressSpace {
             self.pieces.remove(start);
         }
         let mut last_end = 0;
-        for &(start, end, stack, anon, since, reserved) in &c.pieces {
+        for &(start, end, stack, anon, since, reserved, returned) in &c.pieces {
             if start < last_end || end <= start || !since.is_finite() {
                 continue;
             }
             last_end = end;
-            self.pieces.insert(start, Piece { end, stack: id(stack), anon, since, reserved });
+            self.pieces.insert(start, Piece { end, stack: id(stack), anon, since, reserved, returned });
         }
         for (stack, s) in &c.stats {
             let stack = id(*stack);
@@ -249,7 +252,7 @@ impl AddressSpace {
 
     /// Whether the piece is memory the figures count: accessible, and mapped in the window.
     fn in_window(&self, p: &Piece) -> bool {
-        !p.reserved && p.since >= self.from
+        !p.reserved && !p.returned && p.since >= self.from
     }
 
     /// Applies one captured call made from `stack`. Calls other than mmap, munmap and mremap are ignored.
@@ -367,7 +370,7 @@ impl AddressSpace {
     }
 
     fn insert(&mut self, start: u64, end: u64, stack: StackId, anon: bool, reserved: bool) {
-        self.pieces.insert(start, Piece { end, stack, anon, since: self.now, reserved });
+        self.pieces.insert(start, Piece { end, stack, anon, since: self.now, reserved, returned: false });
     }
 
     /// MADV_DONTNEED and MADV_REMOVE give the range's pages back: what it held is unmapped for the stacks that
@@ -383,16 +386,16 @@ impl AddressSpace {
         let s = self.stats.entry(stack).or_default();
         s.returns += 1;
         s.released = s.released.saturating_add(end - start);
-        // What is returned is no one's until a call maps it again; reserved space stays reserved.
-        let mut reserved = Vec::new();
+        // What is given back stays the stack's range, not its memory: pages touched there again come back with no
+        // call (told apart in the report as regrown). Reserved space stays reserved.
+        let mut kept = Vec::new();
         for (s, e, p) in self.take(start, end) {
-            if p.reserved {
-                reserved.push((s, Piece { end: e, ..p }));
-            } else if self.in_window(&p) {
+            if self.in_window(&p) {
                 self.stats.entry(p.stack).or_default().unmapped += e - s;
             }
+            kept.push((s, Piece { end: e, returned: !p.reserved, ..p }));
         }
-        self.pieces.extend(reserved);
+        self.pieces.extend(kept);
     }
 
     /// An access other than none given to reserved address space commits it: those bytes become the calling
@@ -407,7 +410,7 @@ impl AddressSpace {
         for (s, e, p) in self.take(start, end) {
             let p = if p.reserved {
                 committed += e - s;
-                Piece { end: e, stack, since: self.now, reserved: false, ..p }
+                Piece { end: e, stack, since: self.now, reserved: false, returned: false, ..p }
             } else {
                 Piece { end: e, ..p }
             };
@@ -491,7 +494,8 @@ impl AddressSpace {
         // see) is held as nobody's, so that a commit into it is seen.
         for r in regions.iter().filter(|r| r.reserved && r.start < r.end) {
             if self.pieces.range(..r.end).next_back().is_none_or(|(_, p)| p.end <= r.start) {
-                let piece = Piece { end: r.end, stack: NOBODY, anon: true, since: self.now, reserved: true };
+                let piece =
+                    Piece { end: r.end, stack: NOBODY, anon: true, since: self.now, reserved: true, returned: false };
                 self.pieces.insert(r.start, piece);
             }
         }
@@ -528,10 +532,17 @@ impl AddressSpace {
     /// when that is the window's middle half (see [`crate::analysis::growth`]).
     pub fn held_since(&self, from: f64, to: f64) -> BTreeMap<StackId, u64> {
         let mut out: BTreeMap<StackId, u64> = BTreeMap::new();
-        for (&s, p) in self.pieces.iter().filter(|(_, p)| p.anon && !p.reserved && p.since >= from && p.since < to) {
+        let counted = |p: &Piece| p.anon && !p.reserved && !p.returned && p.since >= from && p.since < to;
+        for (&s, p) in self.pieces.iter().filter(|(_, p)| counted(p)) {
             *out.entry(p.stack).or_default() += p.end - s;
         }
         out
+    }
+
+    /// The ranges madvise gave back, with the stack that had mapped them: pages resident there now came back
+    /// with no call.
+    pub fn returned_pieces(&self) -> impl Iterator<Item = (u64, u64, StackId)> + '_ {
+        self.pieces.iter().filter(|(_, p)| p.returned && p.anon).map(|(&s, p)| (s, p.end, p.stack))
     }
 
     /// Every still-mapped anonymous range the model holds (of those mapped in the window), with the stack that
@@ -918,7 +929,8 @@ mod tests {
             live.at(step as f64);
             match next(10) {
                 0..=4 => live.apply_call(SYS_MMAP, &[0, len, 3, MAP_ANONYMOUS | 2, 0, 0], Some(addr), stack),
-                5..=7 => live.apply_call(SYS_MUNMAP, &[addr, len, 0, 0, 0, 0], Some(0), stack),
+                5..=6 => live.apply_call(SYS_MUNMAP, &[addr, len, 0, 0, 0, 0], Some(0), stack),
+                7 => live.apply_call(SYS_MADVISE, &[addr, len, 4, 0, 0, 0], Some(0), stack),
                 8 => live.apply_call(SYS_MREMAP, &[addr, len, 2 * len, 1, 0, 0], Some(addr + 0x40_0000), stack),
                 _ => {
                     let end = 0x10_0000 + next(80) * PAGE;
@@ -934,8 +946,8 @@ mod tests {
                 let renumbered: Vec<(StackId, StackStats)> =
                     copy.stacks().into_iter().map(|(id, s)| (StackId(id.0 - 10), s)).collect();
                 assert_eq!(renumbered, live.stacks(), "at step {step}");
-                let pieces = |m: &AddressSpace| -> Vec<(u64, u64, u32)> {
-                    m.pieces.iter().map(|(&s, p)| (s, p.end, p.stack.0 % 10)).collect()
+                let pieces = |m: &AddressSpace| -> Vec<(u64, u64, u32, bool)> {
+                    m.pieces.iter().map(|(&s, p)| (s, p.end, p.stack.0 % 10, p.returned)).collect()
                 };
                 assert_eq!(pieces(&copy), pieces(&live), "at step {step}");
                 let returned = |m: &AddressSpace| -> Vec<(u64, u32, u64)> {

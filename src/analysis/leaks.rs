@@ -133,6 +133,8 @@ pub struct LeakTracker {
     pub nested: u64,
     /// Resident bytes of each still-mapped anonymous range (start, end, stack, bytes), from pagemap at the end.
     resident: Vec<(u64, u64, StackId, u64)>,
+    /// The same for the ranges madvise gave back: pages there now came back with no call.
+    regrown: Vec<(u64, u64, StackId, u64)>,
     /// The part of the trace reported on: from (seconds since attach), and to (`None`: to the end).
     from: f64,
     to: Option<f64>,
@@ -303,13 +305,17 @@ impl LeakTracker {
     pub fn weigh_residency(&mut self, read: &mut dyn FnMut(u64, u64, u64) -> Option<(u64, u64)>) {
         let mut budget = RESIDENCY_PAGES;
         self.resident.clear();
-        for (start, end, stack) in self.model.anon_pieces() {
+        self.regrown.clear();
+        let returned: Vec<(u64, u64, StackId)> = self.model.returned_pieces().collect();
+        let held = self.model.anon_pieces().map(|p| (p, false));
+        for ((start, end, stack), given_back) in held.chain(returned.into_iter().map(|p| (p, true))) {
             if budget == 0 {
                 break;
             }
             let Some((pages, resident)) = read(start, end, budget) else { continue };
             budget = budget.saturating_sub(pages);
-            self.resident.push((start, end, stack, resident));
+            let to = if given_back { &mut self.regrown } else { &mut self.resident };
+            to.push((start, end, stack, resident));
         }
     }
 
@@ -371,6 +377,10 @@ impl LeakTracker {
                 inside.map(|r| r.3).sum::<u64>()
             })
             .collect();
+        let region_regrown = growing
+            .iter()
+            .map(|g| self.regrown.iter().filter(|r| g.start <= r.0 && r.1 <= g.end).map(|r| r.3).sum::<u64>())
+            .collect();
         let weighed = !self.resident.is_empty();
         let stacks: Vec<(StackId, Vec<u64>)> =
             leaks.iter().map(|c| (c.id, self.history.stack_series(c.id.0))).collect();
@@ -388,6 +398,7 @@ impl LeakTracker {
             diagnosis: None,
             resident,
             region_resident,
+            region_regrown,
             weighed,
             window,
             rate,
@@ -447,6 +458,9 @@ pub struct LeakReport<'a> {
     pub resident: HashMap<StackId, u64>,
     /// For each growing region (same order), the resident bytes of its traced ranges.
     pub region_resident: Vec<u64>,
+    /// For each growing region, the resident bytes in ranges madvise had given back: pages that came back with no
+    /// call.
+    pub region_regrown: Vec<u64>,
     /// Residency was read (pagemap readable, something still mapped).
     pub weighed: bool,
     /// The part of the trace reported on.
@@ -475,6 +489,8 @@ impl LeakReport<'_> {
         self.growing.retain(|_| *k.next().unwrap_or(&true));
         let mut k = keep.iter();
         self.region_resident.retain(|_| *k.next().unwrap_or(&true));
+        let mut k = keep.iter();
+        self.region_regrown.retain(|_| *k.next().unwrap_or(&true));
         let mut k = keep.iter();
         self.series.regions.retain(|_| *k.next().unwrap_or(&true));
     }
@@ -509,11 +525,19 @@ impl LeakReport<'_> {
         self.leaks.iter().map(|c| c.growth).sum()
     }
 
-    /// A growing region's growth (KiB) as the part resident on traced stacks and the remainder.
+    /// A growing region's growth (KiB) as the part resident on traced stacks and the remainder (of which
+    /// [`Self::region_regrown_kb`] came back where madvise had given pages back).
     pub fn region_split(&self, i: usize) -> (u64, u64) {
         let growth = self.growing.get(i).map_or(0, |g| g.growth_kb);
         let traced = self.region_resident.get(i).copied().unwrap_or(0) / 1024;
         (traced, growth.saturating_sub(traced))
+    }
+
+    /// Of a growing region's remainder (KiB), the pages resident in ranges madvise had given back: they came
+    /// back with no call (glibc reusing a trimmed part of an arena, a purged extent of jemalloc's reused).
+    pub fn region_regrown_kb(&self, i: usize) -> u64 {
+        let (_, rest) = self.region_split(i);
+        (self.region_regrown.get(i).copied().unwrap_or(0) / 1024).min(rest)
     }
 }
 

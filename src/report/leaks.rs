@@ -96,10 +96,24 @@ impl LeakReport<'_> {
                 } else {
                     "pages of memory mapped before the trace or by untraced calls; the target ran on while it was read"
                 };
-                // Where nothing is elsewhere, there is nothing to explain.
-                match rest {
-                    0 => writeln!(w, "      {traced} KiB resident on traced stacks")?,
-                    _ => writeln!(w, "      {traced} KiB resident on traced stacks; {rest} KiB elsewhere ({why})")?,
+                // Where nothing is elsewhere, there is nothing to explain; pages back where madvise had given them
+                // back made no call, and are said so.
+                let regrown = self.region_regrown_kb(i);
+                let others = rest - regrown;
+                let regrown_text = format!(
+                    "{regrown} KiB regrown where madvise had given pages back (no call brings them back: an allocator \
+                     reusing memory it trimmed)"
+                );
+                match (others, regrown) {
+                    (0, 0) => writeln!(w, "      {traced} KiB resident on traced stacks")?,
+                    (0, _) => writeln!(w, "      {traced} KiB resident on traced stacks; {regrown_text}")?,
+                    (_, 0) => {
+                        writeln!(w, "      {traced} KiB resident on traced stacks; {rest} KiB elsewhere ({why})")?
+                    }
+                    _ => writeln!(
+                        w,
+                        "      {traced} KiB resident on traced stacks; {regrown_text}; {others} KiB elsewhere ({why})"
+                    )?,
                 }
             }
             if g.created_before_trace() {
@@ -206,6 +220,7 @@ impl LeakReport<'_> {
                     "new": g.new, "before_trace": g.created_before_trace(), "stacks": stacks,
                     "traced_resident_kb": self.weighed.then_some(traced),
                     "remainder_kb": self.weighed.then_some(rest),
+                    "regrown_kb": self.weighed.then(|| self.region_regrown_kb(i)),
                 }),
             )?;
         }

@@ -142,3 +142,32 @@ fn mem_reads_each_arena_as_mallinfo2_counts_it() {
     t.send("bye");
     assert_eq!(t.wait().code(), Some(0));
 }
+
+/// Pages that come back where madvise gave them back made no call: malloc_trim gives a freed run of the `[heap]`
+/// back, and the next mallocs reuse it. The region's growth there is said to be regrown (not "mapped before the
+/// trace"), within 10% of what the program wrote again.
+#[test]
+fn memory_regrown_where_madvise_gave_it_back_is_named() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("malloc_growth"), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--leaks", "--json", "--smaps-every", "100ms"]);
+    sc.wait_attached();
+    t.send("regrow 256");
+    let lines = t.out.until(|l| l == "done");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+    let wrote: f64 = lines.iter().find_map(|l| l.strip_prefix("regrown ")).unwrap().parse().unwrap();
+    let heap = lines.iter().find_map(|l| l.strip_prefix("heap ")).unwrap();
+    let start = u64::from_str_radix(heap.split(' ').next().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let values = json_lines(&out);
+    let hex = |v: &Value| u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let regions = of_type(&values, "region");
+    let r = regions.iter().find(|r| hex(&r["start"]) <= start && start < hex(&r["end"]));
+    let r = r.unwrap_or_else(|| panic!("no region holds the heap at {start:#x}: {regions:#?}"));
+    let regrown = r["regrown_kb"].as_u64().unwrap() as f64 * 1024.0;
+    assert!((regrown - wrote).abs() <= wrote / 10.0, "{regrown} regrown of {wrote} written again: {r:#}");
+}
