@@ -4,7 +4,7 @@
 //!
 //! The layout is glibc's `struct malloc_state` on x86_64, unchanged from 2.27 (which added `have_fastchunks`) to
 //! at least 2.41: `mutex` and `flags` (4 bytes each), `have_fastchunks`, `fastbinsY[10]` at 16, `top` at 96,
-//! `last_remainder`, `bins[254]` at 112, `binmap[4]`, `next` at 2160, `next_free`, `attached_threads`,
+//! `last_remainder`, `bins[254]` at 112, `binmap[4]`, `next` at 2160, `next_free`, `attached_threads` at 2176,
 //! `system_mem` at 2184 (checked against 2.36's debug information with gdb's `ptype /o`). Since 2.32 a fastbin's
 //! and a tcache entry's next pointer is mangled (safe-linking): `(address of the field >> 12) ^ pointer`.
 //!
@@ -22,6 +22,7 @@ const TOP: u64 = 96;
 const BINS: u64 = 112;
 const NBINS: u64 = 128;
 const NEXT: u64 = 2160;
+const ATTACHED_THREADS: u64 = 2176;
 const SYSTEM_MEM: u64 = 2184;
 const STATE: usize = 2200;
 
@@ -86,6 +87,9 @@ pub struct Arena {
     pub chunks: u64,
     /// The next arena in glibc's circular list.
     pub next: u64,
+    /// Threads attached to it (`attached_threads`: 0 once they all exited and it waits on the free list).
+    #[serde(default)]
+    pub threads: u64,
 }
 
 impl Arena {
@@ -121,7 +125,8 @@ pub fn read_arena(read: &mut Read, addr: u64) -> Result<Arena, String> {
         return Err(format!("its malloc_state at {addr:#x} could not be read"));
     }
     let at = |off: u64| u64::from_le_bytes(state[off as usize..off as usize + 8].try_into().expect("8 bytes"));
-    let mut a = Arena { addr, system_mem: at(SYSTEM_MEM), next: at(NEXT), ..Arena::default() };
+    let mut a =
+        Arena { addr, system_mem: at(SYSTEM_MEM), next: at(NEXT), threads: at(ATTACHED_THREADS), ..Arena::default() };
     let limit = a.system_mem;
     let top = at(TOP);
     if top != 0 {

@@ -20,9 +20,14 @@ pub fn lines(h: &HeapReading) -> Vec<String> {
         let a = &v.arena;
         let what =
             if v.main { "main arena ([heap])".to_string() } else { format!("arena {:#x} ({} heaps)", a.addr, v.heaps) };
+        let threads = match a.threads {
+            0 => "no thread (its threads exited: free for the next one)".to_string(),
+            1 => "1 thread".to_string(),
+            n => format!("{n} threads"),
+        };
         out.push(format!(
-            "  {what}: resident {}, dirty {}; malloc holds {}; in use {}, free {} (top {}, bins {}, fastbins {}; \
-             {} free chunks)",
+            "  {what}, {threads}: resident {}, dirty {}; malloc holds {}; in use {}, free {} (top {}, bins {}, \
+             fastbins {}; {} free chunks)",
             crate::app::mem::human(v.rss_kb),
             crate::app::mem::human(v.dirty_kb),
             mib(a.system_mem),
@@ -51,7 +56,8 @@ pub fn json(h: &HeapReading) -> Value {
         .map(|v| {
             let a = &v.arena;
             json!({
-                "addr": crate::report::json::hex(a.addr), "main": v.main, "heaps": v.heaps, "rss_kb": v.rss_kb,
+                "addr": crate::report::json::hex(a.addr), "main": v.main, "heaps": v.heaps, "threads": a.threads,
+                "rss_kb": v.rss_kb,
                 "dirty_kb": v.dirty_kb, "system_mem": a.system_mem, "in_use": a.in_use(), "free": a.free(),
                 "top": a.top, "bins": a.bins, "fastbins": a.fastbins, "free_chunks": a.chunks,
             })

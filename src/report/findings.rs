@@ -229,8 +229,11 @@ fn heap_lines(d: &Diagnosis) -> Vec<String> {
     for a in &h.arenas {
         let b = before.and_then(|x| x.arena(a.arena.addr));
         let name = if a.main { "main arena ([heap])".to_string() } else { format!("arena {:#x}", a.arena.addr) };
+        let threads = a.arena.threads;
         out.push(format!(
-            "  {name}: resident {} ({}), malloc {} ({}), in use {} ({}), free {} ({}; top {}, bins and fastbins {})",
+            "  {name}, {threads} thread{}: resident {} ({}), malloc {} ({}), in use {} ({}), free {} ({}; top {}, bins \
+             and fastbins {})",
+            if threads == 1 { "" } else { "s" },
             mib(a.rss_kb * 1024),
             change(a.rss_kb * 1024, b.map(|b| b.rss_kb * 1024)),
             mib(a.arena.system_mem),
@@ -410,7 +413,7 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
                 let b = before.and_then(|x| x.arena(a.arena.addr));
                 json!({
                     "addr": crate::report::json::hex(a.arena.addr), "main": a.main, "heaps": a.heaps,
-                    "after": figures(a), "before": b.map(figures),
+                    "threads": a.arena.threads, "after": figures(a), "before": b.map(figures),
                 })
             })
             .collect();

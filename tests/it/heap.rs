@@ -101,7 +101,8 @@ fn thread_arenas_grow_on_the_stacks_that_committed_them() {
 
 /// `mem`'s heap section reads every arena without stopping the process, and its sums are what the target's own
 /// `mallinfo2()` says, to the byte: what malloc holds in its arenas and how much of it is free; the leaker's
-/// arena holds its list in use, and after a trim that memory is free and no longer resident.
+/// arena holds its list in use (and no thread once the leaker exited), and after a trim that memory is free and no
+/// longer resident.
 #[test]
 fn mem_reads_each_arena_as_mallinfo2_counts_it() {
     require_ptrace();
@@ -130,6 +131,9 @@ fn mem_reads_each_arena_as_mallinfo2_counts_it() {
     };
     let a = of_leaker(&arenas);
     assert!(a["in_use"].as_u64().unwrap() >= 24 << 20 && a["rss_kb"].as_u64().unwrap() >= 24 << 10, "{a:#}");
+    // The workers have exited: their arenas wait for the next thread; the main thread is the main arena's.
+    let main = arenas.iter().find(|a| a["main"] == true).unwrap();
+    assert_eq!((main["threads"].as_u64(), a["threads"].as_u64()), (Some(1), Some(0)), "{arenas:#?}");
     t.send("trim");
     t.out.until(|l| l == "done");
     let (arenas, (held, free)) = heap_of(&mut t);
