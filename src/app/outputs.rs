@@ -1,19 +1,22 @@
 //! What a trace writes once the analysis is done: the event stream's writer, the report files (`--folded`,
 //! `--flamegraph`, `--pprof`), and the end of the report (the last sample, residency, findings, the gate), for a
-//! live trace and for `syscatch report` alike.
+//! live trace and for `syscatch report` alike; and while it runs, the report so far (`--every`, `--metrics`).
 
 use crate::analysis::leaks::LeakReport;
 use crate::app::analyze as analysis;
+use crate::app::analyze::Interim;
 use crate::app::trace::{GateFailed, Output};
 use crate::model::event::Summary;
 use crate::model::smaps::Span;
+use crate::os::Tid;
 use crate::report::Renderer;
 use crate::report::json::Json;
 use crate::report::text::Text;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 /// Where events are rendered: stdout, or stderr when a spawned command owns stdout, or a file.
 pub(crate) fn event_writer(path: Option<&std::path::Path>, spawned: bool) -> Result<Box<dyn Write + Send>> {
@@ -200,4 +203,53 @@ pub fn finish(
         Some(line) => Err(GateFailed(line).into()),
         None => Ok(()),
     }
+}
+
+/// How often `--metrics` publishes the report of the trace so far (each costs a report of the whole trace).
+pub(crate) const METRICS_EVERY: f64 = 5.0;
+
+/// The report of the trace so far, when due: `--every`'s files (said on stderr), and `--metrics`' figures and
+/// pprof profile.
+pub(crate) fn interim(
+    out: &Output,
+    pid: Tid,
+    files: &Arc<Mutex<ReportFiles>>,
+    own: &Arc<Mutex<Vec<(u64, u64)>>>,
+    server: Option<crate::app::metrics::Server>,
+) -> Box<Interim> {
+    let (out, files, own) = (out.clone(), files.clone(), own.clone());
+    let labels = (crate::live::selection::describe(pid).name, crate::app::watch::rank_of(pid));
+    let (mut files_at, mut metrics_at) = (0.0, f64::NEG_INFINITY);
+    Box::new(move |tracker: &crate::analysis::leaks::LeakTracker, time: f64| {
+        let files_due = out.every.is_some_and(|e| time >= files_at + e.as_secs_f64());
+        let metrics_due = server.is_some() && time >= metrics_at + METRICS_EVERY;
+        if !files_due && !metrics_due {
+            return;
+        }
+        let mut report = tracker.report();
+        report.leave_out(&own.lock().map(|o| o.clone()).unwrap_or_default());
+        let ns = (time * 1e9) as u64;
+        if let (true, Some(s)) = (metrics_due, &server) {
+            metrics_at = time;
+            s.publish(crate::app::metrics::leaks_exposition(&report, &labels.0, &labels.1));
+            let mut profile = Vec::new();
+            if report.pprof(&mut profile, ns).is_ok() {
+                s.publish_pprof(profile);
+            }
+        }
+        if files_due {
+            files_at = time;
+            let written =
+                files.lock().map_err(|_| anyhow!("internal error")).and_then(|mut f| f.write(&out, &report, ns));
+            let names: Vec<String> = [&out.html, &out.pprof, &out.folded, &out.flamegraph]
+                .into_iter()
+                .flatten()
+                .map(|p| p.display().to_string())
+                .collect();
+            match written {
+                Ok(()) => eprintln!("syscatch: the report of the first {time:.0}s written: {}", names.join(", ")),
+                Err(e) => eprintln!("syscatch: the report of the first {time:.0}s: {e:#}"),
+            }
+        }
+    })
 }

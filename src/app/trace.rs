@@ -2,8 +2,7 @@
 //! event loop, detach; captured events flow to an analysis thread that renders them while the tracer traces.
 
 use crate::analysis::rules::ProcessFacts;
-use crate::app::analyze::Interim;
-use crate::app::outputs::{Ending, ReportFiles, finish, open_outputs, render_events};
+use crate::app::outputs::{self, Ending, finish, open_outputs, render_events};
 use crate::app::placement::{cpus_away_from, sit_with_pinned_target};
 use crate::app::plans::{leak_plan, trace_plan};
 use crate::app::record::{Record, Recorder, Recording};
@@ -384,55 +383,6 @@ fn stopped_before_attaching(pid: Tid) -> End {
     End::Signal(sig)
 }
 
-/// How often `--metrics` publishes the report of the trace so far (each costs a report of the whole trace).
-const METRICS_EVERY: f64 = 5.0;
-
-/// The report of the trace so far, when due: `--every`'s files (said on stderr), and `--metrics`' figures and
-/// pprof profile.
-fn interim(
-    out: &Output,
-    pid: Tid,
-    files: &Arc<Mutex<ReportFiles>>,
-    own: &Arc<Mutex<Vec<(u64, u64)>>>,
-    server: Option<crate::app::metrics::Server>,
-) -> Box<Interim> {
-    let (out, files, own) = (out.clone(), files.clone(), own.clone());
-    let labels = (crate::live::selection::describe(pid).name, crate::app::watch::rank_of(pid));
-    let (mut files_at, mut metrics_at) = (0.0, f64::NEG_INFINITY);
-    Box::new(move |tracker: &crate::analysis::leaks::LeakTracker, time: f64| {
-        let files_due = out.every.is_some_and(|e| time >= files_at + e.as_secs_f64());
-        let metrics_due = server.is_some() && time >= metrics_at + METRICS_EVERY;
-        if !files_due && !metrics_due {
-            return;
-        }
-        let mut report = tracker.report();
-        report.leave_out(&own.lock().map(|o| o.clone()).unwrap_or_default());
-        let ns = (time * 1e9) as u64;
-        if let (true, Some(s)) = (metrics_due, &server) {
-            metrics_at = time;
-            s.publish(crate::app::metrics::leaks_exposition(&report, &labels.0, &labels.1));
-            let mut profile = Vec::new();
-            if report.pprof(&mut profile, ns).is_ok() {
-                s.publish_pprof(profile);
-            }
-        }
-        if files_due {
-            files_at = time;
-            let written =
-                files.lock().map_err(|_| anyhow!("internal error")).and_then(|mut f| f.write(&out, &report, ns));
-            let names: Vec<String> = [&out.html, &out.pprof, &out.folded, &out.flamegraph]
-                .into_iter()
-                .flatten()
-                .map(|p| p.display().to_string())
-                .collect();
-            match written {
-                Ok(()) => eprintln!("syscatch: the report of the first {time:.0}s written: {}", names.join(", ")),
-                Err(e) => eprintln!("syscatch: the report of the first {time:.0}s: {e:#}"),
-            }
-        }
-    })
-}
-
 pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let (pid, spawned) = match start {
         Start::Attach(p) => (p, false),
@@ -447,7 +397,11 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     // `--metrics`: listening before attaching, so a bad or taken address leaves the target untouched.
     let server = out.metrics.as_deref().map(crate::app::metrics::Server::start).transpose()?;
     if let Some(s) = &server {
-        eprintln!("syscatch: serving the trace's figures at http://{}/metrics (every {METRICS_EVERY:.0}s)", s.addr);
+        eprintln!(
+            "syscatch: serving the trace's figures at http://{}/metrics (every {:.0}s)",
+            s.addr,
+            outputs::METRICS_EVERY
+        );
     }
     let recorder = out.record.as_ref().map(|p| Recorder::create(p, pid, out.stack_bytes)).transpose()?;
     // Bounded in records, and in stack windows by the sink: see [`ChannelSink`].
@@ -518,7 +472,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         render_events: render_events(out),
         recorder: recorder.clone(),
         interim: (out.leaks.is_some() && (out.every.is_some() || server.is_some()))
-            .then(|| interim(out, pid, &files, &own_ranges, server)),
+            .then(|| outputs::interim(out, pid, &files, &own_ranges, server)),
         calls_for: (out.leaks.is_some() && recorder.is_some()).then(crate::app::record::calls_for),
     };
     // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
