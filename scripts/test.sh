@@ -8,7 +8,9 @@
 #    chromium-driver once a test opens a page in the browser (the HTML report's), prometheus once a test scrapes
 #    syscatch with it, and Python
 #    packages listed in tests/requirements.txt, if that exists, into a venv of its own (target/test-venv) put
-#    first on the PATH. Without root it prints the command to run instead and stops.
+#    first on the PATH, mmdebstrap and with it the root file systems of other Debian releases (scripts/roots.sh:
+#    targets on glibc 2.43 and CPython 3.14/3.15, built once into target/roots). Without root it prints the
+#    command to run instead and stops.
 # 2. Checks formatting and clippy, builds the release artifacts (scripts/dist.sh: the static binary and the
 #    wheel that tests/it/dist.rs runs), then runs `cargo test`. Tracing needs root or CAP_SYS_PTRACE.
 set -euo pipefail
@@ -29,6 +31,9 @@ if command -v dpkg-query >/dev/null; then
         missing+=("libc6-dbg=$libc_version")
     if grep -rqsE 'go tool pprof|Command::new\("go"\)' tests; then
         installed golang-go || missing+=(golang-go)
+    fi
+    if [ -x scripts/roots.sh ]; then
+        installed mmdebstrap || missing+=(mmdebstrap)
     fi
     if grep -rqs 'optional_tool("prometheus"' tests; then
         installed prometheus || missing+=(prometheus)
@@ -80,4 +85,5 @@ fi
 cargo fmt --all -- --check
 cargo clippy --all-targets --quiet -- -D warnings
 scripts/dist.sh
+scripts/roots.sh
 cargo test --quiet "$@" 2>&1

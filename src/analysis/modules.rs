@@ -184,9 +184,14 @@ impl StackResolver {
 
     /// Return addresses of a capture.
     pub fn unwind(&mut self, c: &StackCapture) -> Unwound {
+        self.unwind_with_sps(c).0
+    }
+
+    /// Return addresses of a capture and each frame's stack pointer.
+    pub fn unwind_with_sps(&mut self, c: &StackCapture) -> (Unwound, Vec<u64>) {
         let window =
             StackWindow::new(c.regs.sp(), &c.stack, c.asked).with_more(c.more.iter().map(|(a, w)| (*a, &w[..])));
-        unwind::unwind(UnwindRegs::from_regs(&c.regs), &window, &mut self.modules, self.max_depth)
+        unwind::unwind_with_sps(UnwindRegs::from_regs(&c.regs), &window, &mut self.modules, self.max_depth)
     }
 
     /// Names, files and lines of unwound frames.
@@ -257,13 +262,13 @@ impl SharedModules {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Return addresses of a capture, and how many bytes of each of its stack copies the walk read (the main
-    /// one, then [`StackCapture::more`] in order).
-    pub fn unwind(&self, c: &StackCapture, max_depth: usize) -> (Unwound, Vec<usize>) {
+    /// Return addresses of a capture, how many bytes of each of its stack copies the walk read (the main one,
+    /// then [`StackCapture::more`] in order), and each frame's stack pointer.
+    pub fn unwind(&self, c: &StackCapture, max_depth: usize) -> (Unwound, Vec<usize>, Vec<u64>) {
         let window =
             StackWindow::new(c.regs.sp(), &c.stack, c.asked).with_more(c.more.iter().map(|(a, w)| (*a, &w[..])));
-        let u = unwind::unwind(UnwindRegs::from_regs(&c.regs), &window, &mut *self.lock(), max_depth);
-        (u, window.seen_all())
+        let (u, sps) = unwind::unwind_with_sps(UnwindRegs::from_regs(&c.regs), &window, &mut *self.lock(), max_depth);
+        (u, window.seen_all(), sps)
     }
 
     /// What makes capture `c` (unwound to `u`) a known stack, if it can be one (see [`crate::analysis::known`]).

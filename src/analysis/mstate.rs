@@ -2,29 +2,53 @@
 //! and how much of it is free (the top chunk, the bins, the fastbins), hence how much the program holds, as
 //! `mallinfo2()` counts them. Pure: memory comes through a reader, so a test gives it bytes.
 //!
-//! The layout is glibc's `struct malloc_state` on x86_64, unchanged from 2.27 (which added `have_fastchunks`) to
-//! at least 2.41: `mutex` and `flags` (4 bytes each), `have_fastchunks`, `fastbinsY[10]` at 16, `top` at 96,
-//! `last_remainder`, `bins[254]` at 112, `binmap[4]`, `next` at 2160, `next_free`, `attached_threads` at 2176,
-//! `system_mem` at 2184 (checked against 2.36's debug information with gdb's `ptype /o`). Since 2.32 a fastbin's
-//! and a tcache entry's next pointer is mangled (safe-linking): `(address of the field >> 12) ^ pointer`.
+//! The layout is glibc's `struct malloc_state` on x86_64 ([`Layout`]), unchanged from 2.27 (which added
+//! `have_fastchunks`) to at least 2.41: `mutex` and `flags` (4 bytes each), `have_fastchunks`, `fastbinsY[10]` at
+//! 16, `top` at 96, `last_remainder`, `bins[254]` at 112, `binmap[4]`, `next` at 2160, `next_free`,
+//! `attached_threads` at 2176, `system_mem` at 2184 (checked against 2.36's debug information with gdb's `ptype
+//! /o`). 2.43 has no fastbins (the tcache took their place): `top` at 8, `bins` at 24, `next` at 2072,
+//! `attached_threads` at 2088, `system_mem` at 2096 (Debian sid's 2.43 with its libc6-dbg). 2.42 is not known.
+//! Since 2.32 a fastbin's and a tcache entry's next pointer is mangled (safe-linking): `(address of the field >>
+//! 12) ^ pointer`.
 //!
 //! The process runs on while it is read: a list can change under the reader. Every pointer must be 16-aligned and
 //! every size a multiple of 16 no larger than the arena's `system_mem`, a bin's list must come back to its head,
 //! and no arena or list is followed past [`MAX_CHUNKS`] chunks or [`MAX_ARENAS`] arenas: a read that breaks one
 //! of these is torn (or the structure corrupt), said so, and never trusted.
 
-/// The glibc versions whose layout this knows (major 2, these minors).
-pub const KNOWN: std::ops::RangeInclusive<u32> = 27..=41;
+/// The glibc versions whose layout this knows, as said in messages.
+pub const KNOWN: &str = "2.27 to 2.41, 2.43";
 
-const FASTBINS: u64 = 16;
+/// Where `struct malloc_state`'s fields are (bytes from its start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// `fastbinsY[10]`, if the version has fastbins.
+    fastbins: Option<u64>,
+    top: u64,
+    bins: u64,
+    next: u64,
+    attached_threads: u64,
+    system_mem: u64,
+    /// Bytes read (through `max_system_mem`).
+    size: usize,
+}
+
+const FASTBINS_2_27: Layout =
+    Layout { fastbins: Some(16), top: 96, bins: 112, next: 2160, attached_threads: 2176, system_mem: 2184, size: 2200 };
+const NO_FASTBINS_2_43: Layout =
+    Layout { fastbins: None, top: 8, bins: 24, next: 2072, attached_threads: 2088, system_mem: 2096, size: 2112 };
+
+/// The layout of glibc 2.`minor`'s `malloc_state`, if this syscatch knows it.
+pub fn layout(major: u32, minor: u32) -> Option<Layout> {
+    match (major, minor) {
+        (2, 27..=41) => Some(FASTBINS_2_27),
+        (2, 43) => Some(NO_FASTBINS_2_43),
+        _ => None,
+    }
+}
+
 const NFASTBINS: u64 = 10;
-const TOP: u64 = 96;
-const BINS: u64 = 112;
 const NBINS: u64 = 128;
-const NEXT: u64 = 2160;
-const ATTACHED_THREADS: u64 = 2176;
-const SYSTEM_MEM: u64 = 2184;
-const STATE: usize = 2200;
 
 /// Most chunks followed in one arena's lists.
 pub const MAX_CHUNKS: u64 = 1 << 20;
@@ -118,17 +142,22 @@ fn chunk_size(read: &mut Read, chunk: u64, limit: u64) -> Result<u64, String> {
     Ok(size)
 }
 
-/// Reads the arena at `addr`: a torn or corrupt read is an error saying where it broke.
-pub fn read_arena(read: &mut Read, addr: u64) -> Result<Arena, String> {
-    let mut state = vec![0u8; STATE];
+/// Reads the arena at `addr`, laid out as `l`: a torn or corrupt read is an error saying where it broke.
+pub fn read_arena(read: &mut Read, l: &Layout, addr: u64) -> Result<Arena, String> {
+    let mut state = vec![0u8; l.size];
     if !addr.is_multiple_of(8) || !read(addr, &mut state) {
         return Err(format!("its malloc_state at {addr:#x} could not be read"));
     }
     let at = |off: u64| u64::from_le_bytes(state[off as usize..off as usize + 8].try_into().expect("8 bytes"));
-    let mut a =
-        Arena { addr, system_mem: at(SYSTEM_MEM), next: at(NEXT), threads: at(ATTACHED_THREADS), ..Arena::default() };
+    let mut a = Arena {
+        addr,
+        system_mem: at(l.system_mem),
+        next: at(l.next),
+        threads: at(l.attached_threads),
+        ..Arena::default()
+    };
     let limit = a.system_mem;
-    let top = at(TOP);
+    let top = at(l.top);
     if top != 0 {
         // The top chunk may be as small as MINSIZE or, in a fresh arena, hold everything.
         let raw = word(read, top.wrapping_add(8)).ok_or_else(|| format!("the top chunk {top:#x} could not be read"))?;
@@ -142,8 +171,8 @@ pub fn read_arena(read: &mut Read, addr: u64) -> Result<Arena, String> {
         budget = budget.checked_sub(1).ok_or_else(|| format!("more than {MAX_CHUNKS} free chunks in {what}"))?;
         Ok(())
     };
-    for i in 0..NFASTBINS {
-        let mut p = at(FASTBINS + i * 8);
+    for i in 0..l.fastbins.map_or(0, |_| NFASTBINS) {
+        let mut p = at(l.fastbins.unwrap_or(0) + i * 8);
         while p != 0 {
             spend("the fastbins")?;
             if !p.is_multiple_of(16) {
@@ -157,8 +186,8 @@ pub fn read_arena(read: &mut Read, addr: u64) -> Result<Arena, String> {
     }
     // Bin i's head is a fake chunk whose fd and bk are bins[2(i-1)] and bins[2(i-1)+1].
     for i in 1..NBINS {
-        let head = (addr + BINS + (i - 1) * 16).wrapping_sub(16);
-        let mut p = at(BINS + (i - 1) * 16);
+        let head = (addr + l.bins + (i - 1) * 16).wrapping_sub(16);
+        let mut p = at(l.bins + (i - 1) * 16);
         while p != head {
             spend("the bins")?;
             if !p.is_multiple_of(16) || p == 0 {
@@ -177,14 +206,14 @@ pub fn read_arena(read: &mut Read, addr: u64) -> Result<Arena, String> {
 
 /// Every arena of the circular list through `start` (any arena), in list order from it. An arena that cannot
 /// be read ends the list there, with why.
-pub fn read_arenas(read: &mut Read, start: u64) -> (Vec<Arena>, Option<String>) {
+pub fn read_arenas(read: &mut Read, l: &Layout, start: u64) -> (Vec<Arena>, Option<String>) {
     let mut out: Vec<Arena> = Vec::new();
     let mut at = start;
     loop {
         if out.len() >= MAX_ARENAS {
             return (out, Some(format!("more than {MAX_ARENAS} arenas")));
         }
-        match read_arena(read, at) {
+        match read_arena(read, l, at) {
             Ok(a) => {
                 at = a.next;
                 out.push(a);
@@ -237,43 +266,55 @@ mod tests {
     }
 
     /// An arena at `a` holding `system` bytes, with empty bins (each head pointing at itself).
-    fn arena(m: &mut Mem, a: u64, system: u64, next: u64) {
+    fn arena(m: &mut Mem, l: &Layout, a: u64, system: u64, next: u64) {
         for i in 1..NBINS {
-            let head = a + BINS + (i - 1) * 16 - 16;
-            m.set(a + BINS + (i - 1) * 16, head);
-            m.set(a + BINS + (i - 1) * 16 + 8, head);
+            let head = a + l.bins + (i - 1) * 16 - 16;
+            m.set(a + l.bins + (i - 1) * 16, head);
+            m.set(a + l.bins + (i - 1) * 16 + 8, head);
         }
-        m.set(a + SYSTEM_MEM, system);
-        m.set(a + NEXT, next);
+        m.set(a + l.system_mem, system);
+        m.set(a + l.next, next);
     }
 
     #[test]
     fn counts_top_bins_and_mangled_fastbins() {
+        for l in [FASTBINS_2_27, NO_FASTBINS_2_43] {
+            counts_top_bins_and_mangled_fastbins_of(&l);
+        }
+    }
+
+    fn counts_top_bins_and_mangled_fastbins_of(l: &Layout) {
         let mut m = Mem::default();
         let a = 0x7000_0000_0000u64;
-        arena(&mut m, a, 0x100000, a);
+        arena(&mut m, l, a, 0x100000, a);
         let top = 0x5555_0000_9000u64;
-        m.set(a + TOP, top);
+        m.set(a + l.top, top);
         m.set(top + 8, 0x20000 | 1);
         // Unsorted bin (1): two chunks.
         let (c1, c2) = (0x5555_0000_1000u64, 0x5555_0000_3000u64);
-        let head = a + BINS - 16;
-        m.set(a + BINS, c1);
+        let head = a + l.bins - 16;
+        m.set(a + l.bins, c1);
         m.set(c1 + 8, 0x400 | 1);
         m.set(c1 + 16, c2);
         m.set(c2 + 8, 0x1000);
         m.set(c2 + 16, head);
-        // Fastbin 1: two chunks, their links mangled.
+        // Fastbin 1: two chunks, their links mangled (2.43 has none).
         let (f1, f2) = (0x5555_0000_5000u64, 0x5555_0000_5020u64);
-        m.set(a + FASTBINS + 8, f1);
-        m.set(f1 + 8, 0x20 | 1);
-        m.set(f1 + 16, ((f1 + 16) >> 12) ^ f2);
-        m.set(f2 + 8, 0x20 | 1);
-        m.set(f2 + 16, (f2 + 16) >> 12);
-        let got = read_arena(&mut m.reader(), a).unwrap();
-        assert_eq!((got.top, got.bins, got.fastbins, got.chunks), (0x20000, 0x1400, 0x40, 4));
-        assert_eq!(got.in_use(), 0x100000 - 0x20000 - 0x1400 - 0x40);
-        let (all, why) = read_arenas(&mut m.reader(), a);
+        let fast = match l.fastbins {
+            Some(f) => {
+                m.set(a + f + 8, f1);
+                m.set(f1 + 8, 0x20 | 1);
+                m.set(f1 + 16, ((f1 + 16) >> 12) ^ f2);
+                m.set(f2 + 8, 0x20 | 1);
+                m.set(f2 + 16, (f2 + 16) >> 12);
+                0x40
+            }
+            None => 0,
+        };
+        let got = read_arena(&mut m.reader(), l, a).unwrap();
+        assert_eq!((got.top, got.bins, got.fastbins, got.chunks), (0x20000, 0x1400, fast, 2 + fast / 0x20));
+        assert_eq!(got.in_use(), 0x100000 - 0x20000 - 0x1400 - fast);
+        let (all, why) = read_arenas(&mut m.reader(), l, a);
         assert_eq!((all.len(), why), (1, None));
     }
 
@@ -282,22 +323,23 @@ mod tests {
     fn a_torn_or_hostile_arena_is_refused() {
         let mut m = Mem::default();
         let a = 0x7000_0000_0000u64;
-        arena(&mut m, a, 0x10000, a);
+        let l = &FASTBINS_2_27;
+        arena(&mut m, l, a, 0x10000, a);
         let c = 0x5555_0000_1000u64;
-        m.set(a + BINS, c);
+        m.set(a + l.bins, c);
         m.set(c + 8, 0x100);
         m.set(c + 16, c);
-        assert!(read_arena(&mut m.reader(), a).unwrap_err().contains("more than"));
+        assert!(read_arena(&mut m.reader(), l, a).unwrap_err().contains("more than"));
         m.set(c + 8, 0x20000);
-        assert!(read_arena(&mut m.reader(), a).unwrap_err().contains("has size"));
+        assert!(read_arena(&mut m.reader(), l, a).unwrap_err().contains("has size"));
         m.set(c + 8, 0x100);
         m.set(c + 16, 0x5555_0000_1008);
-        assert!(read_arena(&mut m.reader(), a).unwrap_err().contains("leads to"));
+        assert!(read_arena(&mut m.reader(), l, a).unwrap_err().contains("leads to"));
         // Two arenas whose list never comes back to the first.
         let b = 0x7100_0000_0000u64;
-        arena(&mut m, a, 0x10000, b);
-        arena(&mut m, b, 0x10000, b);
-        let (all, why) = read_arenas(&mut m.reader(), a);
+        arena(&mut m, l, a, 0x10000, b);
+        arena(&mut m, l, b, 0x10000, b);
+        let (all, why) = read_arenas(&mut m.reader(), l, a);
         assert_eq!(all.len(), 2);
         assert!(why.unwrap().contains("loops"));
     }
@@ -308,5 +350,8 @@ mod tests {
         assert_eq!(glibc_version(text), Some((2, 36)));
         assert_eq!(glibc_version(b"release version 2.43.9000\n"), Some((2, 43)));
         assert_eq!(glibc_version(b"nothing here"), None);
+        assert_eq!(layout(2, 36), Some(FASTBINS_2_27));
+        assert_eq!(layout(2, 43), Some(NO_FASTBINS_2_43));
+        assert_eq!((layout(2, 42), layout(2, 26), layout(2, 44)), (None, None, None));
     }
 }

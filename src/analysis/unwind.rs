@@ -398,9 +398,20 @@ pub struct Unwound {
 
 /// Unwinds from `regs` over the captured `stack`, at most `max_depth` frames.
 pub fn unwind(regs: UnwindRegs, stack: &StackWindow, modules: &mut dyn ModuleLookup, max_depth: usize) -> Unwound {
+    unwind_with_sps(regs, stack, modules, max_depth).0
+}
+
+/// [`unwind`], and each frame's stack pointer (its stack is from there up to the next frame's).
+pub fn unwind_with_sps(
+    regs: UnwindRegs,
+    stack: &StackWindow,
+    modules: &mut dyn ModuleLookup,
+    max_depth: usize,
+) -> (Unwound, Vec<u64>) {
     let mut frames = Vec::with_capacity(32);
-    let end = walk(regs, stack, modules, max_depth, &mut frames);
-    Unwound { frames, end }
+    let mut sps = Vec::with_capacity(32);
+    let end = walk(regs, stack, modules, max_depth, &mut frames, &mut sps);
+    (Unwound { frames, end }, sps)
 }
 
 fn walk(
@@ -409,6 +420,7 @@ fn walk(
     modules: &mut dyn ModuleLookup,
     max_depth: usize,
     frames: &mut Vec<RawFrame>,
+    sps: &mut Vec<u64>,
 ) -> End {
     let Some(pc) = regs.get(RA) else {
         return End::Truncated("no rip".into());
@@ -417,7 +429,6 @@ fn walk(
     // The stack pointer of each frame so far, and the highest: the walk is in a loop when a (pc, sp) repeats, which
     // needs an sp no higher than one seen (it rises at every step but a signal frame's), so only then are they
     // compared (no hashing per frame).
-    let mut sps: Vec<u64> = Vec::with_capacity(32);
     let mut highest = None;
     loop {
         if frames.len() >= max_depth {
@@ -428,7 +439,8 @@ fn walk(
             Some(sp) => sp,
             None => return End::Truncated("stack pointer unknown".into()),
         };
-        if highest.is_some_and(|h| sp <= h) && frames.iter().zip(&sps).any(|(f, &s)| f.pc == frame.pc && s == sp) {
+        if highest.is_some_and(|h| sp <= h) && frames.iter().zip(sps.iter()).any(|(f, &s)| f.pc == frame.pc && s == sp)
+        {
             return End::Truncated(format!("loop: frame {:#x} with sp {sp:#x} seen before", frame.pc));
         }
         sps.push(sp);

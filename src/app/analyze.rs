@@ -281,8 +281,8 @@ fn unwinder(
         let mut recorded = None;
         let unwound = match ev.capture.take() {
             Some(c) => {
-                let (u, seen) = match c.known_id.and_then(|k| unwinds.get(k as usize)) {
-                    Some(u) => (u.clone(), vec![c.stack.len()]),
+                let (u, seen, sps) = match c.known_id.and_then(|k| unwinds.get(k as usize)) {
+                    Some(u) => (u.clone(), vec![c.stack.len()], Vec::new()),
                     None => modules.unwind(&c, max_depth),
                 };
                 if let (Some(tx), Some(h)) = (&known, c.known.as_deref()) {
@@ -301,7 +301,7 @@ fn unwinder(
                 if recording {
                     recorded = Some(Box::new(RecEvent::new(&ev, Some(&c), &seen, stack_dropped)));
                 }
-                python = c.python;
+                python = crate::python::place(&c.python, &sps);
                 Some(u)
             }
             None if stack_dropped => Some(Unwound { frames: Vec::new(), end: End::Truncated(STACK_DROPPED.into()) }),

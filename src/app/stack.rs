@@ -85,8 +85,9 @@ fn dump(pid: Tid, args: &StackArgs, out: &mut impl Write) -> Result<(usize, usiz
     let unwound: Vec<_> = snaps
         .iter_mut()
         .map(|s| {
-            let u = resolver.unwind(&s.capture);
+            let (u, sps) = resolver.unwind_with_sps(&s.capture);
             s.capture.stack = Default::default();
+            s.capture.python = crate::python::place(&s.capture.python, &sps);
             u
         })
         .collect();

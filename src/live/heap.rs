@@ -27,21 +27,22 @@ pub fn read(pid: Tid, mem: Option<&ProcMem>, s: &Sample, alloc: &Allocator) -> O
         return Some(heap);
     };
     heap.glibc = mstate::glibc_version(&libc.data);
-    match heap.glibc {
-        Some((2, minor)) if mstate::KNOWN.contains(&minor) => {}
-        Some((major, minor)) => {
-            heap.problem = Some(format!(
-                "glibc {major}.{minor}: its malloc_state layout is not one this syscatch knows (2.{} to 2.{})",
-                mstate::KNOWN.start(),
-                mstate::KNOWN.end()
-            ));
-            return Some(heap);
-        }
+    let layout = match heap.glibc {
+        Some((major, minor)) => match mstate::layout(major, minor) {
+            Some(l) => l,
+            None => {
+                heap.problem = Some(format!(
+                    "glibc {major}.{minor}: its malloc_state layout is not one this syscatch knows ({})",
+                    mstate::KNOWN
+                ));
+                return Some(heap);
+            }
+        },
         None => {
             heap.problem = Some(format!("{}: no glibc version found in it", libc.map.path));
             return Some(heap);
         }
-    }
+    };
     // Any arena leads to all: a thread arena's from its heap's first word, else the main arena's symbol.
     let cands = memclass::find_heap_candidates(&s.regions);
     let owners: Vec<Option<u64>> = cands.iter().map(|c| mem.read_u64(c.start).ok()).collect();
@@ -56,12 +57,12 @@ pub fn read(pid: Tid, mem: Option<&ProcMem>, s: &Sample, alloc: &Allocator) -> O
     };
     let mut read = |addr: u64, buf: &mut [u8]| mem.read_exact(addr, buf).is_ok();
     // A list changed under the reader is read again, twice at most.
-    let (mut arenas, mut problem) = mstate::read_arenas(&mut read, start);
+    let (mut arenas, mut problem) = mstate::read_arenas(&mut read, &layout, start);
     for _ in 0..2 {
         if problem.is_none() {
             break;
         }
-        (arenas, problem) = mstate::read_arenas(&mut read, start);
+        (arenas, problem) = mstate::read_arenas(&mut read, &layout, start);
     }
     heap.problem = problem.map(|p| format!("read while it changed, or corrupt: {p}"));
     let inside_a_heap =

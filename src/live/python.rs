@@ -1,5 +1,5 @@
 //! The interpreter of a live process: which mapped module defines `_PyRuntime` (libpython, or a statically linked
-//! `python`), its version (3.13's `_Py_DebugOffsets`, else `Py_Version`, else the file name), and the per-event
+//! `python`), its version (3.13+'s `_Py_DebugOffsets`, else `Py_Version`, else the file name), and the per-event
 //! read of a stopped thread's frames through process_vm_readv (batched, see [`crate::python::batch`]), with the captured
 //! stack window served from its copy.
 
@@ -27,7 +27,7 @@ pub enum LocateError {
     UnknownVersion { name: String },
     #[error("Python {}.{}: _Py_DebugOffsets not found", .version.0, .version.1)]
     NoDebugOffsets { version: (u8, u8) },
-    #[error("Python {}.{} is not supported (3.9 to 3.13 are)", .version.0, .version.1)]
+    #[error("Python {}.{} is not supported (3.9 to 3.15 are)", .version.0, .version.1)]
     Unsupported { version: (u8, u8) },
     #[error("{path}: no PyCode_Type symbol to check code objects against")]
     NoCodeType { path: String },

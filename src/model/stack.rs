@@ -45,4 +45,16 @@ pub struct PyFrame {
     pub line: Option<u32>,
     /// Which native eval-loop call runs it, counted from the innermost (0).
     pub call: u32,
+    /// 3.12+: where that call's shim frame (a local of the eval loop) is on the C stack, as read; 0 when not
+    /// known. The analysis turns it into [`Self::frame`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shim: u64,
+    /// The unwound native frame (index) whose stack holds the shim: the eval loop running this frame, found
+    /// without its name (Debian's 3.14 and 3.15 have no symbol for the part of the loop that calls out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame: Option<u32>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }

@@ -6,7 +6,7 @@
 //! there (a stack word), and from it each frame's code object, instruction, owner, entry flag and link, and
 //! each code object's identity (the fields the walk fingerprints it by). Each pointer is followed only once it
 //! equals the one the walk followed: a live frame's link leads to a live frame, a live frame's code object is
-//! alive. 3.9, 3.10 and 3.13 start at the thread state, which is not on the stack (a thread state can be freed
+//! alive. 3.9, 3.10 and 3.13+ start at the thread state, which is not on the stack (a thread state can be freed
 //! while its thread runs on): their calls keep stopping.
 
 use super::layout::{FRAME_OWNED_BY_CSTACK, FrameKind, Layout};
@@ -56,7 +56,7 @@ pub fn chain_ops(
             ops.push(Op { base: here, dest: 0, width: 1, off: off(o)?, expect: link.owner as u64 });
         }
         // A 3.12 shim (the C stack's entry frame): the walk reads only its owner and link.
-        let shim = l.frames == FrameKind::Shim312 && link.owner == FRAME_OWNED_BY_CSTACK;
+        let shim = l.frames == FrameKind::Shim312 && link.owner >= FRAME_OWNED_BY_CSTACK;
         if !shim {
             ops.push(Op { base: here, dest: 4, width: 8, off: off(l.frame_code)?, expect: link.code });
             if link.code == 0 {

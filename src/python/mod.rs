@@ -1,5 +1,5 @@
-//! Python frames in native stacks: CPython 3.9-3.13 frame chains read from a stopped thread, named from their
-//! code objects, and placed above the native `_PyEval_EvalFrameDefault` call that runs them. Pure: the target's
+//! Python frames in native stacks: CPython 3.9-3.15 frame chains read from a stopped thread, named from their
+//! code objects, and placed above the native eval-loop call that runs them. Pure: the target's
 //! memory comes through the [`Memory`] trait; uses `model` only. Finding the interpreter in a live process and
 //! reading its memory is `live::python`.
 //!
@@ -51,9 +51,28 @@ pub use crate::model::stack::PyFrame;
 /// entry frames from 3.11).
 pub const EVAL_FUNCTION: &str = "_PyEval_EvalFrameDefault";
 
-/// Puts Python frames into a symbolized native stack: the frames of eval call k go just above (before, innermost
-/// first) the k-th native `_PyEval_EvalFrameDefault` frame. Frames whose eval frame is not in the native stack (it
-/// was truncated, or the counts disagree) are appended at the end, marked as not placed.
+/// Finds the native frame of each Python frame's eval call (3.12+): the unwound frame whose stack, from its stack
+/// pointer `sps[i]` up to its caller's, holds the call's shim frame. That frame is the eval loop whatever its
+/// symbols say (a build may split the loop into parts that have none). Frames found get `frame` and lose `shim`
+/// (an address, which would tell apart the same stack on two threads); the rest are left as they are.
+pub fn place(py: &std::sync::Arc<[PyFrame]>, sps: &[u64]) -> std::sync::Arc<[PyFrame]> {
+    if py.iter().all(|p| p.shim == 0) {
+        return py.clone();
+    }
+    let frame_of = |shim: u64| sps.windows(2).position(|w| w[0] <= shim && shim < w[1]);
+    py.iter()
+        .map(|p| match frame_of(p.shim).and_then(|i| u32::try_from(i).ok()) {
+            Some(i) => PyFrame { shim: 0, frame: Some(i), ..p.clone() },
+            None => p.clone(),
+        })
+        .collect()
+}
+
+/// Puts Python frames into a symbolized native stack, innermost first: a frame placed by [`place`] goes just
+/// above its unwound frame (below the functions inlined there, as if called from the loop), which is named
+/// `_PyEval_EvalFrameDefault` if its symbols had no name for it (the shim is that function's local); others, those
+/// of eval call k just above the k-th native `_PyEval_EvalFrameDefault` frame. Frames whose eval frame is not in the native
+/// stack (it was truncated, or the counts disagree) are appended at the end, marked as not placed.
 pub fn merge_python(stack: &mut Stack, py: &[PyFrame]) {
     if py.is_empty() {
         return;
@@ -67,10 +86,24 @@ pub fn merge_python(stack: &mut Stack, py: &[PyFrame]) {
     };
     let mut out = Vec::with_capacity(stack.frames.len() + py.len());
     let mut call = 0u32;
+    // The unwound frame that the next frame not inlined is (inlined frames come first, innermost first).
+    let mut raw = 0u32;
     let mut next = py.iter().peekable();
-    for f in stack.frames.drain(..) {
+    for mut f in stack.frames.drain(..) {
+        if f.kind == FrameKind::Native && !f.inlined {
+            let mut placed = false;
+            while let Some(p) = next.next_if(|p| p.frame == Some(raw)) {
+                out.push(to_frame(p, true));
+                placed = true;
+            }
+            if placed && f.function.is_none() {
+                f.function = Some(EVAL_FUNCTION.into());
+                f.offset = None;
+            }
+            raw += 1;
+        }
         if f.kind == FrameKind::Native && f.function.as_deref() == Some(EVAL_FUNCTION) {
-            while let Some(p) = next.next_if(|p| p.call == call) {
+            while let Some(p) = next.next_if(|p| p.frame.is_none() && p.call == call) {
                 out.push(to_frame(p, true));
             }
             call += 1;
@@ -89,7 +122,7 @@ mod tests {
         Frame { function: Some(name.into()), ..Frame::default() }
     }
     fn py(name: &str, call: u32) -> PyFrame {
-        PyFrame { function: name.into(), file: "f.py".into(), line: Some(1), call }
+        PyFrame { function: name.into(), file: "f.py".into(), line: Some(1), call, shim: 0, frame: None }
     }
     fn names(s: &Stack) -> Vec<String> {
         s.frames
@@ -122,6 +155,46 @@ mod tests {
             names(&s),
             ["syscall", "py:inner", "py:mid", EVAL_FUNCTION, "callback", "py:outer", EVAL_FUNCTION, "main"]
         );
+    }
+
+    #[test]
+    fn frames_go_above_the_frame_whose_stack_holds_their_shim() {
+        // A build without a symbol for the loop: unwound frames 0 (read), 1 (loop, inlining a helper), 2, 3 (loop).
+        let mut s = Stack {
+            frames: vec![
+                native("read"),
+                Frame { inlined: true, ..native("helper") },
+                native("python+0x4472e7"),
+                native("callback"),
+                native("python+0x4472e7"),
+                native("main"),
+            ],
+            truncated: None,
+        };
+        let sps = [0x1000, 0x1100, 0x1800, 0x1900, 0x2000];
+        let shim = |call, shim| PyFrame { shim, ..py("f", call) };
+        let frames: std::sync::Arc<[PyFrame]> =
+            vec![PyFrame { function: "inner".into(), ..shim(0, 0x1200) }, shim(0, 0x1200), shim(1, 0x1a00)].into();
+        let placed = place(&frames, &sps);
+        assert_eq!(
+            placed.iter().map(|p| (p.frame, p.shim)).collect::<Vec<_>>(),
+            [(Some(1), 0), (Some(1), 0), (Some(3), 0)]
+        );
+        merge_python(&mut s, &placed);
+        assert_eq!(
+            names(&s),
+            ["read", "helper", "py:inner", "py:f", "python+0x4472e7", "callback", "py:f", "python+0x4472e7", "main"]
+        );
+        // Without a name, the frame holding the shim is the eval loop's.
+        let mut s = Stack {
+            frames: vec![native("read"), Frame { function: None, ..native("") }, native("main")],
+            truncated: None,
+        };
+        merge_python(&mut s, &place(&vec![shim(0, 0x1200)].into(), &sps));
+        assert_eq!(names(&s), ["read", "py:f", EVAL_FUNCTION, "main"]);
+        // A shim beyond the unwound frames (the stack was cut) is left to the name, here unplaced.
+        let cut = place(&vec![shim(0, 0x9000)].into(), &sps);
+        assert_eq!((cut[0].frame, cut[0].shim), (None, 0x9000));
     }
 
     #[test]

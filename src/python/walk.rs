@@ -111,6 +111,8 @@ pub struct Walker {
     codes: Vec<Option<Arc<Code>>>,
     /// Each frame's slot, line and call, before they become `PyFrame`s.
     named: Vec<(u32, Option<u32>, u32)>,
+    /// 3.12+: the address of each eval call's shim frame (on the C stack), by call.
+    shims: Vec<u64>,
     /// Each thread's last frames: given again (one reference count) when the walk finds the same ones.
     last: AddrMap<i32, Arc<[PyFrame]>>,
     /// 3.11/3.12: the last walk's `_PyCFrame` and every frame of its chain, shims too (for known stacks, see
@@ -194,6 +196,7 @@ impl Walker {
             ok: Vec::new(),
             codes: Vec::new(),
             named: Vec::new(),
+            shims: Vec::new(),
             last: AddrMap::default(),
             cframe: 0,
             chain: Vec::new(),
@@ -206,6 +209,7 @@ impl Walker {
         let mut ts = std::mem::take(&mut self.ts);
         self.cframe = 0;
         self.chain.clear();
+        self.shims.clear();
         let found = self.find_tstate(mem, tid, fs_base, &mut ts);
         let mut raw = std::mem::take(&mut self.raw);
         let mut f = std::mem::take(&mut self.frame);
@@ -238,11 +242,13 @@ impl Walker {
     /// lines and calls), else new ones, remembered for its next walk.
     fn frames_of(&mut self, tid: i32) -> Arc<[PyFrame]> {
         let code = |slot: u32| self.codes.get(slot as usize).and_then(|c| c.as_ref());
+        let shim = |call: u32| self.shims.get(call as usize).copied().unwrap_or(0);
         if let Some(last) = self.last.get(&tid) {
             let same = last.len() == self.named.len()
                 && last.iter().zip(&self.named).all(|(p, &(slot, line, call))| {
                     p.line == line
                         && p.call == call
+                        && p.shim == shim(call)
                         && code(slot)
                             .is_some_and(|c| Arc::ptr_eq(&c.function, &p.function) && Arc::ptr_eq(&c.file, &p.file))
                 });
@@ -255,7 +261,14 @@ impl Walker {
             .iter()
             .filter_map(|&(slot, line, call)| {
                 let c = code(slot)?;
-                Some(PyFrame { function: c.function.clone(), file: c.file.clone(), line, call })
+                Some(PyFrame {
+                    function: c.function.clone(),
+                    file: c.file.clone(),
+                    line,
+                    call,
+                    shim: shim(call),
+                    frame: None,
+                })
             })
             .collect();
         if self.last.len() >= MAX_THREADS {
@@ -409,6 +422,7 @@ impl Walker {
             }
             let owner = l.frame_owner.map(|o| u8_at(f, o)).unwrap_or(0);
             let back = u64_at(f, l.frame_back);
+            let code = u64_at(f, l.frame_code) & !l.frame_code_tags;
             if self.chain.len() < super::known::MAX_LINKS {
                 self.chain.push(super::known::Link {
                     addr: frame,
@@ -419,12 +433,13 @@ impl Walker {
                     entry: l.frame_is_entry.map(|o| u8_at(f, o)).unwrap_or(0),
                 });
             }
-            if l.frames == FrameKind::Shim312 && owner == FRAME_OWNED_BY_CSTACK {
+            if l.frames == FrameKind::Shim312 && owner >= FRAME_OWNED_BY_CSTACK {
+                self.shims.push(frame);
                 call += 1;
                 frame = back;
                 continue;
             }
-            out.push(Raw { code: u64_at(f, l.frame_code), instr: u64_at(f, l.frame_instr), owner, call, slot: 0 });
+            out.push(Raw { code, instr: u64_at(f, l.frame_instr), owner, call, slot: 0 });
             if l.frame_is_entry.is_some_and(|o| u8_at(f, o) != 0) {
                 call += 1;
             }
@@ -507,7 +522,7 @@ impl Walker {
     }
 
     /// Fills `self.codes` with the code objects at `addrs`, from their headers: cached when the header is the one
-    /// they were read with; `None` for a 3.13 frame that runs something else.
+    /// they were read with; `None` for a 3.13+ frame that runs something else.
     fn codes_of(
         &mut self,
         mem: &mut dyn Memory,
@@ -528,7 +543,7 @@ impl Walker {
             let hdr = headers.get(i * size..(i + 1) * size).unwrap_or(&[]);
             let ty = u64_at(hdr, 8);
             if self.rt.code_type != 0 && ty != self.rt.code_type {
-                // 3.13: a frame may run something other than a code object (a trampoline); it is not shown.
+                // 3.13+: a frame may run something other than a code object (a trampoline); it is not shown.
                 if version >= (3, 13) {
                     self.codes.push(None);
                     continue;

@@ -106,7 +106,20 @@ fn thread_arenas_grow_on_the_stacks_that_committed_them() {
 #[test]
 fn mem_reads_each_arena_as_mallinfo2_counts_it() {
     require_ptrace();
-    let mut t = Target::start(&testprog("heap_threads"), &[]);
+    arenas_as_mallinfo2_counts_them(Target::start(&testprog("heap_threads"), &[]), "2.36");
+}
+
+/// The same on glibc 2.43 (Debian sid's root), whose arenas have no fastbins.
+#[test]
+fn mem_reads_glibc_2_43_arenas_as_mallinfo2_counts_them() {
+    require_ptrace();
+    arenas_as_mallinfo2_counts_them(
+        crate::roots::start_in(&crate::roots::sid(), &testprog("heap_threads"), &[]),
+        "2.43",
+    );
+}
+
+fn arenas_as_mallinfo2_counts_them(mut t: Target, glibc: &str) {
     let pid = t.pid.to_string();
     t.send("go");
     let lines = t.out.until(|l| l == "done");
@@ -119,6 +132,7 @@ fn mem_reads_each_arena_as_mallinfo2_counts_it() {
         let v: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
         let heap = &v["data"]["heap"];
         assert!(heap["problem"].is_null(), "{heap:#}");
+        assert_eq!(heap["glibc"], glibc, "{heap:#}");
         (heap["arenas"].as_array().unwrap().clone(), (f[0], f[1]))
     };
     let sum = |arenas: &[Value], k: &str| -> u64 { arenas.iter().map(|a| a[k].as_u64().unwrap()).sum() };
@@ -142,7 +156,7 @@ fn mem_reads_each_arena_as_mallinfo2_counts_it() {
     assert!(a["free"].as_u64().unwrap() >= 24 << 20 && a["rss_kb"].as_u64().unwrap() < 1024, "{a:#}");
     // Text: one line per arena.
     let (_, text, _) = run_syscatch(&["mem", "--pid", &pid]);
-    assert!(text.contains("heap (glibc 2.") && text.contains("main arena ([heap])"), "{text}");
+    assert!(text.contains(&format!("heap (glibc {glibc} ")) && text.contains("main arena ([heap])"), "{text}");
     t.send("bye");
     assert_eq!(t.wait().code(), Some(0));
 }

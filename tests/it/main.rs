@@ -25,6 +25,7 @@ mod python;
 mod record;
 mod review;
 mod ring;
+mod roots;
 mod session;
 mod stack;
 mod torture;

@@ -1,7 +1,8 @@
 //! Python frames against the target's own view: testprogs/py_frames.py prints, before each mmap it makes
 //! through ctypes -> libc syscall(), the frames sys._getframe() sees (qualified name, file, line); each captured
-//! event's Python frames must equal them, in order, on every installed CPython (pyenv 3.9 to 3.13, and the
-//! system's statically linked python3). Each run of Python frames must sit just above a native
+//! event's Python frames must equal them, in order, on every installed CPython (pyenv 3.9 to 3.13, the system's
+//! statically linked python3, and Debian sid's python3.14 and python3.15 on glibc 2.43, run in its root with
+//! chroot and traced from outside). Each run of Python frames must sit just above a native
 //! `_PyEval_EvalFrameDefault` frame, one run per eval call.
 
 use crate::common::*;
@@ -23,25 +24,50 @@ pub fn pyenv(minor: u32) -> PathBuf {
     dir.join("bin/python3")
 }
 
+/// How to start a Python target: the interpreter's command line, and where it sees testprogs/py_frames.py.
+pub struct Py {
+    pub argv: Vec<String>,
+    pub script: String,
+}
+
+impl Py {
+    pub fn at(python: &std::path::Path) -> Py {
+        let script = repo().join("testprogs/py_frames.py");
+        Py { argv: vec![python.display().to_string()], script: script.display().to_string() }
+    }
+
+    /// `python3.MINOR` of Debian sid, run in its root with chroot (the pid is the host's: no pid namespace); the
+    /// script is copied into the root (atomically: tests run in parallel).
+    pub fn sid(minor: u32) -> Py {
+        let root = crate::roots::sid();
+        let script = crate::roots::copy_in(&root, &repo().join("testprogs/py_frames.py"));
+        let argv = vec!["chroot".into(), root.display().to_string(), format!("python3.{minor}")];
+        Py { argv, script }
+    }
+
+    pub fn start(&self, mode: &[&str]) -> Target {
+        let mut cmd = std::process::Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..]).arg(&self.script).args(mode);
+        Target::start_cmd(&mut cmd)
+    }
+}
+
 type PyFrames = Vec<(String, String, u64)>;
 
 /// Runs the target under `syscatch ARGS --json --pid N` and returns (expected frames by size, events by size).
 fn run(python: &std::path::Path, args: &[&str]) -> (HashMap<u64, PyFrames>, HashMap<u64, Value>, Vec<Value>) {
-    run_mode(python, &[], &[], args)
+    run_mode(&Py::at(python), &[], &[], args)
 }
 
 /// [`run`] with the target's mode arguments and syscatch arguments before `--pid` (a subcommand).
 fn run_mode(
-    python: &std::path::Path,
+    py: &Py,
     mode: &[&str],
     before: &[&str],
     args: &[&str],
 ) -> (HashMap<u64, PyFrames>, HashMap<u64, Value>, Vec<Value>) {
     require_ptrace();
-    let script = repo().join("testprogs/py_frames.py");
-    let mut targs = vec![script.to_str().unwrap()];
-    targs.extend_from_slice(mode);
-    let mut t = Target::start(python, &targs);
+    let mut t = py.start(mode);
     let pid = t.pid.to_string();
     let mut all = before.to_vec();
     all.extend(["--pid", &pid, "--json"]);
@@ -107,7 +133,11 @@ fn assert_placed(stack: &Value, ctx: &str) {
 }
 
 fn check(python: PathBuf, ctx: &str) {
-    let (want, events, values) = run(&python, &["--syscall", "mmap"]);
+    check_py(&Py::at(&python), ctx)
+}
+
+fn check_py(py: &Py, ctx: &str) {
+    let (want, events, values) = run_mode(py, &[], &[], &["--syscall", "mmap"]);
     // plain, method, comprehension, generator, C callback, two threads.
     assert_eq!(want.len(), 7, "{ctx}: the target's expectations: {want:#?}");
     for (size, frames) in &want {
@@ -148,6 +178,19 @@ fn python_frames_3_13() {
     check(pyenv(13), "3.13");
 }
 
+/// 3.14 (tagged frame pointers, a new owner value) and 3.15 (a base frame ending every chain) in Debian sid's
+/// root: layouts from their `_Py_DebugOffsets`. Debian's binaries have no symbol for the part of the eval loop
+/// that calls out (no debug package can be had): the frames are placed by where their shim frame is.
+#[test]
+fn python_frames_3_14_in_sid() {
+    check_py(&Py::sid(14), "3.14 (sid)");
+}
+
+#[test]
+fn python_frames_3_15_in_sid() {
+    check_py(&Py::sid(15), "3.15 (sid)");
+}
+
 /// Debian's python3 is one static executable (no libpython): `_PyRuntime` is found in it.
 #[test]
 fn python_frames_system_static_python() {
@@ -174,14 +217,18 @@ fn python_frames_with_fast() {
     }
 }
 
+/// Every interpreter the tests know: pyenv's 3.9 to 3.13, then sid's 3.14 and 3.15.
+fn every_python() -> impl Iterator<Item = (u32, Py)> {
+    (9..=13).map(|minor| (minor, Py::at(&pyenv(minor)))).chain((14..=15).map(|minor| (minor, Py::sid(minor))))
+}
+
 /// `syscatch stack` shows a blocked thread's Python frames above its eval call, as `py-spy dump --native` does,
 /// equal to the target's own view, on every version.
 #[test]
 fn stack_command_shows_python_frames() {
     require_ptrace();
-    let script = repo().join("testprogs/py_frames.py");
-    for minor in 9..=13 {
-        let mut t = Target::start(&pyenv(minor), &[script.to_str().unwrap(), "park"]);
+    for (minor, py) in every_python() {
+        let mut t = py.start(&["park"]);
         t.send("go");
         let line = t.out.next();
         let js = line.strip_prefix("expect 0 ").unwrap_or_else(|| panic!("3.{minor}: {line}"));
@@ -195,7 +242,7 @@ fn stack_command_shows_python_frames() {
         assert_eq!(python_frames(stack), want, "3.{minor}: {stack:#}");
         assert_placed(stack, &format!("3.{minor} stack"));
         let text = run_syscatch(&["stack", "--pid", &t.pid.to_string()]).1;
-        assert!(text.contains(&format!("Server.park at {}:", script.display())) || minor < 11, "3.{minor}: {text}");
+        assert!(text.contains(&format!("Server.park at {}:", py.script)) || minor < 11, "3.{minor}: {text}");
         t.send("exit");
         assert_eq!(t.wait().code(), Some(0));
     }
@@ -208,9 +255,8 @@ fn stack_command_shows_python_frames() {
 fn stack_command_agrees_with_py_spy() {
     require_ptrace();
     let Some(py_spy) = optional_tool("py-spy", "the py-spy comparison") else { return };
-    let script = repo().join("testprogs/py_frames.py");
-    for minor in 9..=13 {
-        let mut t = Target::start(&pyenv(minor), &[script.to_str().unwrap(), "park30"]);
+    for (minor, py) in every_python() {
+        let mut t = py.start(&["park30"]);
         t.send("go");
         let line = t.out.next();
         let js = line.strip_prefix("expect 0 ").unwrap_or_else(|| panic!("3.{minor}: {line}"));
@@ -274,7 +320,7 @@ fn unsupported_python_gives_native_frames_and_one_warning() {
 fn libc_mmap_probe_catches_a_large_python_allocation() {
     let probe = std::env::temp_dir().join(format!("syscatch-py-big-{}.probe", std::process::id()));
     std::fs::write(&probe, "probe big at libc:mmap if arg1 >= 64M {\n    collect args, ret, stack(256)\n}\n").unwrap();
-    let (want, events, _) = run_mode(&pyenv(12), &["big"], &["run", probe.to_str().unwrap()], &[]);
+    let (want, events, _) = run_mode(&Py::at(&pyenv(12)), &["big"], &["run", probe.to_str().unwrap()], &[]);
     let _ = std::fs::remove_file(&probe);
     let frames = &want[&(96 << 20)];
     assert_eq!(frames[0].0, "Model.load");
