@@ -592,3 +592,50 @@ fn alternate_signal_stack_unwinds_back_to_main_as_gdb_and_eu_stack_do() {
     assert_eq!(t.out.next(), "bye 0");
     assert_eq!(t.wait().code(), Some(0));
 }
+
+/// On glibc 2.43 (Debian sid's root, traced from the host): the same call inside nested handlers on an alternate
+/// signal stack, unwound through that libc's CFI and signal frames and named from its own debug file (the root's
+/// libc6-dbg, not the host's), and the same return addresses as eu-stack's from the handler outwards.
+#[test]
+fn alternate_signal_stack_on_glibc_2_43_unwinds_as_eu_stack_does() {
+    require_ptrace();
+    let mut t = crate::roots::start_in(&crate::roots::sid(), &testprog("alt_stack"), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    sc.wait_attached();
+    t.send("go");
+    let truth = truth_mmaps(&t.out.until(|l| l == "done"));
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "syscatch failed: {err:#?}");
+    let values = json_lines(&out);
+    assert_eq!(captured_mmaps(&values), truth);
+    let ev = &values.iter().find(|v| v["type"] == "event").unwrap()["data"];
+    assert!(ev["stack_truncated"].is_null(), "{}", ev["stack_truncated"]);
+    let f = functions(&ev["stack"]);
+    let ours = real_frames(&ev["stack"]);
+    let names: Vec<&str> = ours.iter().map(|(_, n)| n.as_str()).collect();
+    let on_usr2 = names.iter().position(|n| *n == "on_usr2").unwrap_or_else(|| panic!("{f:#?}"));
+    assert_eq!(names[..on_usr2], ["syscall", "handler_maps"], "{f:#?}");
+    let restore = names.iter().filter(|n| **n == "__restore_rt").count();
+    assert_eq!(restore, 2, "two signal frames: {f:#?}");
+    assert_consecutive(&f, &["thrower", "outer", "main"]);
+    assert_eq!(f.last().map(String::as_str), Some("_start"), "{f:#?}");
+    // Lines in libc come from the root's debug file: its sources are glibc 2.43's.
+    let syscall = &ev["stack"][0];
+    assert!(syscall["file"].as_str().is_some_and(|p| p.contains("syscall")), "{syscall}");
+    wait_blocked_in_read(t.pid, t.pid, 0);
+    let eu: Vec<u64> = eu_stack_frames(t.pid, t.pid).iter().map(|(a, _)| *a).collect();
+    let (code, out, err) = run_syscatch(&["stack", "--pid", &pid, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let snap = json_lines(&out.lines().map(str::to_string).collect::<Vec<_>>());
+    let main = &snap.iter().find(|v| v["type"] == "thread" && v["data"]["tid"] == t.pid).unwrap()["data"];
+    let theirs: Vec<u64> = real_frames(&main["stack"]).iter().map(|(a, _)| *a).collect();
+    let usr2 = ours[on_usr2].0;
+    let (s, e) = (theirs.iter().position(|a| *a == usr2), eu.iter().position(|a| *a == usr2));
+    let (Some(s), Some(e)) = (s, e) else { panic!("on_usr2 at {usr2:#x}: ours {theirs:x?} eu-stack {eu:x?}") };
+    assert_eq!(theirs[s..], eu[e..], "syscatch stack {theirs:x?}\neu-stack {eu:x?}");
+    t.send("bye");
+    assert_eq!(t.out.next(), "bye 0");
+    assert_eq!(t.wait().code(), Some(0));
+}
