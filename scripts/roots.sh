@@ -2,7 +2,8 @@
 # Root file systems of other Debian releases, for targets that run on another libc and interpreter than the
 # host's (tests/it/roots.rs starts them with chroot and traces them from the host, as from a debug container):
 # scripts/roots.sh [NAME...], NAME one of:
-#   sid   Debian unstable: glibc 2.43, python3.14 (3.14.10) and python3.15 (3.15.2), libc6-dbg
+#   sid     Debian unstable: glibc 2.43, python3.14 (3.14.10) and python3.15 (3.15.2), libc6-dbg
+#   trixie  Debian 13: glibc 2.41, python3 (3.13), libc6-dbg
 # Each is built once with mmdebstrap into target/roots/NAME (about 20 s and 220 MB for sid) and kept while its
 # package list is the same. Needs root (mmdebstrap's root mode) and the mmdebstrap package.
 set -euo pipefail
@@ -10,6 +11,7 @@ cd "$(dirname "$0")/.."
 
 declare -A packages=(
     [sid]="python3.14,python3.15,libc6-dbg"
+    [trixie]="python3,libc6-dbg"
 )
 
 for name in "${@:-${!packages[@]}}"; do

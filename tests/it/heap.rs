@@ -109,14 +109,13 @@ fn mem_reads_each_arena_as_mallinfo2_counts_it() {
     arenas_as_mallinfo2_counts_them(Target::start(&testprog("heap_threads"), &[]), "2.36");
 }
 
-/// The same on glibc 2.43 (Debian sid's root), whose arenas have no fastbins.
+/// The same on glibc 2.41 (Debian trixie's root) and 2.43 (sid's, whose arenas have no fastbins).
 #[test]
-fn mem_reads_glibc_2_43_arenas_as_mallinfo2_counts_them() {
+fn mem_reads_glibc_2_41_and_2_43_arenas_as_mallinfo2_counts_them() {
     require_ptrace();
-    arenas_as_mallinfo2_counts_them(
-        crate::roots::start_in(&crate::roots::sid(), &testprog("heap_threads"), &[]),
-        "2.43",
-    );
+    for (root, glibc) in [(crate::roots::trixie(), "2.41"), (crate::roots::sid(), "2.43")] {
+        arenas_as_mallinfo2_counts_them(crate::roots::start_in(&root, &testprog("heap_threads"), &[]), glibc);
+    }
 }
 
 fn arenas_as_mallinfo2_counts_them(mut t: Target, glibc: &str) {

@@ -30,14 +30,16 @@ fn leak_report_attributes_still_mapped_bytes_with_breakpoints_only() {
     leak_report_round(Target::start(&testprog("leaker"), &[]), "--no-fast", "");
 }
 
-/// On glibc 2.43 (Debian sid's root, traced from the host): its `syscall()`, and its own mmap and munmap whose
-/// first instructions `--fast`'s trampoline relocates, unwound through its CFI, named from its debug file.
+/// On glibc 2.41 and 2.43 (Debian trixie's and sid's roots, traced from the host): their `syscall()` and their
+/// own mmap and munmap (patched by `--fast` where their shape allows), unwound through their CFI, named from their
+/// debug files.
 #[test]
-fn leak_report_on_glibc_2_43_with_and_without_fast() {
+fn leak_report_on_glibc_2_41_and_2_43_with_and_without_fast() {
     require_ptrace();
-    let root = crate::roots::sid();
-    for mode in ["--fast", "--no-fast"] {
-        leak_report_round(crate::roots::start_in(&root, &testprog("leaker"), &[]), mode, "-2.43");
+    for (root, glibc) in [(crate::roots::trixie(), "-2.41"), (crate::roots::sid(), "-2.43")] {
+        for mode in ["--fast", "--no-fast"] {
+            leak_report_round(crate::roots::start_in(&root, &testprog("leaker"), &[]), mode, glibc);
+        }
     }
 }
 

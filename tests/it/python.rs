@@ -39,10 +39,14 @@ impl Py {
     /// `python3.MINOR` of Debian sid, run in its root with chroot (the pid is the host's: no pid namespace); the
     /// script is copied into the root (atomically: tests run in parallel).
     pub fn sid(minor: u32) -> Py {
-        let root = crate::roots::sid();
-        let script = crate::roots::copy_in(&root, &repo().join("testprogs/py_frames.py"));
-        let argv = vec!["chroot".into(), root.display().to_string(), format!("python3.{minor}")];
-        Py { argv, script }
+        Py::in_root(&crate::roots::sid(), &format!("python3.{minor}"))
+    }
+
+    /// `python` of the root file system `root`, run in it with chroot (the pid is the host's: no pid namespace);
+    /// the script is copied into the root.
+    pub fn in_root(root: &std::path::Path, python: &str) -> Py {
+        let script = crate::roots::copy_in(root, &repo().join("testprogs/py_frames.py"));
+        Py { argv: vec!["chroot".into(), root.display().to_string(), python.into()], script }
     }
 
     pub fn start(&self, mode: &[&str]) -> Target {
@@ -189,6 +193,12 @@ fn python_frames_3_14_in_sid() {
 #[test]
 fn python_frames_3_15_in_sid() {
     check_py(&Py::sid(15), "3.15 (sid)");
+}
+
+/// Debian 13's own 3.13 on glibc 2.41 (a static interpreter without a symbol table, built with GCC 14).
+#[test]
+fn python_frames_3_13_in_trixie() {
+    check_py(&Py::in_root(&crate::roots::trixie(), "python3.13"), "3.13 (trixie)");
 }
 
 /// Debian's python3 is one static executable (no libpython): `_PyRuntime` is found in it.

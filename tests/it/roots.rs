@@ -9,10 +9,19 @@ use std::process::Command;
 
 /// Debian sid's root: glibc 2.43 (with libc6-dbg), CPython 3.14 and 3.15. Missing is a failure.
 pub fn sid() -> PathBuf {
-    let root = repo().join("target/roots/sid");
+    root("sid")
+}
+
+/// Debian 13 "trixie"'s root: glibc 2.41 (with libc6-dbg), CPython 3.13 (Debian's). Missing is a failure.
+pub fn trixie() -> PathBuf {
+    root("trixie")
+}
+
+fn root(name: &str) -> PathBuf {
+    let root = repo().join("target/roots").join(name);
     assert!(
         root.join(".syscatch-packages").exists(),
-        "{} is missing: scripts/roots.sh sid builds it (scripts/test.sh does)",
+        "{} is missing: scripts/roots.sh {name} builds it (scripts/test.sh does)",
         root.display()
     );
     root
