@@ -16,9 +16,13 @@ fn build_demo() {
     let src = "testprogs/demo.c";
     println!("cargo:rerun-if-changed={src}");
     let compiler = cc::Build::new().opt_level(2).get_compiler();
+    // Its debug info names the source as the repository does (testprogs/demo.c), not where it was built.
+    let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
     let status = compiler
         .to_command()
-        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+        .args(["-O2", "-g", "-fomit-frame-pointer"])
+        .arg(format!("-fdebug-prefix-map={dir}=."))
+        .arg("-o")
         .arg(&out)
         .arg(src)
         .status()

@@ -105,6 +105,9 @@ pub struct Summary {
     /// Calls seen at a watched libc function and at the `syscall()` inside it, reported once.
     #[serde(default)]
     pub nested: u64,
+    /// What the trace left by design and the user may want to know (not a problem: a warning is one).
+    #[serde(default)]
+    pub notes: Vec<String>,
     pub threads_seen: u64,
     pub forks_cleaned: u64,
     pub signals_forwarded: u64,

@@ -237,6 +237,7 @@ impl<W: Write> Renderer for Json<W> {
                 "forks_cleaned": s.forks_cleaned,
                 "signals_forwarded": s.signals_forwarded,
                 "warnings": s.warnings,
+                "notes": s.notes,
                 "watched": s.watched,
                 "nested_calls": s.nested,
             }),

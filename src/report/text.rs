@@ -193,6 +193,9 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
                 s.nested
             )?;
         }
+        for n in &s.notes {
+            writeln!(self.err, "syscatch: note: {n}")?;
+        }
         for w in &s.warnings {
             writeln!(self.err, "syscatch: WARNING: {w}")?;
         }

@@ -216,7 +216,7 @@ fn fast_mode_finds_the_one_free_gap_in_a_crowded_address_space() {
     let sum = summary(&values);
     assert_eq!(sum["matching"], 6);
     assert_eq!(sum["hits"], 6, "getpid through syscall() never stopped");
-    let left = sum["warnings"]
+    let left = sum["notes"]
         .as_array()
         .unwrap()
         .iter()

@@ -603,8 +603,12 @@ impl Tracer<'_> {
         for &a in fast.int3s.keys() {
             let _ = self.mem.write_all(a, &[0x90]);
         }
-        self.summary.warnings.push(format!(
-            "--fast left its trampoline page mapped at {:#x} ({} KiB with its counter's page{}, harmless: a thread \
+        // Said only while the process lives (a process that exited has no page left to speak of).
+        if self.mem.read_exact(fast.page, &mut [0u8; 1]).is_err() {
+            return;
+        }
+        self.summary.notes.push(format!(
+            "--fast left its trampoline page mapped at {:#x} ({} KiB with its counter's page{}, by design: a thread \
              may still return into it)",
             fast.page,
             trampoline::pages(fast.ring.is_some()) * 4,
