@@ -200,8 +200,7 @@ pub fn leaks_exposition(report: &LeakReport, process: &str, rank: &str) -> Strin
 /// A stack's caller in `/metrics`: its first function outside libc, with its module (`pool_grow (libucx.so)`), the
 /// same in every run.
 fn caller(stack: &crate::model::stack::Stack) -> String {
-    let in_libc = |f: &&crate::model::stack::Frame| f.module.as_deref().is_some_and(crate::model::modules::is_libc);
-    let f = stack.frames.iter().find(|f| !in_libc(f) && !f.inlined).or(stack.frames.first());
+    let f = stack.frames.iter().find(|f| !f.in_libc() && !f.inlined).or(stack.frames.first());
     f.map(|f| match (&f.function, &f.module, &f.file) {
         (Some(func), Some(m), _) => format!("{func} ({m})"),
         (Some(func), None, Some(file)) => format!("{func} ({})", crate::model::modules::file_name(file)),

@@ -73,7 +73,8 @@ pub fn trace_plan(pid: Tid, numbers: HashSet<u64>, site: Wrapper, fast: bool, wr
 fn add_functions(pid: Tid, plan: &mut Plan, wanted: &dyn Fn(u64) -> bool, fast: bool, ring: &[u64]) -> Result<()> {
     let mem = open_mem(pid)?;
     let maps = resolve::read_maps(pid)?;
-    let libc = resolve::find_libc(&maps).ok_or_else(|| anyhow!("process {pid} has no libc mapped"))?;
+    let libc = resolve::find_syscall_module(pid, &maps, Some(&mem))
+        .ok_or_else(|| anyhow!("process {pid} has no libc mapped and no syscall() of its own"))?;
     let module = resolve::read_module(pid, &libc, Some(&mem))?;
     let specs = crate::live::mappaths::function_specs(&module, &mem, wanted, &mut plan.watched);
     if fast {

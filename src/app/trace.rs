@@ -87,14 +87,15 @@ pub fn syscall_numbers(list: &[String]) -> Result<HashSet<u64>> {
 /// The `syscall()` wrapper of the libc mapped by `pid`.
 pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Wrapper> {
     let maps = resolve::read_maps(pid)?;
-    let Some(libc) = resolve::find_libc(&maps) else {
+    let Some(libc) = resolve::find_syscall_module(pid, &maps, Some(mem)) else {
         let name = procfs::read_status(pid).map(|s| status::parse_status(&s).name).unwrap_or_default();
         let mods: Vec<String> = crate::model::modules::group_modules(&maps)
             .iter()
             .map(|m| crate::model::modules::file_name(&m.path).to_string())
             .collect();
         bail!(
-            "process {pid} ({name}) has no libc mapped (a static binary?); searched: {}",
+            "process {pid} ({name}) has no libc mapped and no syscall() in its own symbols (a stripped static \
+             binary?); searched: {}",
             if mods.is_empty() { "no file-backed modules".into() } else { mods.join(", ") }
         );
     };

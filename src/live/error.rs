@@ -42,6 +42,9 @@ pub enum Error {
     OutsideFile { path: String, symbol: String, addr: u64 },
     #[error("capstone failed to initialise")]
     Disassembler,
-    #[error("{path}: `{symbol}` does not look like a syscall() wrapper (no `syscall` instruction after its entry)")]
+    #[error(
+        "{path}: `{symbol}` does not look like a syscall() wrapper (no `syscall` instruction among its first 16): \
+         glibc's is supported, musl's (a C function with varargs) is not yet; the target was not touched"
+    )]
     NotAWrapper { path: String, symbol: String },
 }

@@ -70,6 +70,18 @@ pub fn find_libc(maps: &[Mapping]) -> Option<ModuleMap> {
     modules::group_modules(maps).into_iter().find(|m| is_libc(&m.path))
 }
 
+/// The module whose `syscall()` and memory functions a trace watches: the libc mapped (glibc's `libc.so.6`), else
+/// the first module that defines `syscall`, the executable first: a static binary (glibc's or musl's, its libc
+/// linked in) or a dynamic musl program (musl's libc is its dynamic loader, `ld-musl-x86_64.so.1`). `None` when
+/// no module has one.
+pub fn find_syscall_module(pid: Tid, maps: &[Mapping], mem: Option<&ProcMem>) -> Option<ModuleMap> {
+    let all = modules::group_modules(maps);
+    if let Some(libc) = all.iter().find(|m| is_libc(&m.path)) {
+        return Some(libc.clone());
+    }
+    all.into_iter().find(|m| read_module(pid, m, mem).is_ok_and(|module| module.find_symbol("syscall").is_some()))
+}
+
 /// The address and the file's code bytes of a `syscall()`-style wrapper `symbol` in `module`; checks that a
 /// `syscall` instruction follows its entry, which a matching hit is stepped through.
 pub fn wrapper_code(module: &Module, symbol: &str) -> Result<(u64, Vec<u8>), Error> {

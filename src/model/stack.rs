@@ -36,6 +36,16 @@ pub struct Stack {
     pub truncated: Option<String>,
 }
 
+impl Frame {
+    /// A frame of libc, which callers are named past: in libc's module, or one of libc's memory entries and its
+    /// `syscall()` linked into a static binary.
+    pub fn in_libc(&self) -> bool {
+        const ENTRIES: &[&str] = &["syscall", "mmap", "mmap64", "__mmap", "munmap", "__munmap", "mremap", "__mremap"];
+        self.module.as_deref().is_some_and(crate::model::modules::is_libc)
+            || self.function.as_deref().is_some_and(|f| ENTRIES.contains(&f))
+    }
+}
+
 /// One Python frame of a captured thread.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct PyFrame {

@@ -89,8 +89,7 @@ fn candidate(report: &LeakReport, c: &Candidate, kind: &str, frames: &mut FrameT
 /// A stack named in a chart's legend: its id and its first frame outside libc, without file and offset.
 fn short_caller(report: &LeakReport, id: StackId) -> String {
     let frames = report.stack(id).map(|s| &s.frames[..]).unwrap_or_default();
-    let in_libc = |f: &&Frame| f.module.as_deref().is_some_and(crate::model::modules::is_libc);
-    let name = frames.iter().find(|f| !in_libc(f) && !f.inlined).or(frames.first()).map(flame_name);
+    let name = frames.iter().find(|f| !f.in_libc() && !f.inlined).or(frames.first()).map(flame_name);
     format!("stack {}: {}", id.0, name.unwrap_or_else(|| "(no stack)".into()))
 }
 

@@ -18,8 +18,7 @@ const TEXT_CHURN: usize = 3;
 /// its `mmap`).
 pub(crate) fn caller(stack: Option<&Stack>) -> String {
     let Some(stack) = stack else { return "(no stack)".into() };
-    let in_libc = |f: &Frame| f.module.as_deref().is_some_and(crate::model::modules::is_libc);
-    let f = stack.frames.iter().find(|f| !in_libc(f) && !f.inlined).or(stack.frames.first());
+    let f = stack.frames.iter().find(|f| !f.in_libc() && !f.inlined).or(stack.frames.first());
     f.map(frame_text).unwrap_or_else(|| "(no stack)".into())
 }
 

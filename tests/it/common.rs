@@ -64,7 +64,8 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Compiles `testprogs/NAME.c` (once per test run) with `-O2 -fomit-frame-pointer -g` plus `extra` flags.
+/// Compiles `testprogs/NAME.c` (once per test run) with `-O2 -fomit-frame-pointer -g` plus `extra` flags (a first
+/// `CC=musl-gcc` names another compiler).
 pub fn testprog(name: &str) -> PathBuf {
     testprog_with(name, &[])
 }
@@ -79,14 +80,18 @@ pub fn testprog_with(name: &str, extra: &[&str]) -> PathBuf {
     let tag: String = extra.join("").chars().filter(|c| c.is_ascii_alphanumeric()).collect();
     let out = tmpdir().join(format!("{name}{}{tag}", if tag.is_empty() { "" } else { "-" }));
     let src = repo().join("testprogs").join(format!("{name}.c"));
-    let status = Command::new("gcc")
+    let (cc, extra) = match extra.first().and_then(|e| e.strip_prefix("CC=")) {
+        Some(cc) => (cc, &extra[1..]),
+        None => ("gcc", extra),
+    };
+    let status = Command::new(cc)
         .args(["-O2", "-fomit-frame-pointer", "-g", "-pthread", "-o"])
         .arg(&out)
         .arg(&src)
         .args(extra)
         .status()
-        .expect("gcc runs");
-    assert!(status.success(), "gcc failed on {}", src.display());
+        .unwrap_or_else(|e| panic!("{cc} runs: {e} (scripts/test.sh installs it)"));
+    assert!(status.success(), "{cc} failed on {}", src.display());
     built.insert(key, out.clone());
     out
 }

@@ -423,10 +423,22 @@ fn bad_input_is_refused_with_one_line_and_the_target_untouched() {
 
     let mut s = Target::start(&testprog_with("static_wait", &["-static"]), &[]);
     let line = refused(&["--pid", &s.pid.to_string()], 1);
-    assert!(line.contains("no libc mapped") && line.contains("static"), "{line}");
+    assert!(line.contains("no libc mapped") && line.contains("no syscall()") && line.contains("static"), "{line}");
     assert_eq!(tracer_of(s.pid), 0);
     s.send("bye");
     assert_eq!(s.wait().code(), Some(0));
+
+    // musl, static and dynamic: its syscall() is a C function (not glibc's stub), refused in one line, untouched.
+    for extra in [&["CC=musl-gcc", "-static"][..], &["CC=musl-gcc"][..]] {
+        let mut m = Target::start(&testprog_with("leaker", extra), &[]);
+        let line = refused(&["--pid", &m.pid.to_string(), "--syscall", "mmap"], 1);
+        assert!(line.contains("musl's (a C function with varargs) is not yet"), "{extra:?}: {line}");
+        assert_eq!(tracer_of(m.pid), 0);
+        m.send("go");
+        m.out.until(|l| l == "done");
+        m.send("bye");
+        assert_eq!(m.wait().code(), Some(0), "{extra:?}");
+    }
 }
 
 #[test]

@@ -30,6 +30,17 @@ fn leak_report_attributes_still_mapped_bytes_with_breakpoints_only() {
     leak_report_round(Target::start(&testprog("leaker"), &[]), "--no-fast", "");
 }
 
+/// A statically linked program (glibc's libc inside it, no libc mapped): its own `syscall()` and memory functions
+/// are found in its symbols, with and without `--fast`.
+#[test]
+fn leak_report_on_a_static_binary() {
+    require_ptrace();
+    let prog = testprog_with("leaker", &["-static"]);
+    for mode in ["--fast", "--no-fast"] {
+        leak_report_round(Target::start(&prog, &[]), mode, "-static");
+    }
+}
+
 /// On glibc 2.41 and 2.43 (Debian trixie's and sid's roots, traced from the host): their `syscall()` and their
 /// own mmap and munmap (patched by `--fast` where their shape allows), unwound through their CFI, named from their
 /// debug files.
