@@ -2,8 +2,8 @@
 # The whole test suite, as CI runs it (.ci/run calls exactly this): scripts/test.sh [cargo test arguments]
 #
 # 1. Installs what the tests need and a fresh machine lacks (Debian/Ubuntu, as root): gcc and binutils (the test
-#    programs, dist.sh's checks; musl-tools for musl targets), gdb and elfutils (stacks compared with gdb's and eu-stack's), libjemalloc2 (the
-#    allocator detection), libc6-dbg at exactly libc6's version (its build-id must match the mapped libc),
+#    programs, dist.sh's checks; musl-tools for musl targets), gdb and elfutils (stacks compared with gdb's and eu-stack's), libjemalloc2,
+#    libtcmalloc-minimal4 and libmimalloc2.0 (the allocators named), libc6-dbg at exactly libc6's version (its build-id must match the mapped libc),
 #    python3 with venv (Python targets, the wheel test), golang-go once a test runs `go tool pprof`, chromium and
 #    chromium-driver once a test opens a page in the browser (the HTML report's), prometheus once a test scrapes
 #    syscatch with it, and Python
@@ -23,7 +23,8 @@ is_root() { [ "$(id -u)" = 0 ]; }
 missing=()
 if command -v dpkg-query >/dev/null; then
     installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
-    for pkg in gcc libc6-dev binutils gdb elfutils libjemalloc2 python3 python3-venv util-linux musl-tools; do
+    for pkg in gcc libc6-dev binutils gdb elfutils libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 python3 \
+        python3-venv util-linux musl-tools; do
         installed "$pkg" || missing+=("$pkg")
     done
     libc_version=$(dpkg-query -W -f='${Version}' libc6)

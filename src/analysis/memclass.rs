@@ -301,6 +301,9 @@ pub struct Allocator {
     pub name: &'static str,
     /// The mapped library it was recognised by.
     pub library: Option<String>,
+    /// Settings it reads besides the environment, as found in the process (jemalloc: the `malloc_conf` string
+    /// compiled into the program, the name `/etc/malloc.conf` links to): (where, value).
+    pub config: Vec<(String, String)>,
 }
 
 /// Names the allocator by the libraries mapped. An allocator linked statically into the program is not seen:
@@ -312,7 +315,7 @@ pub fn detect_allocator(regions: &[SmapsRegion]) -> Allocator {
         let base = path.rsplit('/').next().unwrap_or(path);
         for (prefix, name) in [("libjemalloc", "jemalloc"), ("libtcmalloc", "tcmalloc"), ("libmimalloc", "mimalloc")] {
             if base.starts_with(prefix) && r.map.is_file() {
-                return Allocator { name, library: Some(path.to_string()) };
+                return Allocator { name, library: Some(path.to_string()), config: Vec::new() };
             }
         }
         if libc.is_none() && (base.starts_with("libc.so") || base.starts_with("libc-2.")) {
@@ -320,12 +323,13 @@ pub fn detect_allocator(regions: &[SmapsRegion]) -> Allocator {
         }
     }
     match libc {
-        Some(l) => Allocator { name: "glibc", library: Some(l) },
-        None => Allocator { name: "unknown", library: None },
+        Some(l) => Allocator { name: "glibc", library: Some(l), config: Vec::new() },
+        None => Allocator { name: "unknown", library: None, config: Vec::new() },
     }
 }
 
-/// The environment variables that steer allocators and UCX's memory hooks.
+/// The environment variables that steer allocators and UCX's memory hooks: these, and those starting with
+/// [`ENV_PREFIXES`].
 pub const ENV_VARS: [&str; 8] = [
     "LD_PRELOAD",
     "MALLOC_ARENA_MAX",
@@ -337,6 +341,10 @@ pub const ENV_VARS: [&str; 8] = [
     "UCX_RCACHE_MAX_UNRELEASED",
 ];
 
+/// Every variable of tcmalloc's (gperftools: `TCMALLOC_RELEASE_RATE`, `TCMALLOC_MAX_TOTAL_THREAD_CACHE_BYTES`, ...)
+/// and mimalloc's (`MIMALLOC_ARENA_EAGER_COMMIT`, `MIMALLOC_PURGE_DELAY`, ...).
+pub const ENV_PREFIXES: [&str; 2] = ["TCMALLOC_", "MIMALLOC_"];
+
 /// Picks [`ENV_VARS`] out of `/proc/PID/environ` (NUL-separated `NAME=value`; the environment the program
 /// started with: later setenv calls are not visible there). Invalid UTF-8 is replaced, not rejected.
 pub fn parse_environ(raw: &[u8]) -> BTreeMap<String, String> {
@@ -344,7 +352,8 @@ pub fn parse_environ(raw: &[u8]) -> BTreeMap<String, String> {
         .filter_map(|kv| {
             let kv = String::from_utf8_lossy(kv);
             let (k, v) = kv.split_once('=')?;
-            ENV_VARS.contains(&k).then(|| (k.to_string(), v.to_string()))
+            let wanted = ENV_VARS.contains(&k) || ENV_PREFIXES.iter().any(|p| k.starts_with(p));
+            wanted.then(|| (k.to_string(), v.to_string()))
         })
         .collect()
 }
@@ -377,8 +386,17 @@ pub fn advice(
             hook_mode.unwrap_or("default")
         ));
     }
-    if env.contains_key("MALLOC_CONF") && alloc.name != "jemalloc" {
-        out.push("MALLOC_CONF is set but no jemalloc library is mapped: it has no effect here".to_string());
+    // Each allocator's own settings, set where another allocator runs.
+    for (name, vars) in [("jemalloc", "MALLOC_CONF"), ("tcmalloc", "TCMALLOC_"), ("mimalloc", "MIMALLOC_")] {
+        let set: Vec<&str> = env
+            .keys()
+            .filter(|k| k.as_str() == vars || (vars.ends_with('_') && k.starts_with(vars)))
+            .map(String::as_str)
+            .collect();
+        if !set.is_empty() && alloc.name != name {
+            let what = if set.len() == 1 { "it has" } else { "they have" };
+            out.push(format!("{} set but no {name} library is mapped: {what} no effect here", set.join(", ")));
+        }
     }
     out
 }
@@ -485,8 +503,12 @@ mod tests {
         assert_eq!(glibc.name, "glibc");
         assert_eq!(detect_allocator(&r[..5]).name, "unknown");
 
-        let env = parse_environ(b"PATH=/bin\0MALLOC_ARENA_MAX=2\0MALLOC_CONF=narenas:1,dirty_decay_ms:0\0X\0\xff=1\0");
-        assert_eq!(env.len(), 2);
+        let env = parse_environ(
+            b"PATH=/bin\0MALLOC_ARENA_MAX=2\0MALLOC_CONF=narenas:1,dirty_decay_ms:0\0X\0\xff=1\0\
+            TCMALLOC_RELEASE_RATE=10\0MIMALLOC_PURGE_DELAY=0\0MIMALLOC\0",
+        );
+        assert_eq!((env["TCMALLOC_RELEASE_RATE"].as_str(), env["MIMALLOC_PURGE_DELAY"].as_str()), ("10", "0"));
+        assert_eq!(env.len(), 4);
         assert_eq!(env["MALLOC_CONF"], "narenas:1,dirty_decay_ms:0");
         assert!(parse_environ(b"").is_empty());
     }

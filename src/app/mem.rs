@@ -6,7 +6,7 @@
 //! `--json`: one `{"type":"mem","data":{...}}` line per sample. `data`: `pid`, `name`, `time` (s since the first
 //! sample), `total` and `classes[]` (`class`, `regions`, `size_kb`, `rss_kb`, `swap_kb`, `pss_kb`, `rss_swap_kb`),
 //! `arenas` (`heaps`, `count`, `addrs` (hex), `rss_swap_kb`, `unread_heaps`, `rejected`), `threads` (`count`,
-//! `located`, `stack_regions`), `allocator` (`name`, `library`), `env`, `advice[]`, `heap` (glibc malloc's
+//! `located`, `stack_regions`), `allocator` (`name`, `library`, `config[]`: `from`, `value`), `env`, `advice[]`, `heap` (glibc malloc's
 //! arenas: see `crate::app::heap`; not with `--watch`); with `--watch` also `sample`
 //! (1-based) and `growth[]` (`start`, `end` (hex), `perms`, `path`, `class`, `rss_swap_kb`, `growth_kb`, `new`).
 
@@ -42,7 +42,8 @@ pub fn run(args: &MemArgs) -> Result<i32> {
     let start = Instant::now();
     let first = read_sample(pid, mem.as_ref(), 0.0)?;
     let env = procfs::read_environ(pid).map(|raw| memclass::parse_environ(&raw)).unwrap_or_default();
-    let alloc = memclass::detect_allocator(&first.regions);
+    let mut alloc = memclass::detect_allocator(&first.regions);
+    crate::live::facts::read_allocator_config(pid, &mut alloc);
     let ucx = memclass::ucx_hooks_mapped(&first.regions);
     let advice = advice_for(pid, &alloc, &env, &first, &first, ucx);
     let out = std::io::stdout();
@@ -209,12 +210,14 @@ fn write_report(
         s.threads.count,
         s.threads.sps.len()
     )?;
+    let config: String = alloc.config.iter().map(|(k, v)| format!("; {k}: \"{v}\"")).collect();
     match &alloc.library {
-        Some(l) => writeln!(w, "allocator: {} ({l})", alloc.name)?,
-        None => writeln!(w, "allocator: {} (no libc mapped: statically linked?)", alloc.name)?,
+        Some(l) => writeln!(w, "allocator: {} ({l}){config}", alloc.name)?,
+        None => writeln!(w, "allocator: {} (no libc mapped: statically linked?){config}", alloc.name)?,
     }
     if env.is_empty() {
-        writeln!(w, "environment: none of {} set", memclass::ENV_VARS.join(", "))?;
+        let prefixes: Vec<String> = memclass::ENV_PREFIXES.iter().map(|p| format!("{p}*")).collect();
+        writeln!(w, "environment: none of {}, {} set", memclass::ENV_VARS.join(", "), prefixes.join(", "))?;
     } else {
         let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         writeln!(w, "environment (at exec): {}", vars.join(" "))?;
@@ -379,7 +382,11 @@ pub(super) fn mem_json(
             "located": s.threads.sps.len(),
             "stack_regions": s.by_class.get(&Class::Stack).map(|t| t.regions).unwrap_or(0),
         },
-        "allocator": {"name": alloc.name, "library": alloc.library},
+        "allocator": {
+            "name": alloc.name,
+            "library": alloc.library,
+            "config": alloc.config.iter().map(|(k, v)| json!({"from": k, "value": v})).collect::<Vec<_>>(),
+        },
         "env": env,
         "advice": advice,
     });

@@ -59,6 +59,34 @@ pub fn read_live_environ(pid: Tid) -> Option<BTreeMap<String, String>> {
     Some(env)
 }
 
+/// What the allocator reads besides the environment, into `alloc.config`. jemalloc: the `malloc_conf` string a
+/// program may compile in (`const char *malloc_conf = "...";`, looked up in every module, the program first;
+/// also `je_malloc_conf`), and the name `/etc/malloc.conf` links to in the process's root. tcmalloc and mimalloc
+/// read their environment only (their variables are in `env`).
+pub fn read_allocator_config(pid: Tid, alloc: &mut crate::analysis::memclass::Allocator) {
+    if alloc.name != "jemalloc" {
+        return;
+    }
+    let Ok(maps) = crate::live::resolve::read_maps(pid) else { return };
+    let mem = crate::os::mem::ProcMem::open(pid).ok();
+    for g in crate::model::modules::group_modules(&maps) {
+        let Ok(module) = crate::live::resolve::read_module(pid, &g, mem.as_ref()) else { continue };
+        for sym in ["malloc_conf", "je_malloc_conf"] {
+            let Some((addr, _)) = module.find_symbol(sym) else { continue };
+            let ptr = crate::os::mem::read_upto(pid, addr, 8);
+            let Some(ptr) = ptr.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes) else { continue };
+            if ptr != 0 {
+                let text = String::from_utf8_lossy(&read_c_string(pid, ptr, 4096)).into_owned();
+                let name = crate::model::modules::file_name(&g.path);
+                alloc.config.push((format!("{sym} ({name})"), text));
+            }
+        }
+    }
+    if let Ok(link) = std::fs::read_link(format!("/proc/{pid}/root/etc/malloc.conf")) {
+        alloc.config.push(("/etc/malloc.conf".into(), link.to_string_lossy().into_owned()));
+    }
+}
+
 /// A NUL-terminated string of at most `max` bytes.
 fn read_c_string(pid: Tid, addr: u64, max: usize) -> Vec<u8> {
     let mut out = Vec::new();

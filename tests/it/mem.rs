@@ -148,6 +148,61 @@ fn jemalloc_preloaded_is_named_with_its_malloc_conf() {
     assert_eq!(t.wait().code(), Some(0));
 }
 
+/// jemalloc, tcmalloc and mimalloc (Debian's packages) each preloaded into a C program and into Python: named
+/// with their library, their own variables from the environment (`MALLOC_CONF`, `TCMALLOC_*`, `MIMALLOC_*`) and,
+/// for jemalloc, the options the program compiled in (`malloc_conf`); the other allocators' variables are said to
+/// have no effect there.
+#[test]
+fn each_preloaded_allocator_is_named_with_its_settings() {
+    require_ptrace();
+    let dir = "/usr/lib/x86_64-linux-gnu";
+    let env =
+        [("MALLOC_CONF", "background_thread:true"), ("TCMALLOC_RELEASE_RATE", "5"), ("MIMALLOC_PURGE_DELAY", "0")];
+    let python = "import os, sys; print('pid', os.getpid(), flush=True); x = [bytes(1000) for _ in range(1000)]; \
+                  sys.stdin.readline()";
+    for (name, lib, own) in [
+        ("jemalloc", "libjemalloc.so.2", "MALLOC_CONF"),
+        ("tcmalloc", "libtcmalloc_minimal.so.4", "TCMALLOC_RELEASE_RATE"),
+        ("mimalloc", "libmimalloc.so.2", "MIMALLOC_PURGE_DELAY"),
+    ] {
+        let path = format!("{dir}/{lib}");
+        assert!(std::path::Path::new(&path).exists(), "{path} is missing (scripts/test.sh installs it)");
+        for target in ["c", "python"] {
+            let mut cmd = match target {
+                "c" => Command::new(testprog("alloc_conf")),
+                _ => {
+                    let mut c = Command::new("python3");
+                    c.args(["-c", python]);
+                    c
+                }
+            };
+            cmd.env_remove("MALLOC_ARENA_MAX").env("LD_PRELOAD", &path).envs(env);
+            let mut t = Target::start_cmd(&mut cmd);
+            let d = mem_json(t.pid);
+            let ctx = format!("{name} in {target}");
+            assert_eq!(d["allocator"]["name"], name, "{ctx}: {d}");
+            assert!(d["allocator"]["library"].as_str().unwrap().contains(lib.trim_end_matches(".so.2")), "{ctx}: {d}");
+            for (k, v) in env {
+                assert_eq!(d["env"][k], v, "{ctx}: {d}");
+            }
+            let advice: Vec<&str> = d["advice"].as_array().unwrap().iter().filter_map(|a| a.as_str()).collect();
+            for (k, _) in env {
+                let said = advice.iter().any(|a| a.contains(k) && a.contains("no effect here"));
+                assert_eq!(said, k != own, "{ctx}: {k}: {advice:#?}");
+            }
+            let config = &d["allocator"]["config"];
+            if name == "jemalloc" && target == "c" {
+                assert_eq!(config[0]["value"], "dirty_decay_ms:5000,narenas:3", "{ctx}: {d}");
+                assert!(config[0]["from"].as_str().unwrap().starts_with("malloc_conf (alloc_conf"), "{ctx}: {d}");
+            } else {
+                assert_eq!(config, &serde_json::json!([]), "{ctx}: {d}");
+            }
+            t.send("bye");
+            assert_eq!(t.wait().code(), Some(0), "{ctx}");
+        }
+    }
+}
+
 #[test]
 fn watch_sees_new_memory_and_plots_it() {
     let (mut t, _) = start_arenas(&["2"], &[]);
