@@ -515,7 +515,7 @@ mod tests {
 
     #[test]
     fn advice_patterns() {
-        let alloc = Allocator { name: "glibc", library: None };
+        let alloc = Allocator { name: "glibc", library: None, config: Vec::new() };
         let arenas = ArenaSummary { heaps: 12, rss_swap: 800 * 1024, arenas: (1..=12).collect(), ..Default::default() };
         let total = ClassTotal { rss: 1024 * 1024, ..Default::default() };
         let none = BTreeMap::new();
