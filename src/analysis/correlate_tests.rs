@@ -135,6 +135,24 @@ fn smaps(text: &str) -> Vec<Span> {
     parse_smaps(text).iter().map(Span::of).collect()
 }
 
+/// Shared anonymous memory (Python's `mmap.mmap(-1, n)`, multiprocessing's arrays) is a shmem file to the kernel:
+/// smaps shows it as `/dev/zero (deleted)`, and a sample holds it as mapped (it was taken for gone).
+#[test]
+fn shared_anonymous_memory_survives_a_sample() {
+    let mut m = AddressSpace::new();
+    m.apply_call(SYS_MMAP, &[0, 4 * PAGE, 3, MAP_ANONYMOUS | 0x1, u64::MAX, 0], Some(0x100000), A);
+    mmap(&mut m, 0x200000, 4 * PAGE, B);
+    m.reconcile(&smaps(
+        "100000-104000 rw-s 0 00:01 7 /dev/zero (deleted)
+200000-204000 rw-p 0 00:00 0
+",
+    ));
+    let (a, b) = (stats(&m, A), stats(&m, B));
+    assert_eq!((a.still_mapped, a.vanished), (4 * PAGE, 0));
+    assert_eq!((b.still_mapped, b.vanished), (4 * PAGE, 0));
+    balanced(&m);
+}
+
 #[test]
 fn reconcile_drops_what_smaps_no_longer_shows() {
     let mut m = AddressSpace::new();
