@@ -310,12 +310,12 @@ fn fast_leaks_reads_the_ring_after_the_target_exits_or_execs() {
 }
 
 /// Each call read from the ring is reported under the thread that made it, also when glibc gives a new thread the
-/// fs base of the one before (its cached stack): 300 short threads in turn, each unmapping one page, beside two
-/// busy ones.
+/// fs base of the one before (its cached stack): 120 short threads in turn, each unmapping one page, beside two
+/// busy ones. (300 took up to 48 s in a debug build beside two CPU burners: too near the harness's 60 s.)
 #[test]
 fn fast_ring_names_the_thread_of_each_call() {
     require_ptrace();
-    let mut t = Target::start(&testprog("ring_threads"), &["300"]);
+    let mut t = Target::start(&testprog("ring_threads"), &["120"]);
     let events = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ring-threads.jsonl");
     let (lines, out, _) = leaks_fast_run(&mut t, &events, None);
     let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
@@ -327,7 +327,7 @@ fn fast_ring_names_the_thread_of_each_call() {
             (hex(a), t.parse().unwrap())
         })
         .collect();
-    assert_eq!(truth.len(), 300);
+    assert_eq!(truth.len(), 120);
     let text = std::fs::read_to_string(&events).unwrap();
     let mut seen = 0;
     for v in json_lines(&text.lines().map(str::to_string).collect::<Vec<_>>()) {
@@ -342,9 +342,9 @@ fn fast_ring_names_the_thread_of_each_call() {
         assert_eq!(d["tid"].as_i64(), Some(tid), "{d}");
         seen += 1;
     }
-    assert_eq!(seen, 300);
+    assert_eq!(seen, 120);
     let out = json_lines(&out);
-    assert!(summary_data(&out)["from_ring"].as_u64().unwrap() >= 300);
+    assert!(summary_data(&out)["from_ring"].as_u64().unwrap() >= 120);
     t.send("exit");
     assert_eq!(t.wait().code(), Some(0));
 }
