@@ -76,6 +76,8 @@ pub enum Refusal {
     FlagsRead,
     #[error("no `mov $nr,%eax` just before `syscall`, with the stack untouched before it")]
     NoFixedNumber,
+    #[error("{0} `syscall` instructions (glibc 2.43's mmap retries below 4 GiB): a path not patched would go unseen")]
+    SeveralSyscalls(usize),
 }
 
 /// Bytes of the record below the stack pointer: the x86-64 red zone, which signal frames never touch.
@@ -236,8 +238,10 @@ pub fn plan(
 pub fn plan_fixed(cs: &capstone::Capstone, entry: u64, code: &[u8], want: u64) -> Result<(PatchPlan, u64), Refusal> {
     let insns = cs.disasm_all(code, entry).map_err(|_| Refusal::OutsideCode)?;
     let list: Vec<_> = insns.iter().collect();
-    if list.iter().filter(|i| i.bytes() == [0x0f, 0x05]).count() != 1 {
-        return Err(Refusal::NoFixedNumber);
+    match list.iter().filter(|i| i.bytes() == [0x0f, 0x05]).count() {
+        0 => return Err(Refusal::NoFixedNumber),
+        1 => {}
+        n => return Err(Refusal::SeveralSyscalls(n)),
     }
     let mut targets = Vec::new();
     for i in &list {
