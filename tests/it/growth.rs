@@ -429,3 +429,48 @@ fn the_rates_of_steady_leaks_are_told_within_ten_percent() {
         }
     }
 }
+
+/// The same worker on CPython 3.14 and glibc 2.43 (Debian sid's root, traced from the host): the pool that only
+/// grows is the first candidate and the first finding, and its stack carries the worker's Python frames, placed
+/// above the eval loop though Debian's build has no symbol for the part of it that calls out.
+#[test]
+fn growth_of_a_python_3_14_worker_on_glibc_2_43() {
+    require_ptrace();
+    let root = crate::roots::sid();
+    let lib = crate::roots::copy_in(&root, &shared_lib("ucx_like_lib"));
+    let script = crate::roots::copy_in(&root, &repo().join("testprogs/churn_worker.py"));
+    let mut cmd = Command::new("chroot");
+    cmd.arg(&root).args(["python3.14", &script, &lib, "2"]).env("UCXLIKE_HOOK", "inline").env_remove("PYTHONMALLOC");
+    let mut t = Target::start_cmd(&mut cmd);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--leaks", "--json", "--smaps-every", "250ms"]);
+    sc.wait_attached();
+    t.send("wait 3200");
+    assert_eq!(t.out.next(), "waited");
+    t.send("pause");
+    assert_eq!(t.out.next(), "paused");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let values = json_lines(&out);
+    // As `assert_pool_first`, but the temporaries are told by their Python frame: Debian's mmap module has no
+    // symbol for `new_mmap_object`.
+    let leaks = of_type(&values, "leak");
+    let pool = leaks[0];
+    assert!(names(pool).iter().any(|n| n == "ucs_mpool_grow"), "first is {:?}", names(pool));
+    assert_eq!((&pool["verdict"], &pool["unmapped"]), (&Value::from("growth"), &Value::from(0)), "{pool}");
+    let temps = |l: &&Value| names(l).iter().any(|n| n == "__mmap") && names(l).iter().any(|n| n == "temporary");
+    assert!(!leaks.iter().any(|l| temps(l) && l["verdict"] == "growth"), "{leaks:#?}");
+    let sets = of_type(&values, "working_set");
+    assert!(leaks.iter().chain(&sets).any(temps), "the temporaries churn: {leaks:#?} {sets:#?}");
+    let findings = of_type(&values, "finding");
+    assert_eq!(findings.first().map(|f| &f["rule"]), Some(&Value::from("ucx-rcache-invalidation")));
+    let frames = pool["stack"].as_array().unwrap();
+    let python: Vec<&str> =
+        frames.iter().filter(|f| f["kind"] == "python").filter_map(|f| f["function"].as_str()).collect();
+    assert!(python.contains(&"temporary") && python.contains(&"run"), "the worker's Python frames: {pool:#}");
+    assert!(frames.iter().all(|f| f["kind"] != "python" || f["placed"] == true), "{pool:#}");
+    assert!(summary_data(&values)["warnings"].as_array().unwrap().iter().all(|w| !w.to_string().contains("Python")));
+    t.send("quit");
+    let _ = t.wait();
+}
