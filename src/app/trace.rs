@@ -592,6 +592,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         summary.tracer_run_delay_ns = own_before.zip(procfs::read_own_run_delay()).map(|(a, b)| b.saturating_sub(a));
         if let Some(p) = tracer.python() {
+            summary.notes.push(p.describe());
             summary.warnings.extend(p.warnings.iter().cloned());
             summary.python_us_per_event = p.us_per_walk();
         }

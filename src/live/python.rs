@@ -166,6 +166,13 @@ impl PythonReader {
         self.walker.rt.layout.version
     }
 
+    /// Which CPython and where its layout came from, for the summary: `Python 3.14 frames read with the
+    /// interpreter's own _Py_DebugOffsets`.
+    pub fn describe(&self) -> String {
+        let l = &self.walker.rt.layout;
+        format!("Python {}.{} frames read with {}", l.version.0, l.version.1, l.source.describe())
+    }
+
     /// The Python frames of stopped thread `tid`, innermost first; `stack` is the copy of its stack taken at
     /// `regs.sp()` (shim frames and C frames live there). A failed check gives no frames and one warning.
     pub fn read_frames(&mut self, tid: Tid, regs: &Regs, stack: &[u8]) -> Arc<[PyFrame]> {

@@ -155,6 +155,17 @@ fn check_py(py: &Py, ctx: &str) {
     let summary = summary_data(&values);
     assert_eq!(summary["schema"], 3);
     assert_eq!(summary["warnings"], serde_json::json!([]), "{ctx}");
+    // The summary says where the layout came from: syscatch's table up to 3.12, the interpreter's own
+    // _Py_DebugOffsets from 3.13.
+    if let Some(version) = ctx.split(' ').next().filter(|v| v.starts_with("3.")) {
+        let minor: u32 = version[2..].parse().unwrap();
+        let source = if minor >= 13 { "the interpreter's own _Py_DebugOffsets" } else { "syscatch's table" };
+        let want = format!("Python {version} frames read with {source}");
+        assert!(
+            summary["notes"].as_array().unwrap().iter().any(|n| n.as_str().is_some_and(|n| n.starts_with(&want))),
+            "{ctx}: {summary}"
+        );
+    }
 }
 
 #[test]
