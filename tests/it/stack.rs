@@ -509,6 +509,33 @@ fn real_frames(stack: &Value) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// `syscatch --syscall mmap --json` over alt_stack's "go" ... "done": every mmap captured exactly; the JSON lines.
+fn alt_stack_trace(t: &mut Target) -> Vec<Value> {
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+    sc.wait_attached();
+    t.send("go");
+    let truth = truth_mmaps(&t.out.until(|l| l == "done"));
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "syscatch failed: {err:#?}");
+    let values = json_lines(&out);
+    assert_eq!(captured_mmaps(&values), truth);
+    values
+}
+
+/// An alt_stack event's function names, its real frames, and where `on_usr2` is among them (after `syscall` and
+/// `handler_maps`); the stack is whole.
+fn alt_stack_frames(ev: &Value) -> (Vec<String>, Vec<(u64, String)>, usize) {
+    assert!(ev["stack_truncated"].is_null(), "{}", ev["stack_truncated"]);
+    let f = functions(&ev["stack"]);
+    let ours = real_frames(&ev["stack"]);
+    let on_usr2 = ours.iter().position(|(_, n)| n == "on_usr2").unwrap_or_else(|| panic!("{f:#?}"));
+    let before: Vec<&str> = ours[..on_usr2].iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(before, ["syscall", "handler_maps"], "{f:#?}");
+    (f, ours, on_usr2)
+}
+
 /// The stack of a call made inside nested handlers on an alternate signal stack crosses back to the normal stack
 /// at the outer signal frame (the copy of the interrupted stack taken at the same stop), and names libc's `raise`
 /// and the program's `handler_maps` by their global names, not their weak aliases (gsignal,
@@ -519,23 +546,10 @@ fn alternate_signal_stack_unwinds_back_to_main_as_gdb_and_eu_stack_do() {
     require_ptrace();
     let mut t = Target::start(&testprog("alt_stack"), &[]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
-    sc.wait_attached();
-    t.send("go");
-    let lines = t.out.until(|l| l == "done");
-    let truth = truth_mmaps(&lines);
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "syscatch failed: {err:#?}");
-    let values = json_lines(&out);
-    assert_eq!(captured_mmaps(&values), truth);
+    let values = alt_stack_trace(&mut t);
     let ev = &values.iter().find(|v| v["type"] == "event").unwrap()["data"];
-    assert!(ev["stack_truncated"].is_null(), "{}", ev["stack_truncated"]);
-    let f = functions(&ev["stack"]);
-    let ours = real_frames(&ev["stack"]);
+    let (f, ours, on_usr2) = alt_stack_frames(ev);
     let names: Vec<&str> = ours.iter().map(|(_, n)| n.as_str()).collect();
-    let on_usr2 = names.iter().position(|n| *n == "on_usr2").unwrap_or_else(|| panic!("{f:#?}"));
-    assert_eq!(names[..on_usr2], ["syscall", "handler_maps"], "{f:#?}");
     let restore = names.iter().filter(|n| **n == "__restore_rt").count();
     let raises = names.iter().filter(|n| **n == "raise").count();
     assert_eq!((restore, raises), (2, 2), "two signal frames, each under libc's raise (not gsignal): {f:#?}");
@@ -601,22 +615,10 @@ fn alternate_signal_stack_on_glibc_2_43_unwinds_as_eu_stack_does() {
     require_ptrace();
     let mut t = crate::roots::start_in(&crate::roots::sid(), &testprog("alt_stack"), &[]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
-    sc.wait_attached();
-    t.send("go");
-    let truth = truth_mmaps(&t.out.until(|l| l == "done"));
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "syscatch failed: {err:#?}");
-    let values = json_lines(&out);
-    assert_eq!(captured_mmaps(&values), truth);
+    let values = alt_stack_trace(&mut t);
     let ev = &values.iter().find(|v| v["type"] == "event").unwrap()["data"];
-    assert!(ev["stack_truncated"].is_null(), "{}", ev["stack_truncated"]);
-    let f = functions(&ev["stack"]);
-    let ours = real_frames(&ev["stack"]);
+    let (f, ours, on_usr2) = alt_stack_frames(ev);
     let names: Vec<&str> = ours.iter().map(|(_, n)| n.as_str()).collect();
-    let on_usr2 = names.iter().position(|n| *n == "on_usr2").unwrap_or_else(|| panic!("{f:#?}"));
-    assert_eq!(names[..on_usr2], ["syscall", "handler_maps"], "{f:#?}");
     let restore = names.iter().filter(|n| **n == "__restore_rt").count();
     assert_eq!(restore, 2, "two signal frames: {f:#?}");
     assert_consecutive(&f, &["thrower", "outer", "main"]);
