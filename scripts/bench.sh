@@ -166,6 +166,8 @@ sc_start() { # pin tpin mode stack-bytes [extra syscatch flags]
     target_start "$pin" "${TCMD[@]}" || die "cannot start the $mode target"
     local -a out=(--json -o "$SC_EVENTS") stream=err
     [[ ${OUTPUT:-json} == text ]] && out=() stream=out
+    # The stop rows measure breakpoints: --no-fast unless the row asks for --fast (the default of syscatch).
+    [[ $extra == *--fast* ]] || extra="--no-fast $extra"
     tracer_start "$tpin" $stream '^syscatch: attached' "$SC" --pid "$T_PID" --syscall mmap --stack-bytes "$sb" \
         "${out[@]}" $extra
 }

@@ -179,11 +179,11 @@ pub struct TraceArgs {
     /// and search, the tables of stacks and regions (implies --leaks).
     #[arg(long)]
     pub html: Option<PathBuf>,
-    /// In-process filter: non-matching calls never stop (a trampoline page near libc; falls back to int3). The
-    /// default with --leaks.
+    /// In-process filter, the default: non-matching calls never stop, nor a matching call whose stack was
+    /// unwound before (a trampoline page near libc; where it cannot go, a breakpoint, said at attach).
     #[arg(long, conflicts_with = "no_fast")]
     pub fast: bool,
-    /// With --leaks: breakpoints only, no trampoline (every watched call stops).
+    /// Breakpoints only, no trampoline: every watched call stops (as gdb's conditional breakpoints do).
     #[arg(long)]
     pub no_fast: bool,
     /// With --fast: stop at every matching call, even one whose stack (native and Python) was unwound before;

@@ -241,7 +241,7 @@ bpftrace_stop() {
 # given WORKER_SECS / 2 to settle (attach, arm, the symbol prefetch) and then measured for WORKER_SECS, and stopped
 # (SIGINT) before the next. A row is the median over RUNS turns of the tool's steps/s over the untraced steps/s of
 # the same turn.
-WORKER_TOOLS=(untraced leaks leaks_nofast mmap mmap_fast bpftrace)
+WORKER_TOOLS=(untraced leaks leaks_nofast mmap mmap_nofast bpftrace)
 bench_worker() {
     local t i j k r turn line libc ok=0 secs=$WORKER_SECS settle
     local -A CMD NAME SHARE RATE NOTE BAD
@@ -250,7 +250,7 @@ bench_worker() {
         for t in "${WORKER_TOOLS[@]}"; do skip "worker_$t" "worker" x; done
         return
     fi
-    say "Python worker throughput: untraced, syscatch --leaks/--syscall mmap (each with --fast), bpftrace"
+    say "Python worker throughput: untraced, syscatch --leaks/--syscall mmap (each with --fast and not), bpftrace"
     local py
     py=$(command -v python3) || {
         for t in "${WORKER_TOOLS[@]}"; do row "worker_$t" "Python worker" x not_installed "no python3"; done
@@ -261,11 +261,12 @@ bench_worker() {
     target_start "" "$py" "$ROOT/scripts/bench/worker.py" "$TMP/libworker.so" 3 || die "cannot start the worker"
     libc=$(grep -m1 -o '/[^ ]*/libc\.so\.6' "/proc/$T_PID/maps")
     NAME=([untraced]="worker untraced, steps/s" [leaks]="worker under syscatch --leaks (--fast by default)"
-        [leaks_nofast]="worker under syscatch --leaks --no-fast" [mmap]="worker under syscatch --syscall mmap"
-        [mmap_fast]="worker under syscatch --syscall mmap --fast"
+        [leaks_nofast]="worker under syscatch --leaks --no-fast"
+        [mmap]="worker under syscatch --syscall mmap (--fast by default)"
+        [mmap_nofast]="worker under syscatch --syscall mmap --no-fast"
         [bpftrace]="worker under bpftrace uprobe+uretprobe+ustack")
     CMD=([leaks]="$SC --pid $T_PID --leaks" [leaks_nofast]="$SC --pid $T_PID --leaks --no-fast"
-        [mmap]="$SC --pid $T_PID --syscall mmap" [mmap_fast]="$SC --pid $T_PID --syscall mmap --fast")
+        [mmap]="$SC --pid $T_PID --syscall mmap" [mmap_nofast]="$SC --pid $T_PID --syscall mmap --no-fast")
     if ! command -v bpftrace >/dev/null; then
         BAD[bpftrace]="not_installed:bpftrace not installed (Debian package bpftrace)"
     elif [[ -z $libc ]]; then

@@ -243,7 +243,7 @@ fn begin(session: &Session, who: Chosen, joined: f64) -> Result<Traced> {
     drop(mem);
     let plan = match out.report {
         true => crate::app::plans::leak_plan(pid, numbers.clone(), asked, site, !args.no_fast)?,
-        false => crate::app::plans::trace_plan(pid, numbers.clone(), site, args.fast, args.only_syscall_wrapper)?,
+        false => crate::app::plans::trace_plan(pid, numbers.clone(), site, !args.no_fast, args.only_syscall_wrapper)?,
     };
     let streamed = crate::app::outputs::render_events(out);
     let part = out.record.as_deref().map(|f| crate::app::session_files::part_path(f, pid, joined));

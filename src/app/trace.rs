@@ -285,9 +285,6 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
     let mut numbers = syscall_numbers(&args.syscall)?;
     let asked = numbers.clone();
     let out = Output::from_trace(args)?;
-    if args.no_fast && !out.report {
-        return Err(usage("--no-fast goes with --leaks (where --fast is the default)"));
-    }
     if out.leaks.is_some() {
         numbers.extend(crate::analysis::leaks::LEAK_SYSCALLS.iter().filter_map(|s| syscalls::parse(s)));
         if out.stack_bytes == 0 {
@@ -310,7 +307,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             let plan = if out.report {
                 leak_plan(pid, numbers, &asked, site, !args.no_fast)?
             } else {
-                trace_plan(pid, numbers, site, args.fast, args.only_syscall_wrapper)?
+                trace_plan(pid, numbers, site, !args.no_fast, args.only_syscall_wrapper)?
             };
             run_trace(&out, plan, Start::Attach(pid))?;
             Ok(chosen.status())
@@ -329,7 +326,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             let plan = if out.report {
                 leak_plan(pid, numbers, &asked, site, !args.no_fast)
             } else {
-                trace_plan(pid, numbers, site, args.fast, args.only_syscall_wrapper)
+                trace_plan(pid, numbers, site, !args.no_fast, args.only_syscall_wrapper)
             };
             let plan = match plan {
                 Ok(plan) => plan,

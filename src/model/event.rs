@@ -95,6 +95,13 @@ pub struct Summary {
     /// reported with that stack.
     #[serde(default)]
     pub from_known: u64,
+    /// `--fast` stops: matching calls stopped at the trampoline to be unwound (their stack not known yet, or
+    /// `--no-known-stacks`).
+    #[serde(default)]
+    pub fast_stops: u64,
+    /// `--fast` stops of calls bound for the ring that found it full (their writers take a stop instead).
+    #[serde(default)]
+    pub ring_full_stops: u64,
     /// syscatch's own pages in the target (the trap pad's, `--fast`'s trampoline and ring): left out of the
     /// growing regions of the leak report.
     #[serde(default)]

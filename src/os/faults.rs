@@ -1,5 +1,5 @@
 //! Faults the tests inject, named by `SYSCATCH_TEST_FAULT`: `tracer-panic` (the tracer, at the first matching
-//! hit, with that thread stopped just past the int3), `analysis-panic` (`app::analyze`, at the first event the
+//! hit, with that thread stopped just past the int3 or in `--fast`'s trampoline), `analysis-panic` (`app::analyze`, at the first event the
 //! analysis thread receives), `held-signal` (syscatch stops itself, SIGSTOP, right after the tracer handled a
 //! signal-delivery-stop while holding the threads: the test SIGKILLs it there) and `injected-call` (syscatch stops
 //! itself right after starting each system call it injects; the test acts at the first, the trap pad's mmap: the
@@ -14,6 +14,13 @@
 /// Whether the test running syscatch asked for fault `name`.
 pub fn injected(name: &str) -> bool {
     cfg!(debug_assertions) && std::env::var("SYSCATCH_TEST_FAULT").is_ok_and(|v| v == name)
+}
+
+/// [`injected`], the first time only: a fault that must fire once (a panic whose unwinding detaches, and the
+/// detach handles more stops of the same kind: a second panic there would abort).
+pub fn injected_once(name: &str) -> bool {
+    static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    injected(name) && !FIRED.swap(true, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Stops syscatch here (SIGSTOP to itself) if the test asked for fault `name`: the test then acts at that exact

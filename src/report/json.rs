@@ -234,6 +234,8 @@ impl<W: Write> Renderer for Json<W> {
                 "from_record": s.from_record,
                 "from_ring": s.from_ring,
                 "from_known": s.from_known,
+                "fast_stops": s.fast_stops,
+                "ring_full_stops": s.ring_full_stops,
                 "forks_cleaned": s.forks_cleaned,
                 "signals_forwarded": s.signals_forwarded,
                 "warnings": s.warnings,

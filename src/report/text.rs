@@ -173,15 +173,7 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             s.slow_path,
             s.forks_cleaned,
             s.signals_forwarded,
-            if s.from_ring > 0 {
-                let known = match s.from_known {
-                    0 => String::new(),
-                    n => format!("; {n} of them matching calls of a stack unwound before"),
-                };
-                format!("; {} calls written down without a stop (--fast's ring{known})", s.from_ring)
-            } else {
-                String::new()
-            },
+            fast_stops(s),
         )?;
         if !s.watched.is_empty() {
             writeln!(self.err, "syscatch: watched {}", s.watched.join("; "))?;
@@ -200,5 +192,47 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             writeln!(self.err, "syscatch: WARNING: {w}")?;
         }
         Ok(())
+    }
+}
+
+/// With `--fast`: the calls written down without a stop, and which calls stopped and why.
+fn fast_stops(s: &Summary) -> String {
+    if s.from_ring + s.fast_stops + s.ring_full_stops == 0 {
+        return String::new();
+    }
+    let known = match s.from_known {
+        0 => String::new(),
+        n => format!("; {n} of them matching calls of a stack unwound before"),
+    };
+    let breakpoints = s.hits.saturating_sub(s.from_ring + s.fast_stops + s.ring_full_stops);
+    let mut why = vec![format!("{} at --fast's trampoline to be unwound (a stack not known yet)", s.fast_stops)];
+    if s.ring_full_stops > 0 {
+        why.push(format!("{} that found the ring full", s.ring_full_stops));
+    }
+    if breakpoints > 0 {
+        why.push(format!(
+            "{breakpoints} at breakpoints (sites without the trampoline: mremap, a function --fast could not patch)"
+        ));
+    }
+    format!("; {} calls written down without a stop (--fast's ring{known}); stops: {}", s.from_ring, why.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_says_which_calls_stopped_and_why() {
+        let mut s = Summary { hits: 400, matching: 400, ..Summary::default() };
+        assert_eq!(fast_stops(&s), "", "no --fast: every hit is a stop, said by the hits");
+        (s.from_ring, s.from_known, s.fast_stops) = (364, 364, 36);
+        assert_eq!(
+            fast_stops(&s),
+            "; 364 calls written down without a stop (--fast's ring; 364 of them matching calls of a stack unwound \
+             before); stops: 36 at --fast's trampoline to be unwound (a stack not known yet)"
+        );
+        (s.hits, s.ring_full_stops) = (410, 2);
+        let said = fast_stops(&s);
+        assert!(said.ends_with(", 2 that found the ring full, 8 at breakpoints (sites without the trampoline: mremap, a function --fast could not patch)"), "{said}");
     }
 }

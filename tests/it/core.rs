@@ -33,7 +33,8 @@ fn captures_every_mmap_of_every_thread_exactly() {
     let prog = testprog("mmap_threads");
     let mut t = Target::start(&prog, &["8", "5"]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--only-syscall-wrapper"]);
+    let mut sc =
+        Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json", "--only-syscall-wrapper", "--no-fast"]);
     sc.wait_attached();
     t.send("go");
     let lines = t.out.until(|l| l == "done");
@@ -537,7 +538,7 @@ fn write_mem(pid: i32, addr: u64, bytes: &[u8]) {
 
 #[test]
 fn a_breakpoint_byte_changed_by_someone_else_is_never_restored_wrongly() {
-    let mut s = Session::start(&[]);
+    let mut s = Session::start(&["--no-fast"]);
     let err = std::mem::take(&mut s.sc.err.seen);
     let site = site_of(&err);
     let pid = s.t.pid;

@@ -68,7 +68,7 @@ fn idle_target_survives(extra: &[&str]) {
     require_ptrace();
     // Two sites: syscall() and libc's own mmap() entry (--syscall mmap watches both).
     let restored =
-        if extra.contains(&"--fast") { "made 2 trampoline int3(s) nops" } else { "put back 2 original byte(s)" };
+        if extra.contains(&"--no-fast") { "put back 2 original byte(s)" } else { "made 2 trampoline int3(s) nops" };
     idle_survives(Target::start(&testprog("target"), &[]), extra, restored);
 }
 
@@ -79,7 +79,7 @@ fn sigkill_of_syscatch_leaves_an_idle_target_on_glibc_2_43_healthy() {
     require_ptrace();
     let root = crate::roots::sid();
     let fast = "put back 1 original byte(s) in process PID, made 1 trampoline int3(s) nops";
-    for (extra, restored) in [(&[][..], "put back 2 original byte(s)"), (&["--fast"][..], fast)] {
+    for (extra, restored) in [(&["--no-fast"][..], "put back 2 original byte(s)"), (&[][..], fast)] {
         idle_survives(crate::roots::start_in(&root, &testprog("target"), &[]), extra, restored);
     }
 }
@@ -105,7 +105,7 @@ fn idle_survives(mut t: Target, extra: &[&str], restored_text: &str) {
     let restored = restored.unwrap_or_else(|| panic!("the guardian reports what it restored: {err:#?}"));
     assert_eq!(tracer_pid(t.pid), Some(0), "not traced any more");
     assert!(restored.contains(&restored_text.replace("PID", &pid)), "{restored}");
-    if !extra.contains(&"--fast") {
+    if extra.contains(&"--no-fast") {
         assert_eq!(planted, 0xcc, "the int3 was planted before the kill");
         assert!(restored.contains("put back 2 original byte(s)"), "{restored}");
         assert_text_pristine(t.pid, "after the guardian");
@@ -125,18 +125,18 @@ fn idle_rounds(extra: &[&str]) {
     for _ in 0..rounds {
         idle_target_survives(extra);
     }
-    let mode = if extra.is_empty() { "int3" } else { "fast" };
+    let mode = if extra.contains(&"--no-fast") { "int3" } else { "fast" };
     eprintln!("KILL-FIGURES idle mode={mode} rounds={rounds} survived={rounds} died=0");
 }
 
 #[test]
 fn sigkill_of_syscatch_leaves_an_idle_target_healthy() {
-    idle_rounds(&[]);
+    idle_rounds(&["--no-fast"]);
 }
 
 #[test]
 fn sigkill_of_syscatch_leaves_an_idle_target_healthy_with_fast() {
-    idle_rounds(&["--fast"]);
+    idle_rounds(&[]);
 }
 
 /// SIGTRAP's bit in `SigCgt` of /proc/PID/status: a handler is installed.
@@ -155,6 +155,7 @@ fn guardian_and_trap_pad_leave_with_a_clean_detach() {
     let mut sc = Syscatch::start_cmd(syscatch_cmd().env("SYSCATCH_TRAP_PAD", "1").args([
         "--syscall",
         "mmap",
+        "--no-fast",
         "--pid",
         pid.as_str(),
     ]));
@@ -213,7 +214,7 @@ fn busy_round(rng: &mut Rng, extra: &[&str]) -> Fate {
         // ITER MMAP MUNMAP GETPID GETTID FUTEX: one of each per iteration, each checked by the target itself.
         let c: Vec<u64> = line.split_whitespace().skip(1).map(|n| n.parse().unwrap()).collect();
         assert!(c[0] > 0 && c[1..6].iter().all(|&n| n == c[0]), "the calls went on as before: {line}");
-        if extra.is_empty() {
+        if extra.contains(&"--no-fast") {
             assert_text_pristine_but_gate(t.pid, "a busy target after the guardian");
         }
         t.out.until(|l| l == "ok");
@@ -245,7 +246,7 @@ fn busy_rounds(default: u64, extra: &[&str]) -> (u64, Vec<i32>) {
     }
     eprintln!(
         "KILL-FIGURES busy mode={} seed={} rounds={rounds} survived={} died={} (signals {deaths:?})",
-        if extra.is_empty() { "int3" } else { "fast" },
+        if extra.contains(&"--no-fast") { "int3" } else { "fast" },
         rng.0,
         rounds - deaths.len() as u64,
         deaths.len()
@@ -256,13 +257,13 @@ fn busy_rounds(default: u64, extra: &[&str]) -> (u64, Vec<i32>) {
 /// The goal is 99% over hundreds of rounds (scripts/torture-kill.sh); a few here, at most one death allowed.
 #[test]
 fn sigkill_of_syscatch_mid_trace_busy_target() {
-    let (rounds, deaths) = busy_rounds(5, &[]);
+    let (rounds, deaths) = busy_rounds(5, &["--no-fast"]);
     assert!(deaths.len() <= 1, "{} of {rounds} busy targets died", deaths.len());
 }
 
 #[test]
 fn sigkill_of_syscatch_mid_trace_busy_target_with_fast() {
-    let (rounds, deaths) = busy_rounds(5, &["--fast"]);
+    let (rounds, deaths) = busy_rounds(5, &[]);
     assert!(deaths.len() <= 1, "{} of {rounds} busy targets died", deaths.len());
 }
 
@@ -293,7 +294,7 @@ fn a_fork_child_that_still_holds_our_int3_when_syscatch_dies_is_restored() {
     require_ptrace();
     let mut t = Target::start(&testprog("torture"), &[]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start_cmd(syscatch_cmd().args(["--syscall", "mmap", "--pid", pid.as_str()]));
+    let mut sc = Syscatch::start_cmd(syscatch_cmd().args(["--syscall", "mmap", "--no-fast", "--pid", pid.as_str()]));
     sc.wait_attached();
     // A call caught and answered: every thread runs freely now (the tracer's loop has let them go).
     t.send("mmap 1");
@@ -384,6 +385,7 @@ fn a_signal_taken_while_holding_the_threads_survives_a_sigkill() {
     let mut sc = Syscatch::start_cmd(syscatch_cmd().env("SYSCATCH_TEST_FAULT", "held-signal").args([
         "--syscall",
         "mmap",
+        "--no-fast",
         "--pid",
         pid.as_str(),
     ]));

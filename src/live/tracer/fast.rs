@@ -510,6 +510,9 @@ impl Tracer<'_> {
         if full {
             // A call the ring would have taken: its stack is not needed.
             window = Window::default();
+            self.summary.ring_full_stops += 1;
+        } else {
+            self.summary.fast_stops += 1;
         }
         if let Some(t) = self.threads.get_mut(&tid) {
             t.passes.regs = Some(*regs);
@@ -535,6 +538,9 @@ impl Tracer<'_> {
     /// The event of matching call `nr` of patch `site` stopped at the trampoline with `regs`, its stack copied
     /// from rsp in `stack`.
     fn fast_record(&mut self, tid: Tid, regs: &Regs, (nr, site): (u64, usize), stack: Window) -> Event {
+        if crate::os::faults::injected_once("tracer-panic") {
+            panic!("injected fault: tracer-panic");
+        }
         self.summary.hits += 1;
         self.summary.matching += 1;
         let g = &regs.0;

@@ -176,7 +176,7 @@ impl Tracer<'_> {
             self.step_over(tid, regs, seen);
             return;
         }
-        if crate::os::faults::injected("tracer-panic") {
+        if crate::os::faults::injected_once("tracer-panic") {
             panic!("injected fault: tracer-panic");
         }
         self.summary.matching += 1;

@@ -18,15 +18,29 @@ mod storm;
 
 /// A syscatch command that attaches to a live process: `args` come before `--pid N`. `events`: it prints the
 /// trace's JSON Lines (events with `ret`, a `summary` with `end`), so exactness is checked too; otherwise only
-/// the harm checks apply. It must print a stderr line containing "attached to" once attached.
+/// the harm checks apply. It must print a stderr line containing "attached to" once attached. `every_call_stops`:
+/// every call of the site stops (a breakpoint), so the summary's hits count them all; with `--fast` (the default)
+/// only matching calls do.
 struct Tool {
     name: &'static str,
     args: &'static [&'static str],
     events: bool,
+    every_call_stops: bool,
 }
 
 const TOOLS: &[Tool] = &[
-    Tool { name: "trace", args: &["--syscall", "mmap", "--only-syscall-wrapper", "--json"], events: true },
+    Tool {
+        name: "trace",
+        args: &["--syscall", "mmap", "--only-syscall-wrapper", "--json", "--no-fast"],
+        events: true,
+        every_call_stops: true,
+    },
+    Tool {
+        name: "fast",
+        args: &["--syscall", "mmap", "--only-syscall-wrapper", "--json"],
+        events: true,
+        every_call_stops: false,
+    },
     // One line each once they land, e.g.:
     // Tool { name: "stack", args: &["stack", "--json"], events: false },
     // Tool { name: "mem", args: &["mem", "--json"], events: false },

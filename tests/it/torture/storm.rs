@@ -151,14 +151,6 @@ fn storm_round(rng: &mut Rng, kill: Kill, tool: &Tool, ctx: &str) -> RoundOutcom
     o
 }
 
-/// The storm's tool with `--fast`: the matching calls go through the trampoline (the ring, the known-stack
-/// matcher) while threads come and go, fork and take signals.
-const FAST: Tool = Tool {
-    name: "trace --fast",
-    args: &["--syscall", "mmap", "--only-syscall-wrapper", "--fast", "--json"],
-    events: true,
-};
-
 /// Runs `rounds` storm rounds of `tool`; prints one summary line (read by scripts/torture.sh) and the failures.
 fn storm_rounds(name: &'static str, rounds: u64, kill: Kill, tool: &Tool) -> Vec<RoundOutcome> {
     // A command started in the background by a non-interactive shell (scripts/torture.sh under `&` or nohup)
@@ -204,11 +196,12 @@ fn storm_rounds_interrupted_at_random_moments() {
     assert!(outcomes.iter().all(|o| o.clean()), "{outcomes:#?}");
 }
 
-/// The same with `--fast`.
+/// The same with `--fast` (the default): the matching calls go through the trampoline (the ring, the known-stack
+/// matcher) while threads come and go, fork and take signals.
 #[test]
 fn storm_rounds_with_fast_interrupted_at_random_moments() {
     let name = "storm_rounds_with_fast_interrupted_at_random_moments";
-    let outcomes = storm_rounds(name, rounds(3), Kill::Interrupt, &FAST);
+    let outcomes = storm_rounds(name, rounds(3), Kill::Interrupt, &TOOLS[1]);
     assert!(outcomes.iter().all(|o| o.clean()), "{outcomes:#?}");
 }
 
@@ -222,7 +215,7 @@ fn torture_script() {
         Ok("sigkill") => Kill::Sigkill,
         _ => Kill::Interrupt,
     };
-    let tool = if std::env::var_os("TORTURE_FAST").is_some() { &FAST } else { &TOOLS[0] };
+    let tool = if std::env::var_os("TORTURE_FAST").is_some() { &TOOLS[1] } else { &TOOLS[0] };
     let outcomes = storm_rounds("torture_script", rounds(200), kill, tool);
     if kill == Kill::Interrupt {
         assert!(outcomes.iter().all(|o| o.clean()), "some interrupt rounds harmed the target (listed above)");
