@@ -308,6 +308,13 @@ pub struct RunArgs {
     /// Also write everything captured to FILE, for `syscatch report FILE`.
     #[arg(long)]
     pub record: Option<PathBuf>,
+    /// Breakpoints only, no trampoline: every call at a probe's location stops (by default a probe that decides
+    /// from the call's number and arguments alone goes through --fast's in-process filter).
+    #[arg(long)]
+    pub no_fast: bool,
+    /// Stop at every matching call, even one whose stack was unwound before.
+    #[arg(long)]
+    pub no_known_stacks: bool,
 }
 
 #[derive(Args, Debug)]

@@ -18,8 +18,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
     let resolved = probe::resolve_locations(pid, &script).map_err(|e| at_probe(&file, e))?;
     let mem = trace::open_mem(pid)?;
     let needs_wrapper = script.probes.iter().any(|p| matches!(p.location, probe::Location::Syscall { .. }));
-    let wrapper = if needs_wrapper { Some(trace::syscall_site(pid, &mem)?) } else { None };
-    let plan = probe::run::plan(pid, &script, &resolved, wrapper.as_ref(), &mem)?;
+    // --fast places its trampoline at the wrapper, also for probes on libc's functions alone.
+    let wrapper = match (needs_wrapper, args.no_fast) {
+        (true, _) => Some(trace::syscall_site(pid, &mem)?),
+        (false, false) => trace::syscall_site(pid, &mem).ok(),
+        (false, true) => None,
+    };
+    let plan = probe::run::plan(pid, &script, &resolved, wrapper.as_ref(), &mem, !args.no_fast)?;
     drop(mem);
     let out = trace::Output {
         json: args.json || script.settings.json == Some(true),
@@ -40,7 +45,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
         rules: Vec::new(),
         record: args.record.clone(),
         smaps_every: script.settings.smaps_every.unwrap_or(std::time::Duration::from_secs(1)),
-        stop_every_call: false,
+        stop_every_call: args.no_known_stacks,
         every: None,
         metrics: None,
         member: None,

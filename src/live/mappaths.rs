@@ -20,6 +20,10 @@ impl Condition for Always {
     fn matches(&self, _: &Regs, _: &dyn Fn(usize) -> u64) -> bool {
         true
     }
+
+    fn on_call(&self, _: u64, _: &[u64; 6]) -> Option<bool> {
+        Some(true)
+    }
 }
 
 /// Function-probe sites on libc's mapping functions that make one of the syscalls `wanted`, whose entries in memory

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The `syscall()` wrapper of the libc mapped by a process.
+#[derive(Clone)]
 pub struct Wrapper {
     pub addr: u64,
     /// The file's code bytes at `addr`.

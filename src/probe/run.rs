@@ -6,8 +6,8 @@ use super::check::ResolvedProbe;
 use super::error::Error;
 use crate::live::plan::{Plan, Wrapper};
 use crate::live::resolve;
-use crate::live::tracer::{Condition, Probe, SiteSpec};
-use crate::model::modules;
+use crate::live::tracer::{Condition, FastFunction, Probe, SiteSpec};
+use crate::model::modules::{self, ModuleMap};
 use crate::model::regs::Regs;
 use crate::os::Tid;
 use crate::os::mem::ProcMem;
@@ -34,6 +34,32 @@ impl Condition for ScriptCondition {
         };
         eval(e, &get) != 0
     }
+
+    fn on_call(&self, nr: u64, args: &[u64; 6]) -> Option<bool> {
+        if self.numbers.as_ref().is_some_and(|n| !n.contains(&nr)) {
+            return Some(false);
+        }
+        let Some(e) = &self.expr else { return Some(true) };
+        if uses_registers(e) {
+            return None;
+        }
+        let get = |v: Var| match v {
+            Var::Reg(_) => 0,
+            Var::Arg(i) => args.get(i as usize).copied().unwrap_or(0),
+            Var::Nr => nr,
+        };
+        Some(eval(e, &get) != 0)
+    }
+}
+
+/// Whether `e` reads a register by name (which `--fast`'s record of a call does not keep).
+fn uses_registers(e: &Expr) -> bool {
+    match e {
+        Expr::Int(_) => false,
+        Expr::Var(v) => matches!(v, Var::Reg(_)),
+        Expr::Unary(_, x) => uses_registers(x),
+        Expr::Binary(_, a, b) => uses_registers(a) || uses_registers(b),
+    }
 }
 
 /// The label of a function location in events: `libc.so.6:munmap`, `prog:f+0x4`, or the address.
@@ -46,18 +72,60 @@ fn label(r: &ResolvedProbe, offset: u64) -> String {
     }
 }
 
-/// Builds the plan. `wrapper` is libc's `syscall()` (needed only by `syscall(...)` locations).
+/// The libc functions `--fast` can patch for a probe at their entry, with the system call each makes.
+const FAST_FUNCTIONS: [(&str, u64); 5] = [
+    ("mmap", crate::model::consts::SYS_MMAP),
+    ("mmap64", crate::model::consts::SYS_MMAP),
+    ("munmap", crate::model::consts::SYS_MUNMAP),
+    ("mprotect", crate::model::consts::SYS_MPROTECT),
+    ("madvise", crate::model::consts::SYS_MADVISE),
+];
+
+/// What `--fast` can take of a site: every probe there decides from the call alone (its number and arguments,
+/// no register by name) and collects no registers.
+#[derive(Default)]
+struct FastSite {
+    eligible: bool,
+    /// No probe there wants the stack: the calls can go to the ring without a stop.
+    no_stack: bool,
+    /// A libc function's entry: its name, its system call and libc's mapping.
+    function: Option<(String, u64, ModuleMap)>,
+    numbers: Vec<u64>,
+}
+
+/// Builds the plan. `wrapper` is libc's `syscall()` (needed by `syscall(...)` locations, and by `fast`: the
+/// trampoline is placed at it). With `fast`, the sites whose probes decide from the call alone go through
+/// `--fast`'s trampoline (non-matching calls never stop; a matching call of a known stack is written down without
+/// a stop); the others keep their breakpoints.
 pub fn plan(
     pid: Tid,
     script: &Script,
     resolved: &[ResolvedProbe],
     wrapper: Option<&Wrapper>,
     mem: &ProcMem,
+    fast: bool,
 ) -> Result<Plan, Error> {
     let mut specs: BTreeMap<u64, SiteSpec> = BTreeMap::new();
+    let mut fast_sites: BTreeMap<u64, FastSite> = BTreeMap::new();
     let mut depths = HashMap::new();
     let mut what = Vec::new();
     for (decl, r) in script.probes.iter().zip(resolved) {
+        let from_call = decl.collect.regs.is_empty() && decl.condition.as_ref().is_none_or(|e| !uses_registers(e));
+        let f = fast_sites.entry(r.addr).or_insert(FastSite { eligible: true, no_stack: true, ..FastSite::default() });
+        f.eligible &= from_call;
+        f.no_stack &= decl.collect.stack.is_none();
+        match &decl.location {
+            Location::Syscall { numbers } => f.numbers.extend(numbers),
+            Location::Function { offset: 0, .. } => {
+                let libc = r.module.as_ref().filter(|m| modules::file_name(&m.path).starts_with("libc.so"));
+                let name = r.symbol.as_ref().map(|(s, _)| s.as_str()).unwrap_or("");
+                match (FAST_FUNCTIONS.iter().find(|(n, _)| *n == name), libc) {
+                    (Some(&(n, nr)), Some(m)) => f.function = Some((n.to_string(), nr, m.clone())),
+                    _ => f.eligible = false,
+                }
+            }
+            _ => f.eligible = false,
+        }
         let name: Arc<str> = decl.name.as_str().into();
         let Collect { ret, stack, regs, .. } = &decl.collect;
         let (is_wrapper, numbers, func) = match &decl.location {
@@ -101,13 +169,59 @@ pub fn plan(
             .push(probe);
     }
     let n = specs.len();
-    Ok(Plan {
-        specs: specs.into_values().collect(),
+    let mut plan = Plan {
+        specs: Vec::new(),
         fast: None,
         ring: Vec::new(),
         fast_functions: Vec::new(),
-        what: format!("{n} breakpoint(s): {}", what.join(", ")),
+        what: format!("{n} probe site(s): {}", what.join(", ")),
         depths,
         watched: Default::default(),
-    })
+    };
+    if let (true, Some(w)) = (fast, wrapper) {
+        plan_fast(pid, &mut plan, &specs, &fast_sites, w, mem)?;
+    }
+    plan.specs = specs.into_values().collect();
+    Ok(plan)
+}
+
+/// `--fast` for the sites that can take it: the wrapper's numbers, and libc's functions with their whole code.
+fn plan_fast(
+    pid: Tid,
+    plan: &mut Plan,
+    specs: &BTreeMap<u64, SiteSpec>,
+    sites: &BTreeMap<u64, FastSite>,
+    wrapper: &Wrapper,
+    mem: &ProcMem,
+) -> Result<(), Error> {
+    let mut numbers = Vec::new();
+    for (addr, f) in sites.iter().filter(|(_, f)| f.eligible) {
+        if *addr == wrapper.addr {
+            numbers.extend(&f.numbers);
+            if f.no_stack {
+                plan.ring.extend(&f.numbers);
+            }
+            continue;
+        }
+        let (Some((name, nr, map)), Some(spec)) = (&f.function, specs.get(addr)) else { continue };
+        let Some(label) = spec.probes.first().and_then(|p| p.label.clone()) else { continue };
+        let module = resolve::read_module(pid, map, Some(mem))?;
+        // The whole function: the trampoline's plan needs its one `syscall` and every branch inside it.
+        let Some(size) = module.find_symbol(name).map(|(_, size)| size.clamp(16, 1024)) else { continue };
+        let Some(code) = module.file_bytes(*addr, size).map(<[u8]>::to_vec) else { continue };
+        plan.fast_functions.push(FastFunction { addr: *addr, code, label, nr: *nr, ring: f.no_stack });
+    }
+    // The trampoline takes the wrapper's place: a wrapper whose probes need registers it does not keep leaves
+    // every site to its breakpoint.
+    if sites.get(&wrapper.addr).is_some_and(|f| !f.eligible) || (numbers.is_empty() && plan.fast_functions.is_empty()) {
+        plan.ring.clear();
+        plan.fast_functions.clear();
+        return Ok(());
+    }
+    numbers.sort_unstable();
+    numbers.dedup();
+    plan.ring.sort_unstable();
+    plan.ring.dedup();
+    plan.fast = Some((numbers, wrapper.clone()));
+    Ok(())
 }

@@ -483,7 +483,7 @@ fn locations_and_plan_read_a_module_once() {
     let resolved = resolve_locations(pid, &script).expect("libc's own functions resolve");
     let after_resolve = ModuleCache::shared().file_reads();
     let mem = crate::os::mem::ProcMem::open(pid).expect("own memory");
-    let plan = run::plan(pid, &script, &resolved, None, &mem).expect("plans");
+    let plan = run::plan(pid, &script, &resolved, None, &mem, false).expect("plans");
     assert_eq!(plan.specs.len(), 2, "a and c share munmap's site");
     // `c` (no module named) reads every module once; `a` and `b` add nothing, nor does the plan.
     let modules = modules_before.union(&mapped()).count();

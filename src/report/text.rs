@@ -205,7 +205,10 @@ fn fast_stops(s: &Summary) -> String {
         n => format!("; {n} of them matching calls of a stack unwound before"),
     };
     let breakpoints = s.hits.saturating_sub(s.from_ring + s.fast_stops + s.ring_full_stops);
-    let mut why = vec![format!("{} at --fast's trampoline to be unwound (a stack not known yet)", s.fast_stops)];
+    let mut why = Vec::new();
+    if s.fast_stops > 0 {
+        why.push(format!("{} at --fast's trampoline to be unwound (a stack not known yet)", s.fast_stops));
+    }
     if s.ring_full_stops > 0 {
         why.push(format!("{} that found the ring full", s.ring_full_stops));
     }
@@ -214,7 +217,8 @@ fn fast_stops(s: &Summary) -> String {
             "{breakpoints} at breakpoints (sites without the trampoline: mremap, a function --fast could not patch)"
         ));
     }
-    format!("; {} calls written down without a stop (--fast's ring{known}); stops: {}", s.from_ring, why.join(", "))
+    let stops = if why.is_empty() { "none".to_string() } else { why.join(", ") };
+    format!("; {} calls written down without a stop (--fast's ring{known}); stops: {stops}", s.from_ring)
 }
 
 #[cfg(test)]
@@ -225,6 +229,8 @@ mod tests {
     fn the_summary_says_which_calls_stopped_and_why() {
         let mut s = Summary { hits: 400, matching: 400, ..Summary::default() };
         assert_eq!(fast_stops(&s), "", "no --fast: every hit is a stop, said by the hits");
+        s.from_ring = 400;
+        assert!(fast_stops(&s).ends_with("; stops: none"), "{}", fast_stops(&s));
         (s.from_ring, s.from_known, s.fast_stops) = (364, 364, 36);
         assert_eq!(
             fast_stops(&s),

@@ -21,10 +21,17 @@ fn example(name: &str) -> PathBuf {
 
 /// Runs `cmds` on a probe_target under `syscatch run FILE`; returns (target answers, events, stderr).
 fn run_probes(file: &std::path::Path, cmds: &[&str]) -> (Vec<String>, Vec<Value>, Vec<String>) {
+    let (answers, values, err) = run_probes_with(file, cmds, &[]);
+    let events = values.into_iter().filter(|v| v["type"] == "event").map(|v| v["data"].clone()).collect();
+    (answers, events, err)
+}
+
+/// [`run_probes`] with `extra` arguments; returns every JSON line (events and the summary).
+fn run_probes_with(file: &std::path::Path, cmds: &[&str], extra: &[&str]) -> (Vec<String>, Vec<Value>, Vec<String>) {
     require_ptrace();
     let mut t = Target::start(&testprog("probe_target"), &[]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["run", file.to_str().unwrap(), "--pid", &pid, "--json"]);
+    let mut sc = Syscatch::start(&[&["run", file.to_str().unwrap(), "--pid", &pid, "--json"], extra].concat());
     sc.wait_attached();
     let mut answers = Vec::new();
     for c in cmds {
@@ -36,9 +43,9 @@ fn run_probes(file: &std::path::Path, cmds: &[&str]) -> (Vec<String>, Vec<Value>
     sc.signal(libc::SIGINT);
     let (status, out, err) = sc.finish();
     assert!(status.success(), "{err:#?}");
-    let events = json_lines(&out).into_iter().filter(|v| v["type"] == "event").map(|v| v["data"].clone()).collect();
+    assert_eq!(tracer_pid(t.pid), Some(0), "detached");
     t.send("bye");
-    (answers, events, err)
+    (answers, json_lines(&out), err)
 }
 
 #[test]
@@ -121,9 +128,65 @@ fn two_probes_on_one_address_share_one_breakpoint() {
         "probe all at libc:munmap {\n    collect args\n}\nprobe big at libc:munmap if arg1 > 8192 {\n    collect args\n}\n",
     );
     let (_, events, err) = run_probes(&f, &["libcmap 3"]);
-    assert!(err.iter().any(|l| l.contains("1 breakpoint(s)")), "{err:#?}");
+    assert!(err.iter().any(|l| l.contains("1 probe site(s)")), "{err:#?}");
     let all = events.iter().filter(|e| e["probe"] == "all").count();
     let big: Vec<u64> = events.iter().filter(|e| e["probe"] == "big").map(|e| hex(&e["args"][1])).collect();
     assert_eq!(all, 3);
     assert_eq!(big, [12288]);
+}
+
+/// A condition on the arguments, with `--fast` (the default) and without: the same events exactly, the calls that
+/// fail it are no events. With `--fast` the loop's one stack is made known by its first event (a call that fails
+/// the condition teaches nothing: it stops, and is dropped): the calls after it are written down without a stop
+/// and their condition evaluated on the trampoline's record.
+#[test]
+fn a_condition_on_arguments_selects_the_same_calls_with_fast_and_breakpoints() {
+    let f =
+        script("large.probe", "probe large at syscall(mmap) if arg1 > 20 * 4096 {\n    collect args, ret, stack\n}\n");
+    for mode in [&[][..], &["--no-fast"][..]] {
+        let (answers, values, err) = run_probes_with(&f, &["rawmap 40", "rawmap 40", "rawmap 40"], mode);
+        let ctx = format!("{mode:?}: {err:#?}");
+        let truth: Vec<(u64, u64)> = truth_mmaps(&answers).into_iter().filter(|&(_, len)| len > 20 * 4096).collect();
+        assert_eq!(truth.len(), 60, "{ctx}");
+        let events: Vec<&Value> = values.iter().filter(|v| v["type"] == "event").map(|v| &v["data"]).collect();
+        let got: Vec<(u64, u64)> = events.iter().map(|e| (hex(&e["ret"]), hex(&e["args"][1]))).collect();
+        assert_eq!(got, truth, "{ctx}");
+        for e in &events {
+            assert_eq!(e["probe"], "large", "{ctx}");
+            let names: Vec<&str> =
+                e["stack"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
+            assert!(names.contains(&"main"), "{ctx}: {names:?}");
+        }
+        let s = summary_data(&values);
+        assert_eq!(s["matching"], 60, "{ctx}");
+        let n = |k: &str| s[k].as_u64().unwrap();
+        if mode.is_empty() {
+            // Each call either stopped at the trampoline or was written down with its known stack.
+            assert_eq!(n("hits"), 120, "{ctx}");
+            assert_eq!(n("fast_stops") + n("from_known"), 120, "{ctx}");
+            assert!(n("fast_stops") >= 20, "the calls before the first event stop: {ctx}");
+            assert!(n("from_known") >= 1, "the calls after it need no stop: {ctx}");
+        } else {
+            assert_eq!(n("from_ring") + n("fast_stops"), 0, "{ctx}");
+            assert!(n("hits") >= 120, "{ctx}");
+        }
+    }
+}
+
+/// A probe that reads a register by name keeps its breakpoint (the trampoline's record has no such register):
+/// the attach says nothing of --fast, every hit is a breakpoint's.
+#[test]
+fn a_condition_on_a_register_keeps_the_breakpoint() {
+    let f = script("reg.probe", "probe r at syscall(mmap) if rdx > 20 * 4096 {\n    collect args, ret\n}\n");
+    let (answers, values, err) = run_probes_with(&f, &["rawmap 30"], &[]);
+    let truth: Vec<(u64, u64)> = truth_mmaps(&answers).into_iter().filter(|&(_, len)| len > 20 * 4096).collect();
+    let got: Vec<(u64, u64)> = values
+        .iter()
+        .filter(|v| v["type"] == "event")
+        .map(|v| (hex(&v["data"]["ret"]), hex(&v["data"]["args"][1])))
+        .collect();
+    assert_eq!(got, truth, "{err:#?}");
+    let s = summary_data(&values);
+    assert_eq!((s["from_ring"].as_u64(), s["fast_stops"].as_u64()), (Some(0), Some(0)), "{err:#?}");
+    assert!(!err.iter().any(|l| l.contains("--fast")), "{err:#?}");
 }

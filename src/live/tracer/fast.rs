@@ -135,7 +135,16 @@ impl Tracer<'_> {
         let sites = std::mem::take(&mut self.sites);
         match self.arm_fast(req) {
             Ok(patched) => {
-                self.sites = sites.into_iter().filter(|(a, _)| *a != req.entry && !patched.contains(a)).collect();
+                let (gone, kept) = sites.into_iter().partition(|(a, _)| *a == req.entry || patched.contains(a));
+                self.sites = kept;
+                // A probe script's probes still decide which calls of these sites are events.
+                let gone: HashMap<u64, super::Site> = gone;
+                for (_, site) in gone {
+                    if site.probes.iter().any(|p| p.name.is_some()) {
+                        let label = site.probes.iter().find_map(|p| p.label.clone());
+                        self.fast_probes.insert(label, site.probes);
+                    }
+                }
                 if self.sites.is_empty() { Ok(()) } else { self.arm() }
             }
             Err(why) => {
@@ -580,6 +589,34 @@ impl Tracer<'_> {
             },
             also: Vec::new(),
         }
+    }
+
+    /// A call from the trampoline (a stop's or the ring's) against the probes of its site, as a breakpoint's hit is
+    /// (see `on_hit`): the matching probes name the event, each counts it against its limits. Returns false when
+    /// none matches (the call is no event: not counted as matching). A stack or a result no probe asked for is
+    /// dropped.
+    pub(super) fn select(&mut self, ev: &mut Event) -> bool {
+        let Some(probes) = self.fast_probes.get_mut(&ev.func) else { return true };
+        let mut matched = Vec::new();
+        for (i, p) in probes.iter_mut().enumerate() {
+            if !p.exhausted() && p.cond.on_call(ev.nr, &ev.args).unwrap_or(true) && p.sample() {
+                p.emitted += 1;
+                matched.push(i);
+            }
+        }
+        let Some(&first) = matched.first() else {
+            self.summary.matching = self.summary.matching.saturating_sub(1);
+            return false;
+        };
+        ev.probe = probes[first].name.clone();
+        ev.also = matched[1..].iter().filter_map(|&i| probes[i].name.clone()).collect();
+        if !matched.iter().any(|&i| probes[i].want_stack) {
+            ev.capture = None;
+        }
+        if !matched.iter().any(|&i| probes[i].want_ret) {
+            ev.ret = None;
+        }
+        true
     }
 
     /// Whether `addr` is one of the trampoline's int3s (never rewound: the page stays valid after detach).

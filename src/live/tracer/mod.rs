@@ -117,6 +117,9 @@ pub struct Tracer<'a> {
     /// The target's memory.
     mem: Box<dyn Mem>,
     sites: HashMap<u64, Site>,
+    /// The named probes (a probe script's) of the sites `--fast` patched, by the patch's label (`None`: the
+    /// `syscall()` wrapper): each call from the trampoline is matched against them (see `select`).
+    fast_probes: HashMap<Option<std::sync::Arc<str>>, Vec<Probe>>,
     /// Return sites whose byte was put back while a thread may already have executed their int3 (or a fork
     /// child may still hold it), with that byte.
     retired: HashMap<u64, u8>,
@@ -273,6 +276,7 @@ impl<'a> Tracer<'a> {
             k,
             mem,
             sites,
+            fast_probes: HashMap::new(),
             retired: HashMap::new(),
             threads: HashMap::new(),
             early: HashMap::new(),
@@ -563,6 +567,9 @@ impl<'a> Tracer<'a> {
 
     /// Sends an event on at once.
     pub(super) fn emit_now(&mut self, mut ev: Event) {
+        if ev.probe.is_none() && !self.fast_probes.is_empty() && !self.select(&mut ev) {
+            return;
+        }
         let also = std::mem::take(&mut ev.also);
         for name in also {
             let copy = Event { probe: Some(name), ..ev.clone() };

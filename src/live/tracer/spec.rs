@@ -11,6 +11,12 @@ use std::time::Instant;
 /// probe's location defines it (a syscall's own arguments for the wrapper, C ABI registers for a function).
 pub trait Condition: Send {
     fn matches(&self, regs: &Regs, arg: &dyn Fn(usize) -> u64) -> bool;
+
+    /// The same decision from the call alone, its number and its six arguments, as `--fast`'s trampoline records
+    /// them (after the kernel returned: no other register is kept); `None` when it needs more.
+    fn on_call(&self, _nr: u64, _args: &[u64; 6]) -> Option<bool> {
+        None
+    }
 }
 
 /// `--syscall`: the syscall number (rdi at the wrapper's entry) is one of these.
@@ -19,6 +25,10 @@ pub struct Numbers(pub HashSet<u64>);
 impl Condition for Numbers {
     fn matches(&self, regs: &Regs, _: &dyn Fn(usize) -> u64) -> bool {
         self.0.contains(&regs.0.rdi)
+    }
+
+    fn on_call(&self, nr: u64, _: &[u64; 6]) -> Option<bool> {
+        Some(self.0.contains(&nr))
     }
 }
 
