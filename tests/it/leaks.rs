@@ -104,7 +104,7 @@ fn leak_report_round(mut t: Target, mode: &str, name: &str) {
     let held: Vec<(u64, u64)> =
         grow_mmaps.iter().map(|l| (l["mapped"].as_u64().unwrap(), l["still_mapped"].as_u64().unwrap())).collect();
     // (The neighbour page that forces the move may fail with EEXIST where the previous mapping already is.)
-    assert!(held.contains(&(2 * PAGE, 2 * PAGE)), "{held:?}");
+    assert!(held.contains(&(2 * PAGE, 2 * PAGE)), "{mode} {name}: {held:?} {leaks:#?} {err:#?}");
     let mremap = leaks.iter().find(|l| l["mremaps"] == 1).expect("the mremap");
     assert_eq!((mremap["mapped"].as_u64(), mremap["still_mapped"].as_u64()), (Some(6 * PAGE), Some(6 * PAGE)));
 
