@@ -79,6 +79,9 @@ pub struct ModuleCfi {
     plt: Vec<Range<u64>>,
     /// Executable segments: stated address range and file offset, to read code bytes.
     exec: Vec<(Range<u64>, usize)>,
+    /// Stated entry addresses of the file's functions (its symbol tables), sorted: a thread stopped at one with
+    /// no CFI there has its return address at the top of its stack.
+    entries: Vec<u64>,
     eh_index: OnceLock<Vec<(u64, u64, usize)>>,
     debug_index: OnceLock<Vec<(u64, u64, usize)>>,
     rows: Mutex<AddrMap<u64, Lookup>>,
@@ -126,7 +129,7 @@ impl ModuleCfi {
     /// missing section leaves that part of the CFI empty.
     pub fn parse(data: impl Into<Bytes>, debug: Option<Bytes>) -> Result<ModuleCfi, object::Error> {
         let data: Bytes = data.into();
-        use object::{Object, ObjectSection, ObjectSegment};
+        use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
         let file = object::File::parse(&*data)?;
         let sect = |name: &str| -> Option<Sect> {
             let s = file.section_by_name(name)?;
@@ -162,6 +165,14 @@ impl ModuleCfi {
                 })
                 .collect(),
         };
+        let mut entries: Vec<u64> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+            .map(|s| s.address())
+            .collect();
+        entries.sort_unstable();
+        entries.dedup();
         let own_debug = sect(".debug_frame").map(|s| (data.clone(), s.range));
         let debug_frame = own_debug.or_else(|| {
             let d = debug?;
@@ -180,6 +191,7 @@ impl ModuleCfi {
             got: addr_of(".got"),
             plt,
             exec,
+            entries,
             eh_index: OnceLock::new(),
             debug_index: OnceLock::new(),
             rows: Mutex::new(AddrMap::default()),
@@ -205,6 +217,7 @@ impl ModuleCfi {
             got: 0,
             plt,
             exec,
+            entries: Vec::new(),
             eh_index: OnceLock::new(),
             debug_index: OnceLock::new(),
             rows: Mutex::new(AddrMap::default()),
@@ -256,6 +269,11 @@ impl ModuleCfi {
 
     fn in_plt(&self, svma: u64) -> bool {
         self.plt.iter().any(|r| r.contains(&svma))
+    }
+
+    /// Whether `svma` is a function's first instruction (its symbol's address).
+    fn is_entry(&self, svma: u64) -> bool {
+        self.entries.binary_search(&svma).is_ok()
     }
 
     /// The CFI row for stated address `svma`, cached.
@@ -357,6 +375,9 @@ pub enum How {
     FramePointer,
     /// The callee was a PLT stub (no CFI): the return address is at the top of its stack.
     Plt,
+    /// The callee was stopped at its first instruction, with no CFI there: the return address is at the top of
+    /// its stack.
+    Entry,
 }
 
 impl How {
@@ -367,6 +388,7 @@ impl How {
             How::Signal => "signal",
             How::FramePointer => "frame-pointer",
             How::Plt => "plt",
+            How::Entry => "entry",
         }
     }
 }
@@ -508,13 +530,16 @@ fn step(regs: &UnwindRegs, frame: RawFrame, stack: &StackWindow, modules: &mut d
                     how: How::Signal,
                 });
             }
-            if m.cfi.in_plt(svma) {
-                let sp = regs.get(RSP).ok_or_else(|| trunc("stack pointer unknown in a PLT stub".into()))?;
+            // A PLT stub, or a function stopped at its first instruction (a probe's breakpoint at the entry of
+            // code built without CFI, as musl's libc): nothing pushed yet, the return address is at the top.
+            let entry = frame.lookup == frame.pc && m.cfi.is_entry(pc_svma);
+            if m.cfi.in_plt(svma) || entry {
+                let sp = regs.get(RSP).ok_or_else(|| trunc("stack pointer unknown at a function's entry".into()))?;
                 let ra = stack.read_u64(sp).map_err(trunc)?;
                 let mut next = callee_saved_only(regs);
                 next.0[RA] = Some(ra);
                 next.0[RSP] = sp.checked_add(8);
-                return Ok(Step { regs: next, signal: false, how: How::Plt });
+                return Ok(Step { regs: next, signal: false, how: if entry { How::Entry } else { How::Plt } });
             }
             frame_pointer(regs, stack, modules)
                 .map_err(|e| trunc(format!("no CFI covers {:#x}, and {e}", frame.pc)))

@@ -142,7 +142,7 @@ fn dump(pid: Tid, args: &StackArgs, out: &mut impl Write) -> Result<(usize, usiz
             writeln!(out, "thread {} ({name}), {}:", s.tid, seen_text(s.seen))?;
             for (i, (f, h)) in stack.frames.iter().zip(&how).enumerate() {
                 let mark = match *h {
-                    "frame-pointer" | "plt" | "signal" => format!(" [{h}]"),
+                    "frame-pointer" | "plt" | "entry" | "signal" => format!(" [{h}]"),
                     _ => String::new(),
                 };
                 writeln!(out, "    #{i:<2} {}{mark}", frame_line(f))?;

@@ -43,8 +43,8 @@ pub enum Error {
     #[error("capstone failed to initialise")]
     Disassembler,
     #[error(
-        "{path}: `{symbol}` does not look like a syscall() wrapper (no `syscall` instruction among its first 16): \
-         glibc's is supported, musl's (a C function with varargs) is not yet; the target was not touched"
+        "{path}: `{symbol}` does not look like a syscall() wrapper (no `syscall` instruction among its first 32 \
+         instructions); the target was not touched"
     )]
     NotAWrapper { path: String, symbol: String },
 }

@@ -88,11 +88,12 @@ pub fn wrapper_code(module: &Module, symbol: &str) -> Result<(u64, Vec<u8>), Err
     let (path, sym) = (|| module.map.path.clone(), || symbol.to_string());
     let (addr, _) = module.find_symbol(symbol).ok_or_else(|| Error::NoSymbol { path: path(), symbol: sym() })?;
     let code = module
-        .file_bytes(addr, 64)
+        .file_bytes(addr, breakpoints::WRAPPER_BYTES)
+        .or_else(|| module.file_bytes(addr, 64))
         .or_else(|| module.file_bytes(addr, 16))
         .ok_or_else(|| Error::OutsideFile { path: path(), symbol: sym(), addr })?;
     let cs = breakpoints::disassembler().ok_or(Error::Disassembler)?;
-    let decoded = breakpoints::decode(&cs, code, addr, 16);
+    let decoded = breakpoints::decode(&cs, code, addr, breakpoints::WRAPPER_INSNS);
     match decoded.iter().position(|d| d.insn == Some(Insn::Syscall)) {
         Some(0) | None => Err(Error::NotAWrapper { path: path(), symbol: sym() }),
         Some(_) => Ok((addr, code.to_vec())),

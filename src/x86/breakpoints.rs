@@ -230,11 +230,18 @@ pub struct WrapperPlan {
     pub syscall_at: u64,
 }
 
+/// How far a `syscall()` wrapper's `syscall` instruction may be from its entry: glibc's is its 8th instruction
+/// (23 bytes in); musl's, a C function with varargs that spills its arguments and checks the stack protector,
+/// its 22nd (98 bytes in).
+pub const WRAPPER_INSNS: usize = 32;
+/// The wrapper's code bytes read from the file (enough for [`WRAPPER_INSNS`] of musl's).
+pub const WRAPPER_BYTES: u64 = 160;
+
 /// Plans how to step a thread from the wrapper's entry to just after its `syscall` instruction.
 /// `None` when an instruction before it is not emulatable (the caller single-steps instead).
 pub fn plan_wrapper(cs: &Capstone, code: &[u8], addr: u64) -> Option<WrapperPlan> {
     let mut prefix = Vec::new();
-    for d in decode(cs, code, addr, 16) {
+    for d in decode(cs, code, addr, WRAPPER_INSNS) {
         match d.insn {
             Some(Insn::Syscall) => {
                 return Some(WrapperPlan { prefix, syscall_at: d.addr });

@@ -428,18 +428,57 @@ fn bad_input_is_refused_with_one_line_and_the_target_untouched() {
     assert_eq!(tracer_of(s.pid), 0);
     s.send("bye");
     assert_eq!(s.wait().code(), Some(0));
+}
 
-    // musl, static and dynamic: its syscall() is a C function (not glibc's stub), refused in one line, untouched.
+/// musl, static and dynamic: its syscall() is a C function with varargs (it spills its arguments and checks the
+/// stack protector before its `syscall`, the 22nd instruction), so a matching call is single-stepped to it and
+/// `--fast` says it cannot take it; musl's libc has no CFI, so the unwind starts from the return address at the
+/// entry's stack top. Every mapping is caught exactly with its caller, and `--leaks` names the leaker exactly.
+#[test]
+fn musl_targets_static_and_dynamic_are_traced_exactly() {
+    require_ptrace();
     for extra in [&["CC=musl-gcc", "-static"][..], &["CC=musl-gcc"][..]] {
-        let mut m = Target::start(&testprog_with("leaker", extra), &[]);
-        let line = refused(&["--pid", &m.pid.to_string(), "--syscall", "mmap"], 1);
-        assert!(line.contains("musl's (a C function with varargs) is not yet"), "{extra:?}: {line}");
-        assert_eq!(tracer_of(m.pid), 0);
-        m.send("go");
-        m.out.until(|l| l == "done");
-        m.send("bye");
-        assert_eq!(m.wait().code(), Some(0), "{extra:?}");
+        let mut t = Target::start(&testprog_with("target", extra), &[]);
+        let pid = t.pid.to_string();
+        let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--json"]);
+        sc.wait_attached();
+        let truth = truth_mmaps(&cmd(&mut t, "mmap 5"));
+        assert_eq!(truth.len(), 5, "{extra:?}");
+        sc.signal(libc::SIGINT);
+        let (status, out, err) = sc.finish();
+        assert!(status.success(), "{extra:?}: {err:#?}");
+        assert!(err.iter().any(|l| l.contains("--fast is not possible here")), "{extra:?}: {err:#?}");
+        let values = json_lines(&out);
+        assert_eq!(captured_mmaps(&values), truth, "{extra:?}");
+        for v in values.iter().filter(|v| v["type"] == "event") {
+            let names: Vec<&str> =
+                v["data"]["stack"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
+            assert_eq!(names.get(..2), Some(&["syscall", "main"][..]), "{extra:?}: {v}");
+        }
+        assert_eq!(tracer_of(t.pid), 0, "{extra:?}");
+        t.send("exit 7");
+        assert_eq!(t.wait().code(), Some(7), "{extra:?}");
     }
+    let mut t = Target::start(&testprog_with("leaker", &["CC=musl-gcc", "-static"]), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--leaks", "--json"]);
+    sc.wait_attached();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    let leaked: u64 = lines.iter().find_map(|l| l.strip_prefix("leaked ")).unwrap().parse().unwrap();
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    let values = json_lines(&out);
+    let leak = values
+        .iter()
+        .filter(|v| v["type"] == "leak")
+        .map(|v| &v["data"])
+        .find(|l| l["stack"].as_array().unwrap().iter().any(|f| f["function"] == "leak_site"))
+        .unwrap_or_else(|| panic!("leak_site's stack: {values:#?}"));
+    assert_eq!((leak["still_mapped"].as_u64(), leak["mmaps"].as_u64()), (Some(leaked), Some(5)), "{leak}");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
 }
 
 #[test]

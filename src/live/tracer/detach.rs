@@ -291,7 +291,7 @@ impl Tracer<'_> {
                     };
                     match prev.as_mut() {
                         State::Stepping { ev, after, .. } if r.ip() == *after => super::set_syscall_result(ev, r.0.rax),
-                        State::Stepping { after, .. } if r.ip() < *after && r.ip() >= after.saturating_sub(64) => {}
+                        State::Stepping { after, entry, .. } if r.ip() < *after && r.ip() >= entry.ip() => {}
                         _ if ours => {
                             r.set_ip(r.ip() - 1);
                             let _ = self.k.set_regs(tid, &r);

@@ -19,8 +19,8 @@ impl Tracer<'_> {
             None => None,
         };
         let Ok(mut regs) = self.k.get_regs(tid) else { return };
-        if let Some(Thread { state: State::Stepping { after, .. }, .. }) = self.threads.get(&tid) {
-            let after = *after;
+        if let Some(Thread { state: State::Stepping { after, entry, .. }, .. }) = self.threads.get(&tid) {
+            let (after, start) = (*after, entry.ip());
             if regs.ip() == after {
                 let sig = own_sigtrap(&*self.k, tid);
                 let Some(t) = self.threads.get_mut(&tid) else { return };
@@ -30,7 +30,7 @@ impl Tracer<'_> {
                     self.resume(tid, sig);
                     self.emit(*ev);
                 }
-            } else if regs.ip() < after && regs.ip() >= after.saturating_sub(64) {
+            } else if regs.ip() < after && regs.ip() >= start {
                 // Slow path: stepping the wrapper's prefix one instruction at a time.
                 self.resume(tid, 0);
             } else {

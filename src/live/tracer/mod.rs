@@ -247,7 +247,7 @@ impl<'a> Tracer<'a> {
                 return Err(AttachError::Undecodable { addr: spec.addr });
             };
             let wrapper = spec.wrapper.then(|| {
-                let syscall_at = breakpoints::decode(cs, &spec.code, spec.addr, 16)
+                let syscall_at = breakpoints::decode(cs, &spec.code, spec.addr, breakpoints::WRAPPER_INSNS)
                     .iter()
                     .find(|d| d.insn == Some(Insn::Syscall))
                     .map(|d| d.addr)?;
