@@ -297,7 +297,8 @@ pub fn totals(regions: &[SmapsRegion], classes: &[Class]) -> (BTreeMap<Class, Cl
 /// The malloc implementation in the process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allocator {
-    /// `jemalloc`, `tcmalloc`, `mimalloc`, `glibc`, or `unknown` (no libc mapped: a static binary).
+    /// `jemalloc`, `tcmalloc`, `mimalloc`, `glibc`, `musl` (its libc, which is also its dynamic loader), or
+    /// `unknown` (no libc mapped: a static binary).
     pub name: &'static str,
     /// The mapped library it was recognised by.
     pub library: Option<String>,
@@ -317,6 +318,12 @@ pub fn detect_allocator(regions: &[SmapsRegion]) -> Allocator {
             if base.starts_with(prefix) && r.map.is_file() {
                 return Allocator { name, library: Some(path.to_string()), config: Vec::new() };
             }
+        }
+        // musl's libc is its loader: /lib/ld-musl-x86_64.so.1 (Alpine), /usr/lib/x86_64-linux-musl/libc.so
+        // (Debian's musl-tools).
+        let musl = base.starts_with("ld-musl") || base.starts_with("libc.musl") || path.contains("-linux-musl/");
+        if musl && r.map.is_file() {
+            return Allocator { name: "musl", library: Some(path.to_string()), config: Vec::new() };
         }
         if libc.is_none() && (base.starts_with("libc.so") || base.starts_with("libc-2.")) {
             libc = Some(path.to_string());
@@ -502,6 +509,14 @@ mod tests {
         let glibc = detect_allocator(&r[..19]);
         assert_eq!(glibc.name, "glibc");
         assert_eq!(detect_allocator(&r[..5]).name, "unknown");
+        // musl's libc, which is its loader, however a distribution names it.
+        let libc = r[..19].iter().find(|x| x.map.path.contains("libc.so")).expect("a libc in the sample");
+        for path in ["/usr/lib/x86_64-linux-musl/libc.so", "/lib/ld-musl-x86_64.so.1"] {
+            let mut musl = libc.clone();
+            musl.map.path = path.to_string();
+            let found = detect_allocator(&[r[0].clone(), musl]);
+            assert_eq!((found.name, found.library.as_deref()), ("musl", Some(path)));
+        }
 
         let env = parse_environ(
             b"PATH=/bin\0MALLOC_ARENA_MAX=2\0MALLOC_CONF=narenas:1,dirty_decay_ms:0\0X\0\xff=1\0\

@@ -202,7 +202,13 @@ fn write_report(
             human(t.rss_swap())
         )?;
     }
-    writeln!(w, "malloc arenas: {}", arena_line(&s.arenas))?;
+    match alloc.name {
+        "musl" => writeln!(
+            w,
+            "malloc arenas: none (musl's malloc has no arenas: its memory is in [heap] and anonymous regions)"
+        )?,
+        _ => writeln!(w, "malloc arenas: {}", arena_line(&s.arenas))?,
+    }
     let stacks = s.by_class.get(&Class::Stack).map(|t| t.regions).unwrap_or(0);
     writeln!(
         w,

@@ -456,6 +456,15 @@ fn musl_targets_static_and_dynamic_are_traced_exactly() {
             assert_eq!(names.get(..2), Some(&["syscall", "main"][..]), "{extra:?}: {v}");
         }
         assert_eq!(tracer_of(t.pid), 0, "{extra:?}");
+        // `mem` names musl's malloc (the dynamic program maps musl's libc) and says it has no arenas.
+        let (code, mem, err) = run_syscatch(&["mem", "--pid", &pid]);
+        assert_eq!(code, 0, "{err}");
+        let want = if extra.contains(&"-static") { "allocator: unknown" } else { "allocator: musl (" };
+        assert!(mem.contains(want), "{extra:?}: {mem}");
+        if !extra.contains(&"-static") {
+            assert!(mem.contains("malloc arenas: none (musl's malloc has no arenas"), "{mem}");
+            assert!(!mem.contains("glibc"), "{mem}");
+        }
         t.send("exit 7");
         assert_eq!(t.wait().code(), Some(7), "{extra:?}");
     }

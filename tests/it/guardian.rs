@@ -84,6 +84,17 @@ fn sigkill_of_syscatch_leaves_an_idle_target_on_glibc_2_43_healthy() {
     }
 }
 
+/// musl, static and dynamic: breakpoints on its `syscall()` and its own mmap (`--fast` cannot take musl's wrapper),
+/// put back by the guardian.
+#[test]
+fn sigkill_of_syscatch_leaves_an_idle_musl_target_healthy() {
+    require_ptrace();
+    for extra in [&["CC=musl-gcc", "-static"][..], &["CC=musl-gcc"][..]] {
+        let t = Target::start(&testprog_with("target", extra), &[]);
+        idle_survives(t, &["--no-fast"], "put back 2 original byte(s)");
+    }
+}
+
 fn idle_survives(mut t: Target, extra: &[&str], restored_text: &str) {
     let pid = t.pid.to_string();
     let mut args = vec!["--syscall", "mmap", "--pid", pid.as_str()];
