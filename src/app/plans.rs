@@ -22,7 +22,7 @@ pub fn syscall_plan(numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Plan {
             wrapper: true,
             probes: vec![Probe::new(None, None, Box::new(Numbers(numbers)))],
         }],
-        what: format!("breakpoint on syscall() at {:#x}", site.addr),
+        what: format!("syscall() at {:#x}", site.addr),
         fast: fast.then_some((wanted, site)),
         ring: Vec::new(),
         fast_functions: Vec::new(),

@@ -575,7 +575,14 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
         // Before the line that says we are ready: whoever reads it may check the tracer's slice.
         crate::os::sched::short_slice();
-        eprintln!("syscatch: attached to {} thread(s) of process {pid}; {}", tracer.summary.threads_seen, plan.what);
+        let how = match tracer.fast_installed() {
+            true => " (--fast: calls that do not match never stop)",
+            false => "",
+        };
+        eprintln!(
+            "syscatch: attached to {} thread(s) of process {pid}; {}{how}",
+            tracer.summary.threads_seen, plan.what
+        );
         if spawned {
             // The spawned program is held at its entry point; let it go.
             let _ = ptrace::cont(pid, 0);

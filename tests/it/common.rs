@@ -430,10 +430,10 @@ impl Lines {
     }
 }
 
-/// The breakpoint address syscatch printed in its "attached to ... breakpoint on syscall() at 0x..." line.
+/// The `syscall()` address syscatch printed in its "attached to ...; syscall() at 0x..." line.
 pub fn attached_site(err: &[String]) -> Option<u64> {
-    let l = err.iter().find(|l| l.contains("breakpoint on syscall() at"))?;
-    let hex = l.split("breakpoint on syscall() at 0x").nth(1)?;
+    let l = err.iter().find(|l| l.contains("attached to") && l.contains("syscall() at"))?;
+    let hex = l.split("syscall() at 0x").nth(1)?;
     let end = hex.find(|c: char| !c.is_ascii_hexdigit()).unwrap_or(hex.len());
     u64::from_str_radix(&hex[..end], 16).ok()
 }

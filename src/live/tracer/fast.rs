@@ -619,6 +619,11 @@ impl Tracer<'_> {
         true
     }
 
+    /// Whether `--fast`'s trampoline took the `syscall()` wrapper (and the functions it could patch).
+    pub fn fast_installed(&self) -> bool {
+        self.fast.is_some()
+    }
+
     /// Whether `addr` is one of the trampoline's int3s (never rewound: the page stays valid after detach).
     pub(super) fn fast_int3(&self, addr: u64) -> bool {
         self.fast.as_ref().is_some_and(|f| f.int3s.contains_key(&addr))
