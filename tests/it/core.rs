@@ -610,6 +610,7 @@ fn a_breakpoint_byte_changed_by_someone_else_is_never_restored_wrongly() {
     let (code, _, err) = run_syscatch(&["--pid", &pid.to_string()]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("another debugger, uprobe or hook"), "{err}");
+    assert!(err.contains(&format!("syscall() at {site:#x}: its first byte is 0xcc")), "names the site: {err}");
     assert_eq!(tracer_of(pid), 0);
     write_mem(pid, site, &orig);
     assert_eq!(cmd(&mut t, "mmap 1").len(), 1);

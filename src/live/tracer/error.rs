@@ -56,10 +56,11 @@ pub enum Error {
     #[error("cannot read the target's memory: {0}")]
     ReadMemory(io::Error),
     #[error(
-        "the byte at {addr:#x} is {now:#04x} in memory but {file:#04x} in the file: another debugger, uprobe or \
-         hook has changed it; refusing to plant a breakpoint there"
+        "{what} at {addr:#x}: its first byte is {now:#04x} in memory but {file:#04x} in the file: another \
+         debugger, uprobe or hook has changed it; refusing to plant a breakpoint there (`syscatch hooks --pid N` \
+         shows a hook; leave that probe out to trace the rest)"
     )]
-    ByteChanged { addr: u64, now: u8, file: u8 },
+    ByteChanged { what: String, addr: u64, now: u8, file: u8 },
     #[error("cannot write the breakpoint: {0}")]
     WriteBreakpoint(io::Error),
 
@@ -156,9 +157,11 @@ mod tests {
         );
         assert_eq!(Error::Ptrace(Errno::ESRCH).to_string(), "No such process");
         assert_eq!(
-            Error::ByteChanged { addr: 0x1000, now: 0xcc, file: 0x48 }.to_string(),
-            "the byte at 0x1000 is 0xcc in memory but 0x48 in the file: another debugger, uprobe or hook has \
-             changed it; refusing to plant a breakpoint there"
+            Error::ByteChanged { what: "probe m (libc.so.6:munmap)".into(), addr: 0x1000, now: 0xcc, file: 0x48 }
+                .to_string(),
+            "probe m (libc.so.6:munmap) at 0x1000: its first byte is 0xcc in memory but 0x48 in the file: another \
+             debugger, uprobe or hook has changed it; refusing to plant a breakpoint there (`syscatch hooks --pid \
+             N` shows a hook; leave that probe out to trace the rest)"
         );
         assert_eq!(Error::Refused(Refusal::NoRoom).to_string(), Refusal::NoRoom.to_string());
         assert_eq!(Error::Mmap(-12).to_string(), "mmap in the target failed (-12)");

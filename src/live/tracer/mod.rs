@@ -214,6 +214,21 @@ fn from_int3(k: &dyn Kernel, tid: Tid) -> bool {
     k.sig_code(tid).ok().is_none_or(|c| c == libc::SI_KERNEL)
 }
 
+/// What a site serves, for messages: `probe m (libc.so.6:munmap)`, `syscall()`, `libc.so.6:mmap`.
+fn site_names(site: &Site) -> String {
+    let names: Vec<String> = site
+        .probes
+        .iter()
+        .map(|p| match (&p.name, &p.label) {
+            (Some(n), Some(l)) => format!("probe {n} ({l})"),
+            (Some(n), None) => format!("probe {n} (syscall())"),
+            (None, Some(l)) => l.to_string(),
+            (None, None) => "syscall()".to_string(),
+        })
+        .collect();
+    names.join(", ")
+}
+
 impl<'a> Tracer<'a> {
     /// On the real kernel, with the guardian started before anything is planted.
     fn new(cfg: Config, specs: Vec<SiteSpec>, sink: &'a mut dyn Sink) -> Result<Tracer<'a>, AttachError> {
@@ -309,7 +324,8 @@ impl<'a> Tracer<'a> {
             let mut b = [0u8; 1];
             self.mem.read_exact(site.addr, &mut b).map_err(Error::ReadMemory)?;
             if b[0] != site.orig {
-                return Err(Error::ByteChanged { addr: site.addr, now: b[0], file: site.orig });
+                let (addr, now, file) = (site.addr, b[0], site.orig);
+                return Err(Error::ByteChanged { what: site_names(site), addr, now, file });
             }
         }
         self.install_pad(None);
