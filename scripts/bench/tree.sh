@@ -78,9 +78,13 @@ bench_tree_workers() {
         local -a u=(${got[untraced]}) o=(${got[one]}) f=(${got[four]})
         untraced_sum+=("$(calc "${u[0]} + ${u[1]} + ${u[2]} + ${u[3]}")")
         one+=("$(calc "${o[0]} / ${u[0]}")")
-        local shares=()
-        for ((i = 0; i < 4; i++)); do shares+=("$(calc "${f[i]} / ${u[i]}")"); done
-        four+=("$(median "${shares[@]}")") four_min+=("$(minof "${shares[@]}")")
+        local shares=() least=0
+        for ((i = 0; i < 4; i++)); do
+            shares+=("$(calc "${f[i]} / ${u[i]}")")
+            awk "BEGIN {exit !(${shares[i]} < ${shares[least]})}" && least=$i
+        done
+        # Which worker kept least (w0..w3, w0 the one traced alone too), to tell a pattern from scheduling noise.
+        four+=("$(median "${shares[@]}")") four_min+=("${shares[least]}(w$least)")
     done
     local fd
     for ((i = 0; i < 4; i++)); do
