@@ -490,3 +490,50 @@ fn locations_and_plan_read_a_module_once() {
     assert!(after_resolve - before <= modules as u64, "{} reads for {modules} modules", after_resolve - before);
     assert_eq!(ModuleCache::shared().file_reads(), after_resolve, "the plan reads nothing again");
 }
+
+#[test]
+fn fast_takes_the_probes_that_decide_from_the_call_alone() {
+    use crate::live::resolve;
+    let pid = crate::os::Tid::try_from(std::process::id()).expect("pid fits");
+    let mem = crate::os::mem::ProcMem::open(pid).expect("own memory");
+    let libc = resolve::find_libc(&resolve::read_maps(pid).expect("own maps")).expect("libc mapped");
+    let module = resolve::read_module(pid, &libc, Some(&mem)).expect("libc read");
+    let (addr, code) = resolve::wrapper_code(&module, "syscall").expect("glibc's syscall()");
+    let wrapper = crate::live::plan::Wrapper { addr, code };
+    // Resolved by hand: this test binary has a data symbol of its own named `syscall`.
+    let plan_of = |text: &str, fast: bool| {
+        let script = parse_str(text).expect("parses");
+        let resolved: Vec<check::ResolvedProbe> = script
+            .probes
+            .iter()
+            .map(|p| {
+                let name = match &p.location {
+                    Location::Function { symbol, .. } => symbol.as_str(),
+                    _ => "syscall",
+                };
+                let (addr, size) = module.find_symbol(name).expect("a libc function");
+                check::ResolvedProbe { addr, module: Some(libc.clone()), symbol: Some((name.to_string(), size)) }
+            })
+            .collect();
+        run::plan(pid, &script, &resolved, Some(&wrapper), &mem, fast).expect("plans")
+    };
+    // Conditions on the arguments: the wrapper's numbers; munmap's probe wants no stack, so its calls go to the ring.
+    let p = plan_of(
+        "probe a at syscall(mmap, munmap) if arg1 > 4096 {\n    collect args, ret, stack\n}\n\
+         probe b at libc.so.6:munmap {\n    collect args, ret\n}\n",
+        true,
+    );
+    assert_eq!(p.fast.as_ref().map(|(n, _)| n.clone()), Some(vec![9, 11]));
+    assert!(p.ring.is_empty(), "probe a wants stacks");
+    let f: Vec<(u64, bool)> = p.fast_functions.iter().map(|f| (f.nr, f.ring)).collect();
+    assert_eq!(f, [(11, true)]);
+    assert_eq!(p.specs.len(), 2, "the breakpoints stay planned, for where --fast cannot install");
+    // A register by name at the wrapper: its breakpoint stays, and with it every site (the trampoline would take
+    // the wrapper's place).
+    let p = plan_of("probe a at syscall(mmap) if rdx > 4096 {}\nprobe b at libc.so.6:munmap {}\n", true);
+    assert!(p.fast.is_none() && p.fast_functions.is_empty() && p.ring.is_empty());
+    // Registers collected, a function --fast does not patch, or --no-fast: breakpoints.
+    assert!(plan_of("probe a at syscall(mmap) {\n    collect regs(rdi)\n}\n", true).fast.is_none());
+    assert!(plan_of("probe a at libc.so.6:malloc {}\n", true).fast.is_none());
+    assert!(plan_of("probe a at syscall(mmap) {}\n", false).fast.is_none());
+}
