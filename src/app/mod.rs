@@ -23,6 +23,7 @@ pub mod session;
 pub mod session_files;
 pub mod session_report;
 pub mod shell;
+pub mod sink;
 pub mod stack;
 pub mod trace;
 pub mod watch;

@@ -6,11 +6,12 @@ use crate::app::outputs::{self, Ending, finish, open_outputs, render_events};
 use crate::app::placement::{cpus_away_from, sit_with_pinned_target};
 use crate::app::plans::{leak_plan, trace_plan};
 use crate::app::record::{Record, Recorder, Recording};
+use crate::app::sink::ChannelSink;
 use crate::cli::TraceArgs;
 use crate::live::plan::{Plan, Wrapper};
 use crate::live::process::{self, Ids};
 use crate::live::tracer::{AttachError, Config, FastRequest, Tracer};
-use crate::model::event::{End, Event, Sink, Summary};
+use crate::model::event::{End, Summary};
 use crate::model::smaps::Span;
 use crate::os::{Tid, procfs, ptrace, signals};
 use crate::{app::analyze as analysis, live::resolve, model::status, model::syscalls};
@@ -102,79 +103,6 @@ pub fn syscall_site(pid: Tid, mem: &crate::os::mem::ProcMem) -> Result<Wrapper> 
     let module = resolve::read_module(pid, &libc, Some(mem))?;
     let (addr, code) = resolve::wrapper_code(&module, "syscall")?;
     Ok(Wrapper { addr, code })
-}
-
-/// Sends events to the analysis thread without making the target wait on it. While the analysis keeps up, each
-/// event goes with its stack window; when [`Self::WINDOWS`] windows are already queued, the record goes without
-/// its window (counted, and the event says so): a burst never waits on unwinding and rendering. (A call of a
-/// known stack keeps its capture: a few KiB, never unwound again.) Only when
-/// [`Self::RECORDS`] records are queued (nobody reads our output: a pager not scrolled, a stopped consumer) does
-/// the tracer wait, a second at most; then events are dropped and counted: blocking on would leave every thread
-/// of the target stopped at its next hit, and Ctrl-C unheard.
-struct ChannelSink {
-    tx: crossbeam_channel::Sender<analysis::Queued>,
-    dropped: u64,
-    /// Events sent without their stack window.
-    windows_dropped: u64,
-    /// The queue stayed full for [`Self::STALL`]: the output is stuck; don't wait again until it moves.
-    stalled: bool,
-    /// Stack windows queued and not yet taken by the unwinding (which counts them down).
-    windows: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl ChannelSink {
-    /// How long the tracer waits for a full queue before it stops waiting.
-    const STALL: Duration = Duration::from_secs(1);
-    /// Queued events that may carry a stack window (each up to --stack-bytes): bounds syscatch's memory.
-    const WINDOWS: usize = 256;
-    /// Queued records (a few hundred bytes each, without a window).
-    const RECORDS: usize = analysis::QUEUED_RECORDS;
-}
-
-impl Sink for ChannelSink {
-    fn behind(&self) -> bool {
-        self.tx.len() * 2 >= Self::RECORDS
-    }
-
-    fn event(&mut self, mut ev: Event) {
-        // A known stack's capture is cut to what its unwind read, and the unwinding has that unwind already: kept,
-        // and not counted.
-        let window = ev.capture.as_ref().is_some_and(|c| c.known_id.is_none());
-        let stack_dropped = window && self.windows.load(std::sync::atomic::Ordering::Relaxed) >= Self::WINDOWS;
-        if stack_dropped {
-            ev.capture = None;
-            self.windows_dropped += 1;
-        } else if window {
-            self.windows.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        let q = analysis::Queued::Call { ev, stack_dropped, numbered: analysis::Numbered::No };
-        let sent = if self.stalled {
-            match self.tx.try_send(q) {
-                Ok(()) => {
-                    self.stalled = false;
-                    true
-                }
-                Err(crossbeam_channel::TrySendError::Full(_)) => {
-                    self.dropped += 1;
-                    false
-                }
-                Err(crossbeam_channel::TrySendError::Disconnected(_)) => false,
-            }
-        } else {
-            match self.tx.send_timeout(q, Self::STALL) {
-                Ok(()) => true,
-                Err(crossbeam_channel::SendTimeoutError::Timeout(_)) => {
-                    self.dropped += 1;
-                    self.stalled = true;
-                    false
-                }
-                Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => false,
-            }
-        };
-        if window && !stack_dropped && !sent {
-            self.windows.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
 }
 
 /// What a trace produces, whichever command started it.
@@ -518,7 +446,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     // ends (then the sender is dropped, so the analysis still ends with the sink).
     let mut armed = armed_sampler.map(|s| (s, tx.clone()));
     let mut periodic = None;
-    let mut sink = ChannelSink { tx, dropped: 0, windows_dropped: 0, stalled: false, windows };
+    let mut sink = ChannelSink::new(tx, windows);
     // Asked to stop while getting ready (the handlers are in place from the start, see `trace`): not attached yet,
     // so nothing to undo.
     if signals::stop_requested() != 0 && !spawned {
@@ -612,19 +540,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         }
     };
     summary.warnings.extend(python_error);
-    if sink.dropped > 0 {
-        summary.warnings.push(format!(
-            "{} events were dropped: the output was not read for over a second (they are counted in the totals above)",
-            sink.dropped
-        ));
-    }
-    if sink.windows_dropped > 0 {
-        summary.warnings.push(format!(
-            "{} events were reported without their stack: the analysis was behind, so their stack windows were \
-             dropped to keep the target running (their calls, arguments and results are complete)",
-            sink.windows_dropped
-        ));
-    }
+    sink.say_drops(&mut summary.warnings);
     drop(sink);
     let done = match worker.join() {
         Ok(Ok(done)) => done,
