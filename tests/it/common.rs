@@ -640,3 +640,18 @@ impl StopWatch {
         self.seen.join().unwrap()
     }
 }
+
+/// testprogs/leaker.c traced by `syscatch --pid P ARGS`: sends "go", waits for its "done", stops syscatch with
+/// SIGINT. Returns the bytes the leaker says it leaked, syscatch's JSON lines and its stderr.
+pub fn leaker_run(t: &mut Target, args: &[&str]) -> (u64, Vec<serde_json::Value>, Vec<String>) {
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&[&["--pid", pid.as_str()], args].concat());
+    sc.wait_attached();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    let leaked: u64 = lines.iter().find_map(|l| l.strip_prefix("leaked ")).unwrap().parse().unwrap();
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    (leaked, json_lines(&out), err)
+}

@@ -469,16 +469,7 @@ fn musl_targets_static_and_dynamic_are_traced_exactly() {
         assert_eq!(t.wait().code(), Some(7), "{extra:?}");
     }
     let mut t = Target::start(&testprog_with("leaker", &["CC=musl-gcc", "-static"]), &[]);
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--leaks", "--json"]);
-    sc.wait_attached();
-    t.send("go");
-    let lines = t.out.until(|l| l == "done");
-    let leaked: u64 = lines.iter().find_map(|l| l.strip_prefix("leaked ")).unwrap().parse().unwrap();
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    let values = json_lines(&out);
+    let (leaked, values, _) = leaker_run(&mut t, &["--leaks", "--json"]);
     let leak = values
         .iter()
         .filter(|v| v["type"] == "leak")

@@ -209,15 +209,7 @@ fn a_rules_file_adds_rules_and_a_bad_one_is_refused_before_attaching() {
     assert!(err.contains("bad.rules.json") && err.contains("framez"), "{err}");
     assert_eq!(tracer_pid(t.pid), Some(0));
 
-    let mut sc = Syscatch::start(&["--pid", &pid, "--leaks", "--json", "--rules", mine.to_str().unwrap()]);
-    sc.wait_attached();
-    t.send("go");
-    let lines = t.out.until(|l| l == "done");
-    let leaked: u64 = lines.iter().find_map(|l| l.strip_prefix("leaked ")).unwrap().parse().unwrap();
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    let values = json_lines(&out);
+    let (leaked, values, _) = leaker_run(&mut t, &["--leaks", "--json", "--rules", mine.to_str().unwrap()]);
     let f = of_type(&values, "finding");
     assert_eq!(f.len(), 1, "{f:#?}");
     assert_eq!((f[0]["rule"].as_str(), f[0]["bytes"].as_u64()), (Some("leaker-site"), Some(leaked)));
@@ -233,15 +225,7 @@ fn pprof_profile_reads_in_go_tool_pprof_with_exact_values() {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let profile = dir.join("leaker.pb.gz");
     let mut t = Target::start(&testprog("leaker"), &[]);
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--pprof", profile.to_str().unwrap(), "--smaps-every", "100ms"]);
-    sc.wait_attached();
-    t.send("go");
-    let lines = t.out.until(|l| l == "done");
-    let leaked: u64 = lines.iter().find_map(|l| l.strip_prefix("leaked ")).unwrap().parse().unwrap();
-    sc.signal(libc::SIGINT);
-    let (status, _, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
+    let (leaked, _, _) = leaker_run(&mut t, &["--pprof", profile.to_str().unwrap(), "--smaps-every", "100ms"]);
     let raw = Command::new("go").args(["tool", "pprof", "-raw"]).arg(&profile).output().unwrap();
     assert!(raw.status.success(), "{}", String::from_utf8_lossy(&raw.stderr));
     let raw = String::from_utf8_lossy(&raw.stdout);

@@ -58,34 +58,13 @@ fn leak_report_round(mut t: Target, mode: &str, name: &str) {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let folded = dir.join(format!("leaker{mode}{name}.folded"));
     let svg = dir.join(format!("leaker{mode}{name}.svg"));
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&[
-        "--pid",
-        &pid,
-        "--leaks",
-        mode,
-        "--json",
-        "--smaps-every",
-        "100ms",
-        "--folded",
-        folded.to_str().unwrap(),
-        "--flamegraph",
-        svg.to_str().unwrap(),
-        "--weight",
-        "still-mapped",
-    ]);
-    sc.wait_attached();
-    t.send("go");
-    let lines = t.out.until(|l| l == "done");
-    let leaked: u64 = lines.iter().find_map(|l| l.strip_prefix("leaked ")).unwrap().parse().unwrap();
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
+    let (folded_arg, svg_arg) = (folded.to_str().unwrap(), svg.to_str().unwrap());
+    let args = ["--leaks", mode, "--json", "--smaps-every", "100ms", "--folded", folded_arg, "--flamegraph", svg_arg];
+    let (leaked, values, err) = leaker_run(&mut t, &[&args[..], &["--weight", "still-mapped"]].concat());
     let trampoline = err.iter().any(|l| l.contains("left its trampoline page mapped"));
     assert_eq!(trampoline, mode == "--fast", "{err:#?}");
-    let values = json_lines(&out);
     let leaks: Vec<&Value> = values.iter().filter(|v| v["type"] == "leak").map(|v| &v["data"]).collect();
-    assert!(!leaks.is_empty(), "{out:#?}");
+    assert!(!leaks.is_empty(), "{values:#?}");
 
     // The leaking call site holds exactly what it kept. (The calls come at one moment: whether that is growth
     // depends on when in the trace it is, see `growth_is_told_from_churn_in_any_window`.)
