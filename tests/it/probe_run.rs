@@ -160,6 +160,8 @@ fn a_condition_on_arguments_selects_the_same_calls_with_fast_and_breakpoints() {
         let s = summary_data(&values);
         assert_eq!(s["matching"], 60, "{ctx}");
         let n = |k: &str| s[k].as_u64().unwrap();
+        let attached = err.iter().find(|l| l.contains("attached to")).expect("the attach line");
+        assert_eq!(attached.contains("(--fast: calls that do not match never stop)"), mode.is_empty(), "{ctx}");
         if mode.is_empty() {
             // Each call either stopped at the trampoline or was written down with its known stack.
             assert_eq!(n("hits"), 120, "{ctx}");
