@@ -7,7 +7,8 @@ use std::process::Command;
 
 fn main() {
     build_demo();
-    build_known();
+    build_blob("src/x86/known.c", "known");
+    build_blob("src/x86/alloc.c", "alloc");
     println!("cargo:rustc-env=SYSCATCH_BUILD_INFO={}", build_info());
 }
 
@@ -30,12 +31,13 @@ fn build_demo() {
     assert!(status.success(), "compiling {src} failed");
 }
 
-/// The known-stack matcher of `--fast` (src/x86/known.c) as the bytes copied into the trampoline page: compiled
-/// freestanding and position-independent, its `.text` taken whole. It must have no relocations (nothing is
-/// linked), which is checked here, nor data (only `.text` is taken).
-fn build_known() {
+/// Code copied into the trampoline's pages (the known-stack matcher of `--fast`, src/x86/known.c; the allocation
+/// sampler of `--malloc`, src/x86/alloc.c) as bytes: compiled freestanding and position-independent, its `.text`
+/// taken whole. It must have no relocations (nothing is linked), which is checked here, nor data (only `.text` is
+/// taken), and its one function must start the bytes (it is called there).
+fn build_blob(src: &str, name: &str) {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let (src, obj, bin) = ("src/x86/known.c", out_dir.join("known.o"), out_dir.join("known.bin"));
+    let (obj, bin) = (out_dir.join(format!("{name}.o")), out_dir.join(format!("{name}.bin")));
     println!("cargo:rerun-if-changed={src}");
     let compiler = cc::Build::new().opt_level(2).get_compiler();
     let flags = [
@@ -65,6 +67,13 @@ fn build_known() {
     assert!(
         relocs.status.success() && !text.contains("Relocation section '.rela.text"),
         "{src} needs relocations:\n{text}"
+    );
+    let syms = Command::new("nm").arg("--defined-only").arg("-g").arg(&obj).output().expect("nm (binutils) runs");
+    let syms = String::from_utf8_lossy(&syms.stdout);
+    let functions: Vec<&str> = syms.lines().filter(|l| l.split_whitespace().nth(1) == Some("T")).collect();
+    assert!(
+        functions.len() == 1 && functions[0].starts_with("0000000000000000 "),
+        "{src} must define one function, at the start of .text: {syms}"
     );
     let status = Command::new("objcopy")
         .args(["-O", "binary", "-j", ".text"])

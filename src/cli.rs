@@ -2,7 +2,7 @@
 //! Nothing here touches a process.
 
 use crate::analysis::leaks::Weight;
-use crate::model::duration::{parse_duration, parse_offset, parse_rate};
+use crate::model::duration::{parse_duration, parse_offset, parse_rate, parse_size};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -149,6 +149,13 @@ pub struct TraceArgs {
     /// that grew and how much of it is still mapped.
     #[arg(long)]
     pub leaks: bool,
+    /// Also sample the allocations of malloc, calloc, realloc, posix_memalign, aligned_alloc and the others, about
+    /// one per --malloc-every bytes allocated, and report the stacks that hold the most heap (implies --leaks).
+    #[arg(long, conflicts_with = "no_fast")]
+    pub malloc: bool,
+    /// With --malloc: the mean bytes allocated between two samples (each byte is sampled with probability 1/BYTES).
+    #[arg(long, value_parser = parse_size, value_name = "BYTES", default_value = "512KiB")]
+    pub malloc_every: u64,
     /// With --leaks: how often to sample the target's regions (/proc/PID/maps, and pagemap for the regions that
     /// changed or hold traced calls; the whole /proc/PID/smaps is read before and after the trace).
     #[arg(long, value_parser = parse_duration, default_value = "1s")]

@@ -150,6 +150,8 @@ pub struct LeakTracker {
     /// Read back from a recording: the stacks of the model that wrote it, by its numbers, as this one numbers
     /// them.
     recorded_ids: HashMap<u32, StackId>,
+    /// `--malloc`'s sampled allocations (empty without it).
+    pub samples: crate::analysis::samples::HeapSamples,
 }
 
 /// Pagemap bits (Documentation/admin-guide/mm/pagemap.rst).
@@ -198,6 +200,15 @@ impl LeakTracker {
     /// Returns the number of the call's stack when the call was counted.
     pub fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> Option<StackId> {
         if self.after_window(ev.time) {
+            return None;
+        }
+        if let Some(f) = crate::analysis::samples::alloc_fn(ev) {
+            if self.samples.every > 0 {
+                self.reach(ev.time);
+                let id =
+                    if f == crate::x86::alloc::AllocFn::Free { StackId(u32::MAX) } else { self.stacks.intern(stack) };
+                self.samples.event(ev, f, id);
+            }
             return None;
         }
         let nr = call_syscall(ev).filter(|nr| crate::model::consts::MAPPING_SYSCALLS.contains(nr))?;
@@ -395,6 +406,7 @@ impl LeakTracker {
             leaks,
             quiet,
             stacks: &self.stacks,
+            samples: (self.samples.every > 0).then_some(&self.samples),
             diagnosis: None,
             resident,
             region_resident,
@@ -452,6 +464,8 @@ pub struct LeakReport<'a> {
     /// The other traced stacks (they hold nothing: not leak candidates; the rules still see their calls).
     pub quiet: Vec<Candidate>,
     stacks: &'a Stacks,
+    /// `--malloc`'s sampled allocations.
+    pub samples: Option<&'a crate::analysis::samples::HeapSamples>,
     /// The findings (report mode), shown first.
     pub diagnosis: Option<crate::analysis::findings::Diagnosis>,
     /// Resident bytes (present or swapped, exclusively mapped) still mapped by each stack.

@@ -11,6 +11,7 @@ pub mod memclass;
 pub mod modules;
 pub mod mstate;
 pub mod rules;
+pub mod samples;
 pub mod symbolize;
 pub mod trend;
 pub mod unwind;

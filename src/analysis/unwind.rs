@@ -480,6 +480,12 @@ fn walk(
         let Some(next_sp) = step.regs.get(RSP) else {
             return End::Truncated(format!("caller's stack pointer unknown above {:#x}", frame.pc));
         };
+        let (mut next_pc, mut step) = (next_pc, step);
+        if let Some((pc, sp)) = sampler_frame(next_pc, next_sp, stack) {
+            // A `--malloc` stub's frame (a sampled call in progress): stepped over to the function's caller.
+            (next_pc, step.regs.0[RA], step.regs.0[RSP]) = (pc, Some(pc), Some(sp));
+        }
+        let next_sp = step.regs.get(RSP).unwrap_or(next_sp);
         // A caller's frame lies above its callee's; a signal frame may switch stacks (sigaltstack).
         if !step.signal && next_sp <= sp {
             return End::Truncated(format!(
@@ -498,6 +504,18 @@ fn walk(
         frame = RawFrame { pc: next_pc, lookup, how: step.how };
         regs = step.regs;
     }
+}
+
+/// The frame of a `--malloc` stub around a sampled call returning to `pc` with its stack at `sp` (see
+/// `crate::x86::alloc::COOKIE`): the caller's return address and stack pointer, stepping over the stub.
+fn sampler_frame(pc: u64, sp: u64, stack: &StackWindow) -> Option<(u64, u64)> {
+    use crate::x86::alloc::{COOKIE, STUB_FRAME};
+    let cookie = COOKIE ^ pc;
+    if stack.read_u64(sp).ok()? != cookie || stack.read_u64(sp.checked_add(8)?).ok()? != cookie {
+        return None;
+    }
+    let at = sp.checked_add(STUB_FRAME)?;
+    Some((stack.read_u64(at).ok()?, at.checked_add(8)?))
 }
 
 struct Step {

@@ -46,6 +46,8 @@ pub struct Config {
     /// With `leaks` and a recorder: for how long (seconds since attach) the recording keeps each mapping call,
     /// and then the leak model's changes at each sample (`None`: each call, always).
     pub calls_for: Option<f64>,
+    /// `--malloc-every` (0: no `--malloc`): the sampled allocations' estimates need it.
+    pub malloc_every: u64,
 }
 
 pub type Interim = dyn FnMut(&LeakTracker, f64) + Send;
@@ -331,7 +333,11 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
         .spawn(move || unwinder(rx, utx, modules, depth, recording, known, windows))
         .expect("cannot start the unwinding thread");
     crate::os::sched::batch();
-    let mut tracker = cfg.leaks.then(|| LeakTracker::window(cfg.window.0, cfg.window.1));
+    let mut tracker = cfg.leaks.then(|| {
+        let mut t = LeakTracker::window(cfg.window.0, cfg.window.1);
+        t.samples = crate::analysis::samples::HeapSamples::new(cfg.malloc_every);
+        t
+    });
     let mut seen_twice = SeenTwice::default();
     let mut nested = 0u64;
     let (rec, traced) = (cfg.recorder, cfg.traced);

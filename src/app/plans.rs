@@ -28,6 +28,7 @@ pub fn syscall_plan(numbers: HashSet<u64>, site: Wrapper, fast: bool) -> Plan {
         fast_functions: Vec::new(),
         depths: HashMap::new(),
         watched: crate::live::mappaths::Watched::default(),
+        malloc_every: 0,
     }
 }
 
@@ -44,6 +45,47 @@ pub fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wr
     let all = |nr: u64| crate::model::consts::MAPPING_SYSCALLS.contains(&nr);
     add_functions(pid, &mut plan, &all, fast, &ring)?;
     Ok(plan)
+}
+
+/// `--malloc`: the allocation functions of libc (malloc, calloc, realloc, free and the aligned ones), patched at
+/// their entries by `--fast`'s trampoline with the sampler (one sample per `every` bytes on average). A function
+/// whose entry was patched in memory by someone else is left out (said in the report), and without free none is
+/// sampled.
+pub fn add_allocators(pid: Tid, plan: &mut Plan, every: u64) -> Result<()> {
+    use crate::x86::alloc::AllocFn;
+    let mem = open_mem(pid)?;
+    let maps = resolve::read_maps(pid)?;
+    let libc = resolve::find_syscall_module(pid, &maps, Some(&mem))
+        .ok_or_else(|| anyhow!("process {pid} has no libc mapped and no syscall() of its own"))?;
+    let module = resolve::read_module(pid, &libc, Some(&mem))?;
+    let lib = crate::model::modules::file_name(&module.map.path).to_string();
+    let mut names = Vec::new();
+    for (i, name) in AllocFn::NAMES.iter().enumerate() {
+        let Some((addr, size)) = module.find_symbol(name) else { continue };
+        // memalign and aligned_alloc are one function in glibc: patched once.
+        if plan.fast_functions.iter().any(|f| f.addr == addr) {
+            continue;
+        }
+        // The whole function: no branch of it may land in the moved instructions.
+        let Some(code) = module.file_bytes(addr, size.clamp(16, 8192)).map(<[u8]>::to_vec) else { continue };
+        let mut now = vec![0u8; code.len()];
+        if mem.read_exact(addr, &mut now).is_err() || now[..16] != code[..16] {
+            plan.watched.skipped.push(format!("{lib}:{name} (its entry was patched in memory: not sampled)"));
+            continue;
+        }
+        let label: std::sync::Arc<str> = format!("{lib}:{name}").into();
+        plan.fast_functions.push(FastFunction { addr, code, label, nr: 0, ring: false, alloc: Some(AllocFn::ALL[i]) });
+        names.push(*name);
+    }
+    plan.malloc_every = every;
+    plan.watched.paths.push(format!("{lib}: {} (sampled, one per {every} bytes)", names.join(", ")));
+    plan.what = format!(
+        "{}; sampling {} in {lib} every {} on average",
+        plan.what,
+        names.join(", "),
+        crate::report::leaks::size(every)
+    );
+    Ok(())
 }
 
 /// The plan of `--syscall LIST` as a user of strace means it: the calls however they are made, through
@@ -94,7 +136,7 @@ fn add_functions(pid: Tid, plan: &mut Plan, wanted: &dyn Fn(u64) -> bool, fast: 
             // The whole function: `plan_fixed` requires its one `syscall` and every branch inside it.
             let Some(size) = module.find_symbol(name).map(|(_, size)| size.clamp(16, 1024)) else { continue };
             let Some(code) = module.file_bytes(s.addr, size).map(<[u8]>::to_vec) else { continue };
-            plan.fast_functions.push(FastFunction { addr: s.addr, code, label, nr, ring });
+            plan.fast_functions.push(FastFunction { addr: s.addr, code, label, nr, ring, alloc: None });
         }
     }
     if !specs.is_empty() {

@@ -151,6 +151,7 @@ pub struct Output {
 impl Output {
     fn from_trace(args: &TraceArgs) -> Result<Output> {
         let leaks = args.leaks
+            || args.malloc
             || args.folded.is_some()
             || args.flamegraph.is_some()
             || args.pprof.is_some()
@@ -225,6 +226,9 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
         (false, true) => {
             let chosen = crate::app::choose::choose(&args.select)?;
             let ([one], false) = (chosen.processes.as_slice(), args.select.tree) else {
+                if args.malloc {
+                    return Err(usage("--malloc samples one process for now: give one --pid, without --tree"));
+                }
                 return crate::app::session::trace(args, &out, chosen, numbers, &asked);
             };
             let pid = one.pid;
@@ -232,11 +236,14 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             let mem = open_mem(pid)?;
             let site = syscall_site(pid, &mem)?;
             drop(mem);
-            let plan = if out.report {
+            let mut plan = if out.report {
                 leak_plan(pid, numbers, &asked, site, !args.no_fast)?
             } else {
                 trace_plan(pid, numbers, site, !args.no_fast, args.only_syscall_wrapper)?
             };
+            if args.malloc {
+                crate::app::plans::add_allocators(pid, &mut plan, args.malloc_every)?;
+            }
             run_trace(&out, plan, Start::Attach(pid))?;
             Ok(chosen.status())
         }
@@ -256,6 +263,12 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             } else {
                 trace_plan(pid, numbers, site, !args.no_fast, args.only_syscall_wrapper)
             };
+            let plan = plan.and_then(|mut plan| {
+                if args.malloc {
+                    crate::app::plans::add_allocators(pid, &mut plan, args.malloc_every)?;
+                }
+                Ok(plan)
+            });
             let plan = match plan {
                 Ok(plan) => plan,
                 Err(e) => {
@@ -400,6 +413,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         interim: (out.leaks.is_some() && (out.every.is_some() || server.is_some()))
             .then(|| outputs::interim(out, pid, &files, &own_ranges, server)),
         calls_for: (out.leaks.is_some() && recorder.is_some()).then(crate::app::record::calls_for),
+        malloc_every: plan.malloc_every,
     };
     // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
     let away = cpus_away_from(pid);
@@ -472,6 +486,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
                 entry: site.addr,
                 code: &site.code,
                 functions: &plan.fast_functions,
+                malloc_every: plan.malloc_every,
             }),
             None => tracer.arm(),
         }

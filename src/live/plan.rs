@@ -30,4 +30,6 @@ pub struct Plan {
     pub depths: HashMap<Arc<str>, usize>,
     /// The paths to a mapping that are watched (`--leaks`), for the report.
     pub watched: Watched,
+    /// `--malloc-every` when the allocation functions are among `fast_functions` (0: `--malloc` not asked).
+    pub malloc_every: u64,
 }

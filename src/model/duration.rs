@@ -73,10 +73,26 @@ pub fn parse_rate(text: &str) -> Result<f64, RateError> {
     let s = text.trim();
     let bad = || RateError(s.to_string());
     let (size, per) = s.split_once('/').ok_or_else(bad)?;
+    let bytes = size_bytes(size).ok_or_else(bad)?;
+    let per_min: f64 = match per.trim() {
+        "s" | "sec" => 60.0,
+        "min" | "m" => 1.0,
+        "h" | "hour" => 1.0 / 60.0,
+        _ => return Err(bad()),
+    };
+    let rate = bytes * per_min;
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(bad());
+    }
+    Ok(rate)
+}
+
+/// `512KiB`, `4MiB`, `1.5GB`, `4096` in bytes.
+fn size_bytes(size: &str) -> Option<f64> {
     let size = size.trim();
     let split = size.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(size.len());
     let (num, unit) = size.split_at(split);
-    let num: f64 = num.parse().map_err(|_| bad())?;
+    let num: f64 = num.parse().ok()?;
     let unit_bytes: f64 = match unit.trim() {
         "B" | "" => 1.0,
         "KiB" | "K" | "k" => 1024.0,
@@ -85,19 +101,24 @@ pub fn parse_rate(text: &str) -> Result<f64, RateError> {
         "KB" | "kB" => 1e3,
         "MB" => 1e6,
         "GB" => 1e9,
-        _ => return Err(bad()),
+        _ => return None,
     };
-    let per_min: f64 = match per.trim() {
-        "s" | "sec" => 60.0,
-        "min" | "m" => 1.0,
-        "h" | "hour" => 1.0 / 60.0,
-        _ => return Err(bad()),
-    };
-    let rate = num * unit_bytes * per_min;
-    if !(rate.is_finite() && rate > 0.0) {
+    Some(num * unit_bytes)
+}
+
+/// A size that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad size `{0}`: expected a number of bytes, such as 4096, 512KiB, 4MiB (B, KiB, MiB, GiB, KB, MB, GB)")]
+pub struct SizeError(pub String);
+
+/// Parses a size such as `512KiB` into bytes: a whole number of at least one.
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
+    let bad = || SizeError(text.trim().to_string());
+    let b = size_bytes(text).ok_or_else(bad)?;
+    if !(b.is_finite() && (1.0..1e18).contains(&b)) {
         return Err(bad());
     }
-    Ok(rate)
+    Ok(b.round() as u64)
 }
 
 /// `20261206T181530Z`: a time in seconds since the epoch, in UTC, for file names (civil-from-days, after

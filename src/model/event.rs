@@ -102,6 +102,9 @@ pub struct Summary {
     /// `--fast` stops of calls bound for the ring that found it full (their writers take a stop instead).
     #[serde(default)]
     pub ring_full_stops: u64,
+    /// `--malloc`: allocations the sampler chose (each stopped once), as it counted them.
+    #[serde(default)]
+    pub malloc_sampled: u64,
     /// syscatch's own pages in the target (the trap pad's, `--fast`'s trampoline and ring): left out of the
     /// growing regions of the leak report.
     #[serde(default)]

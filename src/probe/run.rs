@@ -177,6 +177,7 @@ pub fn plan(
         what: format!("{n} probe site(s): {}", what.join(", ")),
         depths,
         watched: Default::default(),
+        malloc_every: 0,
     };
     if let (true, Some(w)) = (fast, wrapper) {
         plan_fast(pid, &mut plan, &specs, &fast_sites, w, mem)?;
@@ -209,7 +210,7 @@ fn plan_fast(
         // The whole function: the trampoline's plan needs its one `syscall` and every branch inside it.
         let Some(size) = module.find_symbol(name).map(|(_, size)| size.clamp(16, 1024)) else { continue };
         let Some(code) = module.file_bytes(*addr, size).map(<[u8]>::to_vec) else { continue };
-        plan.fast_functions.push(FastFunction { addr: *addr, code, label, nr: *nr, ring: f.no_stack });
+        plan.fast_functions.push(FastFunction { addr: *addr, code, label, nr: *nr, ring: f.no_stack, alloc: None });
     }
     // The trampoline takes the wrapper's place: a wrapper whose probes need registers it does not keep leaves
     // every site to its breakpoint.

@@ -236,6 +236,7 @@ impl<W: Write> Renderer for Json<W> {
                 "from_known": s.from_known,
                 "fast_stops": s.fast_stops,
                 "ring_full_stops": s.ring_full_stops,
+                "malloc_sampled": s.malloc_sampled,
                 "forks_cleaned": s.forks_cleaned,
                 "signals_forwarded": s.signals_forwarded,
                 "warnings": s.warnings,

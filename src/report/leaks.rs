@@ -189,6 +189,72 @@ impl LeakReport<'_> {
                 writeln!(w, "  ... and {} more in --json", churn.len() - TEXT_CHURN)?;
             }
         }
+        if let Some(h) = self.samples {
+            self.write_samples_text(h, w)?;
+        }
+        Ok(())
+    }
+
+    /// `--malloc`'s section: the stacks that hold the most heap, by estimate, then those that allocated and freed.
+    fn write_samples_text(&self, h: &crate::analysis::samples::HeapSamples, w: &mut dyn Write) -> io::Result<()> {
+        let est = |v: f64, err: f64| format!("{} ± {}", size(v.round() as u64), size(err.round() as u64));
+        let all = h.by_stack();
+        let (in_use, err) = h.in_use();
+        writeln!(
+            w,
+            "\nSampled allocations (malloc and the others, one sample per {} allocated on average; estimates ± one \
+             standard error): {} samples, {} of them freed; in use {} in all",
+            size(h.every),
+            h.samples(),
+            h.frees,
+            est(in_use, err)
+        )?;
+        let holding: Vec<_> = all.iter().filter(|(_, t)| t.live_samples > 0).collect();
+        if holding.is_empty() {
+            writeln!(w, "  no sampled block is still in use")?;
+        }
+        let shown = if self.diagnosis.is_some() { TEXT_LEAKS } else { usize::MAX };
+        for (rank, (id, t)) in holding.iter().take(shown).enumerate() {
+            writeln!(
+                w,
+                "  #{} in use {} ({} sampled blocks, {} of them); allocated {} ({} samples)",
+                rank + 1,
+                est(t.in_use, t.in_use_err()),
+                t.live_samples,
+                size(t.live_bytes),
+                est(t.allocated, t.allocated_err()),
+                t.samples
+            )?;
+            if let Some(stack) = self.stack(*id) {
+                for f in stack.frames.iter().take(12) {
+                    writeln!(w, "      {}", frame_line(f))?;
+                }
+                if stack.frames.len() > 12 {
+                    writeln!(w, "      ... {} more frames", stack.frames.len() - 12)?;
+                }
+            }
+        }
+        if holding.len() > shown {
+            writeln!(w, "  ... and {} more stacks in --json", holding.len() - shown)?;
+        }
+        let freed: Vec<_> = all.iter().filter(|(_, t)| t.live_samples == 0).collect();
+        if !freed.is_empty() {
+            writeln!(w, "  Allocated and freed again (nothing sampled still in use):")?;
+            let mut freed = freed;
+            freed.sort_by(|a, b| b.1.allocated.total_cmp(&a.1.allocated).then(a.0.cmp(&b.0)));
+            for (id, t) in freed.iter().take(TEXT_CHURN) {
+                writeln!(
+                    w,
+                    "    allocated {} ({} samples), from {}",
+                    est(t.allocated, t.allocated_err()),
+                    t.samples,
+                    caller(self.stack(*id))
+                )?;
+            }
+            if freed.len() > TEXT_CHURN {
+                writeln!(w, "    ... and {} more in --json", freed.len() - TEXT_CHURN)?;
+            }
+        }
         Ok(())
     }
 
@@ -251,6 +317,21 @@ impl LeakReport<'_> {
                     "returns": s.returns, "failed": s.failed, "stack": frames(c.id),
                 }),
             )?;
+        }
+        if let Some(h) = self.samples {
+            for (id, t) in h.by_stack() {
+                line(
+                    &mut &mut *w,
+                    "heap_sample",
+                    json!({
+                        "stack_id": id.0, "every": h.every, "in_use": t.in_use.round() as u64,
+                        "in_use_err": t.in_use_err().round() as u64, "allocated": t.allocated.round() as u64,
+                        "allocated_err": t.allocated_err().round() as u64, "samples": t.samples,
+                        "live_samples": t.live_samples, "sampled_bytes": t.sampled_bytes, "live_bytes": t.live_bytes,
+                        "stack": frames(id),
+                    }),
+                )?;
+            }
         }
         let stacks: Vec<_> =
             self.series.stacks.iter().map(|(id, v)| json!({"stack_id": id.0, "still_mapped": v})).collect();

@@ -207,7 +207,11 @@ fn fast_stops(s: &Summary) -> String {
     let breakpoints = s.hits.saturating_sub(s.from_ring + s.fast_stops + s.ring_full_stops);
     let mut why = Vec::new();
     if s.fast_stops > 0 {
-        why.push(format!("{} at --fast's trampoline to be unwound (a stack not known yet)", s.fast_stops));
+        let sampled = match s.malloc_sampled {
+            0 => String::new(),
+            n => format!("; --malloc sampled {n} allocations"),
+        };
+        why.push(format!("{} at --fast's trampoline to be unwound (a stack not known yet{sampled})", s.fast_stops));
     }
     if s.ring_full_stops > 0 {
         why.push(format!("{} that found the ring full", s.ring_full_stops));

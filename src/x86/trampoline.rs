@@ -76,6 +76,8 @@ pub enum Refusal {
     FlagsRead,
     #[error("no `mov $nr,%eax` just before `syscall`, with the stack untouched before it")]
     NoFixedNumber,
+    #[error("its entry's instruction `{0}` cannot be moved")]
+    Unmovable(String),
     #[error("{0} `syscall` instructions (glibc 2.43's mmap retries below 4 GiB): a path not patched would go unseen")]
     SeveralSyscalls(usize),
 }
@@ -85,9 +87,11 @@ pub const BLOCK: usize = 128;
 /// Slots of the ring (a power of two) and bytes per slot.
 pub const RING_SLOTS: u64 = 512;
 pub const SLOT: u64 = 128;
+/// Bytes of the trampoline's code (two pages: `--malloc`'s entries and their sampler go with the others).
+pub const CODE_BYTES: u64 = 2 * 4096;
 /// Pages mapped for the trampoline: its code, the counter's page (the counter, then the ring's tail), and the
 /// ring's when it has one.
-pub const PAGES: u64 = 2;
+pub const PAGES: u64 = CODE_BYTES / 4096 + 1;
 pub const RING_PAGES: u64 = RING_SLOTS * SLOT / 4096;
 
 /// Pages mapped for a trampoline with or without a ring (and with it, the known stacks' table,
@@ -97,9 +101,9 @@ pub fn pages(ring: bool) -> u64 {
 }
 /// Offsets from the trampoline page of the counter, the ring's tail (the oldest sequence number whose slot the
 /// tracer has not read yet) and the ring.
-pub const COUNTER: u64 = 4096;
-pub const TAIL: u64 = 4096 + 8;
-pub const RING: u64 = 2 * 4096;
+pub const COUNTER: u64 = CODE_BYTES;
+pub const TAIL: u64 = CODE_BYTES + 8;
+pub const RING: u64 = CODE_BYTES + 4096;
 /// Where each register goes in the record, as an offset from rsp: (register, REX.R bit, ModRM reg field).
 const SAVED: [(Reg, u8, u8, i8); 13] = [
     (Reg::Rax, 0, 0, -104),
@@ -322,7 +326,8 @@ fn ring_len(reloc: &[u8]) -> usize {
 #[cfg(test)]
 pub fn fits(plan: &PatchPlan, count: usize, ring: usize) -> bool {
     let stops = count.saturating_sub(ring);
-    12 * count + plan.orig.len() + 5 + stops * match_len(&plan.orig, false) + ring * ring_len(&plan.orig) <= 4096
+    12 * count + plan.orig.len() + 5 + stops * match_len(&plan.orig, false) + ring * ring_len(&plan.orig)
+        <= CODE_BYTES as usize
 }
 
 /// A call the ring path wrote down: slot `seq % RING_SLOTS` of the ring, read by the tracer.
@@ -390,6 +395,8 @@ pub struct Assembled {
     pub known_int3s: Vec<u64>,
     /// Where the known-stack matcher's code is, when it is.
     pub known_code: Option<(u64, u64)>,
+    /// The bytes that turn `--malloc`'s sampling off when made nops (at detach, at our death, in a fork child).
+    pub flags: Vec<u64>,
 }
 
 /// What the trampoline does for one patched place.
@@ -400,6 +407,9 @@ pub enum Kind {
     /// A function that makes one system call (libc's `munmap`, `mmap`): the patched instruction is its
     /// `mov $nr,%eax`, just before `syscall`. `ring`: its calls go to the ring, else each stops.
     Fixed { nr: u64, ring: bool },
+    /// An allocation function of `--malloc`, patched at its entry (`moved`: its first instructions); `free_site`
+    /// names the ring's records of frees (see `trampoline_alloc.rs`).
+    Alloc { f: crate::x86::alloc::AllocFn, moved: Vec<crate::x86::alloc::Moved>, free_site: usize },
 }
 
 /// One patched place and what its code does.
@@ -434,9 +444,11 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool, known: bool) ->
         full_int3s: Vec::new(),
         known_int3s: Vec::new(),
         known_code: None,
+        flags: Vec::new(),
     };
-    // The rel32 of each call of the matcher, patched once its place is known.
+    // The rel32 of each call of the matcher, patched once its place is known; the same for the sampler.
     let mut calls = Vec::new();
+    let mut hooks = Vec::new();
     for (si, site) in sites.iter().enumerate() {
         let reloc = &site.plan.orig;
         let back = site.plan.syscall_at + 2;
@@ -447,6 +459,23 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool, known: bool) ->
                     return None;
                 }
                 path(&mut a, &mut calls, si, page, reloc, back, *nr, (*ring, fsgsbase, known))?;
+            }
+            Kind::Alloc { f, moved, free_site } => {
+                // The sampler names threads by their fs base.
+                if !fsgsbase {
+                    return None;
+                }
+                let flag = match a.flags.first() {
+                    Some(&f) => (f - page) as usize,
+                    None => {
+                        // Before the first stub (never run: what precedes it ends in a jump).
+                        a.flags.push(page + a.code.len() as u64);
+                        a.code.push(0xcc);
+                        a.starts[si] += 1;
+                        a.code.len() - 1
+                    }
+                };
+                alloc_stub(&mut a, &mut hooks, flag, si, page, &site.plan, (*f, moved, *free_site), fsgsbase)?;
             }
             Kind::Wrapper { numbers, ring } => {
                 if !fsgsbase && !ring.is_empty() {
@@ -489,7 +518,18 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool, known: bool) ->
             a.code[c..c + 4].copy_from_slice(&i32::try_from(at as i128 - end as i128).ok()?.to_le_bytes());
         }
     }
-    (a.code.len() <= 4096).then_some(a)
+    if !hooks.is_empty() {
+        a.code.resize(a.code.len().next_multiple_of(16), 0xcc);
+        let at = page + a.code.len() as u64;
+        a.code.extend_from_slice(crate::x86::alloc::CODE);
+        // A thread in the sampler may have taken a number for a free it has not written yet.
+        a.ring_writes.push((at, page + a.code.len() as u64));
+        for c in hooks {
+            let end = page + c as u64 + 4;
+            a.code[c..c + 4].copy_from_slice(&i32::try_from(at as i128 - end as i128).ok()?.to_le_bytes());
+        }
+    }
+    (a.code.len() as u64 <= CODE_BYTES).then_some(a)
 }
 
 /// `op` with a rip-relative operand at `to` whose rel32 ends the instruction.
@@ -648,8 +688,11 @@ pub fn branch_target(insn_bytes: &[u8], addr: u64) -> Option<u64> {
     }
 }
 
+#[path = "trampoline_alloc.rs"]
+mod alloc_path;
 #[path = "trampoline_known.rs"]
 mod known_path;
+use alloc_path::alloc_stub;
 #[path = "trampoline_page.rs"]
 mod page;
 use known_path::known_call;

@@ -2,6 +2,8 @@
 use super::*;
 use crate::model::maps::Mapping;
 use crate::x86::breakpoints::{decode, disassembler, plan_wrapper};
+/// How many wanted numbers, each with its match path, fit the code pages.
+const FITS: usize = 58;
 
 const GLIBC_SYSCALL: &[u8] = &[
     0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca, 0x4d, 0x89, 0xc2, 0x4d, 0x89, 0xc8, 0x4c,
@@ -25,10 +27,10 @@ fn plans_glibc_and_assembles_a_page_that_disassembles_back() {
     let jmp = patch_bytes(&p, page).unwrap();
     assert_eq!(jmp.len(), 5);
     assert_eq!(jmp[0], 0xe9);
-    assert!(fits(&p, 29, 0) && !fits(&p, 30, 0));
-    let numbers: Vec<u64> = (0..30).collect();
+    assert!(fits(&p, FITS, 0) && !fits(&p, FITS + 1, 0));
+    let numbers: Vec<u64> = (0..FITS as u64 + 1).collect();
     assert!(
-        assemble(&p, page, &numbers[..29], &[], true).is_some() && assemble(&p, page, &numbers, &[], true).is_none()
+        assemble(&p, page, &numbers[..FITS], &[], true).is_some() && assemble(&p, page, &numbers, &[], true).is_none()
     );
     let Assembled { code, int3s, .. } = assemble(&p, page, &[9, 11], &[], true).unwrap();
     let text: Vec<String> = cs
@@ -51,7 +53,7 @@ fn plans_glibc_and_assembles_a_page_that_disassembles_back() {
     assert_eq!(text[23], "rdfsbase r11");
     assert_eq!(text[24], "mov qword ptr [rsp - 0x80], r11");
     assert_eq!(text[25], "mov r11d, 1");
-    assert_eq!(text[26], format!("lock xadd qword ptr [rip + {:#x}], r11", page + 4096 - (int3 - 9)));
+    assert_eq!(text[26], format!("lock xadd qword ptr [rip + {:#x}], r11", page + COUNTER - (int3 - 9)));
     assert_eq!(text[27], "lea r11, [r11 + 1]");
     assert_eq!(text[28], "mov qword ptr [rsp - 0x78], r11");
     assert_eq!(text[29], "int3");
@@ -297,16 +299,16 @@ fn pages_come_from_the_gaps_nearest_first_within_reach() {
         map(libc - gib, libc - 0x3000, "---p", ""),
         map(libc - 0x2000, libc, "---p", ""),
         map(libc, libc + 0x20_0000, "r-xp", "/usr/lib/libc.so.6"),
-        // Above libc: one gap of 16 KiB, then the stack's own gap (never used), then the stack.
+        // Above libc: one gap of 20 KiB, then the stack's own gap (never used), then the stack.
         map(libc + 0x20_0000, libc + 0x40_0000, "rw-p", ""),
-        map(libc + 0x40_4000, libc + 0x50_0000, "rw-p", ""),
+        map(libc + 0x40_5000, libc + 0x50_0000, "rw-p", ""),
         map(libc + 0x1000_0000, libc + 0x1002_1000, "rw-p", "[stack]"),
         map(0xffff_ffff_ff60_0000, 0xffff_ffff_ff60_1000, "--xp", "[vsyscall]"),
     ];
     let c = page_candidates(&maps, std::slice::from_ref(&p), PAGES);
-    // The 16 KiB gap above libc (room for the two pages and a free page each side), the space above the stack,
+    // The 20 KiB gap above libc (room for the three pages and a free page each side), the space above the stack,
     // then the 64 KiB hole 1 GiB below (at its top, with a free page above).
-    assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0x3000]);
+    assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0x4000]);
     // Never adjacent to a mapping, never below the stack, always within rel32 of every branch.
     for &page in &c {
         assert_eq!(page % 4096, 0);
@@ -317,7 +319,7 @@ fn pages_come_from_the_gaps_nearest_first_within_reach() {
     // Nothing at all within reach: no candidate.
     let full = vec![map(libc - 3 * gib, libc + 3 * gib, "---p", "")];
     assert!(page_candidates(&full, std::slice::from_ref(&p), PAGES).is_empty());
-    // With a ring (18 pages and a free one each side), the 16 KiB gap is too small.
+    // With a ring (19 pages and a free one each side), the 20 KiB gap is too small.
     assert_eq!(page_candidates(&maps, std::slice::from_ref(&p), pages(true))[0], libc + 0x1002_2000);
 }
 

@@ -17,6 +17,7 @@ mod hooks;
 mod html;
 mod known;
 mod leaks;
+mod malloc;
 mod mem;
 mod paths;
 mod probe;

@@ -23,8 +23,12 @@ use crate::model::event::{Event, StackCapture};
 use crate::model::regs::Regs;
 use crate::model::window::Window;
 use crate::os::Tid;
+use crate::x86::alloc::{AllocFn, Moved};
 use crate::x86::breakpoints;
 use crate::x86::trampoline::{self, PatchPlan};
+
+/// How a libc function is patched: the system call it makes, or (`--malloc`) an allocation function's entry.
+type Planned = Result<u64, (AllocFn, Vec<Moved>)>;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -91,6 +95,10 @@ pub(super) struct Fast {
     /// The ring's pages (counter, tail, slots) mapped into syscatch too: read without a system call, and still
     /// after the target exited or exec'd. `None`: read through the target's memory.
     pub(super) shared: Option<Box<dyn Mem>>,
+    /// The bytes that turn `--malloc`'s sampling off, made nops as the int3s are.
+    pub(super) flags: Vec<u64>,
+    /// Bytes mapped from `page` (code, counter, ring, tables).
+    pub(super) len: u64,
 }
 
 /// One patched place.
@@ -116,6 +124,8 @@ pub struct FastFunction {
     pub nr: u64,
     /// Its calls go to the ring (their stacks are not needed).
     pub ring: bool,
+    /// An allocation function of `--malloc` (patched at its entry; `nr` and `ring` are not used).
+    pub alloc: Option<crate::x86::alloc::AllocFn>,
 }
 
 /// What `--fast` is asked to install: the wanted `numbers` on the `syscall()` wrapper at `entry` (its file bytes
@@ -126,6 +136,8 @@ pub struct FastRequest<'a> {
     pub entry: u64,
     pub code: &'a [u8],
     pub functions: &'a [FastFunction],
+    /// `--malloc-every`: the mean bytes between sampled allocations (the allocation functions among `functions`).
+    pub malloc_every: u64,
 }
 
 impl Tracer<'_> {
@@ -161,7 +173,7 @@ impl Tracer<'_> {
     /// `functions` are patched where they have the shape (see [`FastFunction`]); returns the entries of those
     /// patched.
     fn arm_fast(&mut self, req: &FastRequest) -> Result<Vec<u64>, Error> {
-        let FastRequest { numbers, ring, entry, code, functions } = *req;
+        let FastRequest { numbers, ring, entry, code, functions, malloc_every } = *req;
         let cs = breakpoints::disassembler().ok_or(Error::Disassembler)?;
         let w = breakpoints::plan_wrapper(&cs, code, entry).ok_or(Error::PrefixNotEmulated)?;
         let targets: Vec<u64> = breakpoints::decode(&cs, code, entry, 32)
@@ -178,7 +190,11 @@ impl Tracer<'_> {
         let mut fixed = Vec::new();
         for f in functions {
             let mut now = vec![0u8; f.code.len()];
-            match trampoline::plan_fixed(&cs, f.addr, &f.code, f.nr) {
+            let planned = match f.alloc {
+                Some(a) => crate::x86::alloc::plan_entry(&cs, f.addr, &f.code).map(|(p, m)| (p, Err((a, m)))),
+                None => trampoline::plan_fixed(&cs, f.addr, &f.code, f.nr).map(|(p, nr)| (p, Ok(nr))),
+            };
+            match planned {
                 Ok((p, nr)) if self.mem.read_exact(f.addr, &mut now).is_ok() && now == f.code => {
                     fixed.push((f.clone(), p, nr))
                 }
@@ -188,13 +204,13 @@ impl Tracer<'_> {
         }
         self.realtime(|t| {
             if t.adopted_at_entry() {
-                return t.install(numbers, ring, entry, plan, &fixed);
+                return t.install(numbers, ring, entry, plan, &fixed, malloc_every);
             }
             let stuck = t.hold_all(None);
             // Rewriting the wrapper needs every thread stopped: one that cannot stop might return into it.
             let result = match stuck.first() {
                 Some((tid, why)) => Err(Error::CannotStop { tid: *tid, why: why.clone() }),
-                None => t.install(numbers, ring, entry, plan, &fixed),
+                None => t.install(numbers, ring, entry, plan, &fixed, malloc_every),
             };
             t.release_all();
             result
@@ -207,7 +223,8 @@ impl Tracer<'_> {
         ring: &[u64],
         entry: u64,
         plan: PatchPlan,
-        fixed: &[(FastFunction, PatchPlan, u64)],
+        fixed: &[(FastFunction, PatchPlan, Planned)],
+        malloc_every: u64,
     ) -> Result<Vec<u64>, Error> {
         use trampoline::{Kind, Site};
         let tid = self.injectable(true).ok_or(Error::NoThreadForPage)?;
@@ -217,8 +234,26 @@ impl Tracer<'_> {
         let mut sites =
             vec![Site { plan: plan.clone(), kind: Kind::Wrapper { numbers: numbers.to_vec(), ring: ring.clone() } }];
         let mut patches = vec![Patch { plan: plan.clone(), jump: Vec::new(), entry, label: None }];
-        for (f, p, nr) in fixed {
-            sites.push(Site { plan: p.clone(), kind: Kind::Fixed { nr: *nr, ring: f.ring && fsgsbase } });
+        // `--malloc` needs free patched (a sampled block's free is found there) and rdfsbase (threads' counts).
+        let free_site = fixed.iter().position(|(_, _, k)| matches!(k, Err((AllocFn::Free, _)))).map(|i| i + 1);
+        let allocs = fixed.iter().any(|(_, _, k)| k.is_err());
+        if allocs && (free_site.is_none() || !fsgsbase) {
+            self.summary.warnings.push(if fsgsbase {
+                "--malloc: free could not be patched, so no allocation is sampled".to_string()
+            } else {
+                "--malloc needs the rdfsbase instruction (Linux 5.9 and a CPU that has it): no allocation is sampled"
+                    .to_string()
+            });
+        }
+        for (f, p, planned) in fixed {
+            let kind = match planned {
+                Ok(nr) => Kind::Fixed { nr: *nr, ring: f.ring && fsgsbase },
+                Err((a, moved)) => match free_site.filter(|_| fsgsbase) {
+                    Some(free_site) => Kind::Alloc { f: *a, moved: moved.clone(), free_site },
+                    None => continue,
+                },
+            };
+            sites.push(Site { plan: p.clone(), kind });
             patches.push(Patch { plan: p.clone(), jump: Vec::new(), entry: f.addr, label: Some(f.label.clone()) });
         }
         let mut threads = HashMap::new();
@@ -239,6 +274,7 @@ impl Tracer<'_> {
             sites.iter().any(|s| match &s.kind {
                 Kind::Wrapper { ring, .. } => !ring.is_empty(),
                 Kind::Fixed { ring, .. } => *ring,
+                Kind::Alloc { .. } => true,
             })
         };
         // Known stacks need the ring's pages (their table follows the ring) and a thread in each record.
@@ -259,23 +295,37 @@ impl Tracer<'_> {
         let maps = crate::model::maps::parse_maps(&maps);
         let plans: Vec<PatchPlan> = sites.iter().map(|s| s.plan.clone()).collect();
         let ringed = |sites: &[Site], known: bool| known || rings(sites);
-        let mut candidates = trampoline::page_candidates(&maps, &plans, trampoline::pages(ringed(&sites, known)));
+        let mut sampling = sites.iter().any(|s| matches!(s.kind, Kind::Alloc { .. }));
+        let pages_for = |sites: &[Site], known: bool, sampling: bool| {
+            trampoline::pages(ringed(sites, known)) + if sampling { crate::x86::alloc::PAGES } else { 0 }
+        };
+        let mut candidates = trampoline::page_candidates(&maps, &plans, pages_for(&sites, known, sampling));
         if candidates.is_empty() && ringed(&sites, known) {
             // No gap in reach is large enough for the ring: its calls stop like the others.
             self.summary
                 .warnings
                 .push("no free gap near libc is large enough for --fast's ring: munmap calls stop too".into());
+            if sampling {
+                self.summary.warnings.push("--malloc: no free gap near libc is large enough for its tables".into());
+                let keep: Vec<bool> = sites.iter().map(|s| !matches!(s.kind, Kind::Alloc { .. })).collect();
+                let mut k = keep.iter();
+                sites.retain(|_| *k.next().unwrap_or(&true));
+                let mut k = keep.iter();
+                patches.retain(|_| *k.next().unwrap_or(&true));
+                sampling = false;
+            }
             ring.clear();
             known = false;
             for s in sites.iter_mut() {
                 match &mut s.kind {
                     Kind::Wrapper { ring, .. } => ring.clear(),
                     Kind::Fixed { ring, .. } => *ring = false,
+                    Kind::Alloc { .. } => {}
                 }
             }
             candidates = trampoline::page_candidates(&maps, &plans, trampoline::PAGES);
         }
-        let len = trampoline::pages(ringed(&sites, known)) * 4096;
+        let len = pages_for(&sites, known, sampling) * 4096;
         let munmap = |t: &mut Self, at: u64| {
             t.inject_syscall(tid, plan.syscall_at, libc::SYS_munmap as u64, [at, len, 0, 0, 0, 0]).map(|_| ())
         };
@@ -293,7 +343,7 @@ impl Tracer<'_> {
                     tid,
                     plan.syscall_at,
                     libc::SYS_mmap as u64,
-                    [hint, 4096, rx, flags, u64::MAX, 0],
+                    [hint, trampoline::CODE_BYTES, rx, flags, u64::MAX, 0],
                 )?;
                 if got == hint {
                     let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
@@ -302,10 +352,10 @@ impl Tracer<'_> {
                         tid,
                         plan.syscall_at,
                         libc::SYS_mmap as u64,
-                        [hint + 4096, len - 4096, rw, shared, u64::MAX, 0],
+                        [hint + trampoline::CODE_BYTES, len - trampoline::CODE_BYTES, rw, shared, u64::MAX, 0],
                     );
                     match data {
-                        Ok(d) if d == hint + 4096 => {
+                        Ok(d) if d == hint + trampoline::CODE_BYTES => {
                             page = Some(got);
                             break;
                         }
@@ -330,7 +380,7 @@ impl Tracer<'_> {
                         tid,
                         plan.syscall_at,
                         libc::SYS_mprotect as u64,
-                        [got + 4096, len - 4096, rw, 0, 0, 0],
+                        [got + trampoline::CODE_BYTES, len - trampoline::CODE_BYTES, rw, 0, 0, 0],
                     )
                     .inspect_err(|_| {
                         let _ = munmap(self, got);
@@ -358,7 +408,7 @@ impl Tracer<'_> {
                 }
                 Ok(a)
             });
-        let trampoline::Assembled { code, int3s, int3_sites, ring_writes, full_int3s, known_int3s, .. } =
+        let trampoline::Assembled { code, int3s, int3_sites, ring_writes, full_int3s, known_int3s, flags, .. } =
             match assembled {
                 Ok(a) => a,
                 Err(e) => {
@@ -366,14 +416,22 @@ impl Tracer<'_> {
                     return Err(e);
                 }
             };
-        // The code first (nothing jumps there yet), so a refusal can still give the pages back.
-        if let Err(e) = self.mem.write_all(page, &code) {
+        // The code first (nothing jumps there yet), so a refusal can still give the pages back; with it the
+        // sampler's draws and seed.
+        let written = self.mem.write_all(page, &code).and_then(|()| match sampling {
+            true => self.sampler_tables(page, malloc_every),
+            false => Ok(()),
+        });
+        if let Err(e) = written {
             let _ = munmap(self, page);
             return Err(Error::WriteTrampoline(e));
         }
         self.install_pad(Some(plan.syscall_at));
         for &a in int3s.keys() {
             self.pad_list(crate::x86::trappad::entry(a, true));
+            self.tell(Msg::Nop(a));
+        }
+        for &a in &flags {
             self.tell(Msg::Nop(a));
         }
         for (i, p) in patches.iter().enumerate() {
@@ -392,7 +450,10 @@ impl Tracer<'_> {
         let ring = ringed(&sites, known).then(|| Ring { threads, template, ..Ring::new(ring_writes) });
         let patched = patches[1..].iter().map(|p| p.entry).collect();
         let full_int3s = full_int3s.into_iter().collect();
-        let shared = match ring.is_some().then(|| self.k.open_shared(pid, page + 4096, len - 4096)) {
+        let shared = match ring
+            .is_some()
+            .then(|| self.k.open_shared(pid, page + trampoline::CODE_BYTES, len - trampoline::CODE_BYTES))
+        {
             Some(Ok(m)) => Some(m),
             Some(Err(e)) => {
                 self.summary.warnings.push(format!(
@@ -418,6 +479,8 @@ impl Tracer<'_> {
             fsgsbase,
             ring,
             shared,
+            flags,
+            len,
         });
         // syscatch's own memory in the target (the ring's pages fill as it is used): not the target's growth.
         self.summary.own_ranges.push((page, page + len));
@@ -648,8 +711,11 @@ impl Tracer<'_> {
                 Err(_) => {}
             }
         }
-        for &a in fast.int3s.keys() {
+        for &a in fast.int3s.keys().chain(&fast.flags) {
             let _ = self.mem.write_all(a, &[0x90]);
+        }
+        if !fast.flags.is_empty() {
+            self.sampler_counts(fast.page);
         }
         // Said only while the process lives (a process that exited has no page left to speak of).
         if self.mem.read_exact(fast.page, &mut [0u8; 1]).is_err() {
@@ -659,9 +725,42 @@ impl Tracer<'_> {
             "--fast left its trampoline page mapped at {:#x} ({} KiB with its counter's page{}, by design: a thread \
              may still return into it)",
             fast.page,
-            trampoline::pages(fast.ring.is_some()) * 4,
+            fast.len / 1024,
             if fast.ring.is_some() { " and its ring" } else { "" }
         ));
+    }
+
+    /// `--malloc`'s draws (for a mean of `every` bytes) and its seed, into the sampler's pages at `page`.
+    fn sampler_tables(&self, page: u64, every: u64) -> std::io::Result<()> {
+        use crate::x86::alloc;
+        self.mem.write_all(page + alloc::DRAWS, &alloc::draws(every))?;
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
+            ^ u64::from(self.cfg.pid as u32) << 32;
+        self.mem.write_all(page + alloc::ALLOC + alloc::C_SEED * 8, &seed.to_le_bytes())?;
+        self.mem.write_all(page + alloc::ALLOC + alloc::C_SHARED_LEFT * 8, &every.to_le_bytes())?;
+        self.mem.write_all(page + alloc::ALLOC + alloc::C_SHARED_RNG * 8, &(seed | 1).to_le_bytes())
+    }
+
+    /// What `--malloc`'s sampler counted, into the summary (read at detach, its flag off).
+    fn sampler_counts(&mut self, page: u64) {
+        use crate::x86::alloc;
+        let word = |t: &Self, w: u64| t.mem.read_u64(page + alloc::ALLOC + w * 8).unwrap_or(0);
+        let (sampled, table_full, shared) =
+            (word(self, alloc::C_SAMPLED), word(self, alloc::C_TABLE_FULL), word(self, alloc::C_THREADS_FULL));
+        self.summary.malloc_sampled = sampled;
+        if table_full > 0 {
+            self.summary.warnings.push(format!(
+                "--malloc: {table_full} sampled block(s) had no room in the table of sampled blocks: their frees \
+                 were not seen, so in-use bytes may be overestimated (raise --malloc-every)"
+            ));
+        }
+        if shared > 0 {
+            self.summary.notes.push(format!(
+                "--malloc: {shared} call(s) counted on the shared count (more than 1024 threads allocated)"
+            ));
+        }
     }
 
     /// The original bytes a fork child must get back, and nops for the page's int3s: a child forked by a
@@ -671,7 +770,7 @@ impl Tracer<'_> {
             for p in &f.patches {
                 let _ = child.write_all(p.plan.at, &p.plan.orig);
             }
-            for &a in f.int3s.keys() {
+            for &a in f.int3s.keys().chain(&f.flags) {
                 let _ = child.write_all(a, &[0x90]);
             }
         }

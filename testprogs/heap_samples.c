@@ -1,0 +1,105 @@
+/* Two threads allocate through malloc, calloc, realloc and posix_memalign from known functions, keeping some
+ * blocks and freeing others. Prints its pid, waits for "go", works, then prints its ground truth, one line per
+ * function:
+ *   live NAME BYTES ALLOCATED BLOCKS   bytes still allocated by NAME at the end (in BLOCKS blocks of one size),
+ *                                      and all it allocated
+ * then "done"; waits for a line, frees everything and exits. */
+#include "common.h"
+#include <pthread.h>
+
+#define KEEP_SMALL 200000
+#define KEEP_BIG 16
+#define ALIGNED 200
+#define CHURN 10000
+#define FREED_BIG 10
+
+static void *kept_small[KEEP_SMALL];
+static void *kept_big[KEEP_BIG];
+static void *kept_aligned[ALIGNED];
+static void *grown;
+static size_t grown_len;
+static volatile unsigned long sink;
+
+/* 64-byte blocks, all kept: 12.2 MiB live from 200,000 small allocations. */
+__attribute__((noinline)) static void keep_small(void) {
+    for (int i = 0; i < KEEP_SMALL; i++) {
+        kept_small[i] = malloc(64);
+        ((char *)kept_small[i])[0] = 1;
+    }
+}
+
+/* 4 KiB blocks freed at once: nothing live, 39 MiB allocated. */
+__attribute__((noinline)) static void churn(void) {
+    for (int i = 0; i < CHURN; i++) {
+        char *p = malloc(4096);
+        p[0] = (char)i;
+        sink += (unsigned long)p[0];
+        free(p);
+    }
+}
+
+/* 1 MiB zeroed blocks, kept. */
+__attribute__((noinline)) static void keep_big(void) {
+    for (int i = 0; i < KEEP_BIG; i++) kept_big[i] = calloc(1, 1 << 20);
+}
+
+/* A buffer grown by realloc to 12 MiB, kept. */
+__attribute__((noinline)) static void grow_buffer(void) {
+    for (size_t len = 4096; len <= (12 << 20); len += 64 << 10) {
+        grown = realloc(grown, len);
+        grown_len = len;
+        ((char *)grown)[len - 1] = 1;
+    }
+}
+
+/* 64 KiB blocks aligned to 4 KiB, kept: 12.5 MiB. */
+__attribute__((noinline)) static void keep_aligned(void) {
+    for (int i = 0; i < ALIGNED; i++) {
+        if (posix_memalign(&kept_aligned[i], 4096, 64 << 10) != 0) abort();
+    }
+}
+
+/* 2 MiB blocks freed again: nothing live. */
+__attribute__((noinline)) static void freed_big(void) {
+    for (int i = 0; i < FREED_BIG; i++) {
+        char *p = malloc(2 << 20);
+        p[0] = (char)i;
+        sink += (unsigned long)p[0];
+        free(p);
+    }
+}
+
+static void *second(void *arg) {
+    (void)arg;
+    keep_big();
+    grow_buffer();
+    keep_aligned();
+    freed_big();
+    return NULL;
+}
+
+int main(void) {
+    char line[64];
+    say("pid %d\n", getpid());
+    if (!wait_line(line, sizeof line)) return 1;
+    pthread_t t;
+    pthread_create(&t, NULL, second, NULL);
+    keep_small();
+    churn();
+    pthread_join(t, NULL);
+    size_t grown_total = 0;
+    for (size_t len = 4096; len <= (12 << 20); len += 64 << 10) grown_total += len;
+    say("live keep_small %zu %zu %d\n", (size_t)KEEP_SMALL * 64, (size_t)KEEP_SMALL * 64, KEEP_SMALL);
+    say("live churn 0 %zu 0\n", (size_t)CHURN * 4096);
+    say("live keep_big %zu %zu %d\n", (size_t)KEEP_BIG << 20, (size_t)KEEP_BIG << 20, KEEP_BIG);
+    say("live grow_buffer %zu %zu 1\n", grown_len, grown_total);
+    say("live keep_aligned %zu %zu %d\n", (size_t)ALIGNED << 16, (size_t)ALIGNED << 16, ALIGNED);
+    say("live freed_big 0 %zu 0\n", (size_t)FREED_BIG << 21);
+    say("done\n");
+    wait_line(line, sizeof line);
+    for (int i = 0; i < KEEP_SMALL; i++) free(kept_small[i]);
+    for (int i = 0; i < KEEP_BIG; i++) free(kept_big[i]);
+    for (int i = 0; i < ALIGNED; i++) free(kept_aligned[i]);
+    free(grown);
+    return 0;
+}
