@@ -217,11 +217,10 @@ impl LeakReport<'_> {
         for (rank, (id, t)) in holding.iter().take(shown).enumerate() {
             writeln!(
                 w,
-                "  #{} in use {} ({} sampled blocks, {} of them); allocated {} ({} samples)",
+                "  #{} in use {}, from {} sampled blocks still in use; allocated {}, from {} samples",
                 rank + 1,
                 est(t.in_use, t.in_use_err()),
                 t.live_samples,
-                size(t.live_bytes),
                 est(t.allocated, t.allocated_err()),
                 t.samples
             )?;
