@@ -14,12 +14,12 @@
 typedef unsigned long u64;
 typedef long i64;
 
-#define COUNTER 8192UL
-#define TAIL (8192UL + 8)
-#define RING (3 * 4096UL)
+#define COUNTER 16384UL
+#define TAIL (16384UL + 8)
+#define RING (5 * 4096UL)
 #define RING_SLOTS 512UL
 #define SLOT 128UL
-#define ALLOC 339968UL
+#define ALLOC 348160UL
 #define DRAWS (ALLOC + 4096UL)
 #define NDRAWS 4096UL
 #define THREADS (DRAWS + NDRAWS * 8)

@@ -87,8 +87,8 @@ pub const BLOCK: usize = 128;
 /// Slots of the ring (a power of two) and bytes per slot.
 pub const RING_SLOTS: u64 = 512;
 pub const SLOT: u64 = 128;
-/// Bytes of the trampoline's code (two pages: `--malloc`'s entries and their sampler go with the others).
-pub const CODE_BYTES: u64 = 2 * 4096;
+/// Bytes of the trampoline's code (four pages: `--malloc`'s entries and their sampler go with the others).
+pub const CODE_BYTES: u64 = 4 * 4096;
 /// Pages mapped for the trampoline: its code, the counter's page (the counter, then the ring's tail), and the
 /// ring's when it has one.
 pub const PAGES: u64 = CODE_BYTES / 4096 + 1;
@@ -475,7 +475,8 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool, known: bool) ->
                         a.code.len() - 1
                     }
                 };
-                alloc_stub(&mut a, &mut hooks, flag, si, page, &site.plan, (*f, moved, *free_site), fsgsbase)?;
+                let ctx = (&mut hooks, &mut calls);
+                alloc_stub(&mut a, ctx, flag, si, page, &site.plan, (*f, moved, *free_site), (fsgsbase, known))?;
             }
             Kind::Wrapper { numbers, ring } => {
                 if !fsgsbase && !ring.is_empty() {

@@ -8,7 +8,8 @@
 //!           push rdx, rsi, rdi, cookie, cookie ; call miss ; add $16,%rsp   (the function, returning here)
 //!           push rax ; sub $8,%rsp ; hook(AFTER|k, args, rax, free site, page) ; add $8,%rsp
 //!           pop %r10 (its result) ; pop rdi, rsi, rdx ; test %rax,%rax ; je done   (rax: the block, or 0)
-//!           <the record, as a match path's> ; the counter's number in r11 ; int3
+//!           <the record, as a match path's> ; [the known-stack matcher: done if it wrote the call into the ring]
+//!           the counter's number in r11 ; int3
 //! done:     mov %r10,%rax ; ret
 //! freefull: btr $63,%r11 ; int3 ; jmp miss                     (realloc's free of a sampled block, ring full)
 //! miss:     <the entry's instructions, moved> ; jmp entry+len
@@ -17,6 +18,7 @@
 //! the sampled call's int3 the stack is the one at the function's entry, rax the block, rdi, rsi, rdx the
 //! arguments: the tracer reports it as a stop at the entry, whose result is the block.
 
+use super::known_path::known_call;
 use super::*;
 use crate::x86::alloc::{AllocFn, COOKIE, Moved, P_AFTER, P_ENTER, P_FREE};
 
@@ -29,18 +31,19 @@ enum Label {
     Flag,
 }
 
-/// Emits the stub of one allocation function at the end of `a.code`. `hooks`: offsets of the rel32s that call the
-/// sampler (filled once its place is known); `flag`: the offset of the byte that turns sampling off.
+/// Emits the stub of one allocation function at the end of `a.code`. `hooks`, `calls`: offsets of the rel32s that
+/// call the sampler and the known-stack matcher (filled once their places are known); `flag`: the offset of the
+/// byte that turns sampling off. `known`: a sampled call asks the matcher before it stops, as a match path does.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn alloc_stub(
     a: &mut Assembled,
-    hooks: &mut Vec<usize>,
+    (hooks, calls): (&mut Vec<usize>, &mut Vec<usize>),
     flag: usize,
     si: usize,
     page: u64,
     plan: &PatchPlan,
     (f, moved, free_site): (AllocFn, &[Moved], usize),
-    fsgsbase: bool,
+    (fsgsbase, known): (bool, bool),
 ) -> Option<()> {
     let start = a.code.len();
     let mut fix: Vec<(usize, Label)> = Vec::new();
@@ -88,21 +91,27 @@ pub(super) fn alloc_stub(
         // add $8,%rsp ; pop %r10 ; pop rdi, rsi, rdx ; test %rax,%rax ; je done
         code.extend_from_slice(&[0x48, 0x83, 0xc4, 0x08, 0x41, 0x5a, 0x5f, 0x5e, 0x5a, 0x48, 0x85, 0xc0]);
         rel(code, &[0x0f, 0x84], Label::Done, &mut fix);
-        let int3 = at(code) + RECORD_CODE;
-        // Just past the counter's `lock xadd`.
-        let numbered = int3 - 9;
+        let int3 = at(code) + if known { (RECORD_HEAD + KNOWN_CODE) as u64 } else { RECORD_CODE };
         record_head(code, int3, fsgsbase);
-        // mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
-        code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0]);
-        riprel(code, page, &[0xf0, 0x4c, 0x0f, 0xc1, 0x1d], page + COUNTER)?;
-        code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
-        store(code, 1, 3, AT_SEQ);
+        if known {
+            // A stack unwound before: written into the ring by the matcher, and back to `done` (just past the
+            // int3) without a stop.
+            known_call(code, calls, page, (0, si as u64), int3 + 1, int3)?;
+            a.known_int3s.push(int3);
+            a.ring_writes.push((int3 - (KNOWN_CODE - 38) as u64, int3 + 1));
+        } else {
+            // mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
+            code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0]);
+            riprel(code, page, &[0xf0, 0x4c, 0x0f, 0xc1, 0x1d], page + COUNTER)?;
+            code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
+            store(code, 1, 3, AT_SEQ);
+            // From its number (just past the counter's `lock xadd`) to its int3.
+            a.ring_writes.push((int3 - 9, int3 + 1));
+        }
         debug_assert_eq!(at(code), int3);
         code.push(0xcc);
         a.int3s.insert(int3, 0);
         a.int3_sites.insert(int3, si);
-        // From its number to its int3.
-        a.ring_writes.push((numbered, int3 + 1));
     }
     let code = &mut a.code;
     let done = code.len();

@@ -3,7 +3,7 @@ use super::*;
 use crate::model::maps::Mapping;
 use crate::x86::breakpoints::{decode, disassembler, plan_wrapper};
 /// How many wanted numbers, each with its match path, fit the code pages.
-const FITS: usize = 58;
+const FITS: usize = 117;
 
 const GLIBC_SYSCALL: &[u8] = &[
     0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca, 0x4d, 0x89, 0xc2, 0x4d, 0x89, 0xc8, 0x4c,
@@ -299,16 +299,16 @@ fn pages_come_from_the_gaps_nearest_first_within_reach() {
         map(libc - gib, libc - 0x3000, "---p", ""),
         map(libc - 0x2000, libc, "---p", ""),
         map(libc, libc + 0x20_0000, "r-xp", "/usr/lib/libc.so.6"),
-        // Above libc: one gap of 20 KiB, then the stack's own gap (never used), then the stack.
+        // Above libc: one gap of 28 KiB, then the stack's own gap (never used), then the stack.
         map(libc + 0x20_0000, libc + 0x40_0000, "rw-p", ""),
-        map(libc + 0x40_5000, libc + 0x50_0000, "rw-p", ""),
+        map(libc + 0x40_7000, libc + 0x50_0000, "rw-p", ""),
         map(libc + 0x1000_0000, libc + 0x1002_1000, "rw-p", "[stack]"),
         map(0xffff_ffff_ff60_0000, 0xffff_ffff_ff60_1000, "--xp", "[vsyscall]"),
     ];
     let c = page_candidates(&maps, std::slice::from_ref(&p), PAGES);
-    // The 20 KiB gap above libc (room for the three pages and a free page each side), the space above the stack,
+    // The 28 KiB gap above libc (room for the five pages and a free page each side), the space above the stack,
     // then the 64 KiB hole 1 GiB below (at its top, with a free page above).
-    assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0x4000]);
+    assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0x6000]);
     // Never adjacent to a mapping, never below the stack, always within rel32 of every branch.
     for &page in &c {
         assert_eq!(page % 4096, 0);
@@ -319,7 +319,7 @@ fn pages_come_from_the_gaps_nearest_first_within_reach() {
     // Nothing at all within reach: no candidate.
     let full = vec![map(libc - 3 * gib, libc + 3 * gib, "---p", "")];
     assert!(page_candidates(&full, std::slice::from_ref(&p), PAGES).is_empty());
-    // With a ring (19 pages and a free one each side), the 20 KiB gap is too small.
+    // With a ring (21 pages and a free one each side), the 28 KiB gap is too small.
     assert_eq!(page_candidates(&maps, std::slice::from_ref(&p), pages(true))[0], libc + 0x1002_2000);
 }
 
@@ -384,4 +384,53 @@ fn a_known_stack_path_calls_the_matcher_and_branches_on_its_answer() {
     // A thread held from the matcher's return to its int3 may have a number: stepped through at detach.
     assert!(a.ring_writes.contains(&(all[call + 1].0, int3 + 1)));
     assert!(a.ring_writes.contains(&(known_at, known_end)));
+}
+
+/// `--leaks --malloc` with known stacks fits the code pages: the wrapper's six numbers, libc's four mapping
+/// functions and the nine allocation functions, each stub with its own int3 asking the matcher; the sampler's and
+/// the matcher's code after them. A sampled call's stub moves the entry's instructions, jumps back past them, and
+/// its frame around the call carries the cookie (the return address xor `COOKIE`).
+#[test]
+fn leaks_and_malloc_with_known_stacks_fit_the_code_pages() {
+    use crate::x86::alloc::{AllocFn, COOKIE, plan_entry};
+    let cs = disassembler().unwrap();
+    let entry = 0x7f00_0010_1810;
+    let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
+    let pw = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x22]).unwrap();
+    let (pm, _) = plan_fixed(&cs, 0x7f00_0010_19a0, GLIBC_MMAP, 9).unwrap();
+    let mut sites =
+        vec![Site { plan: pw, kind: Kind::Wrapper { numbers: vec![9, 10, 11, 12, 25, 28], ring: vec![11, 28] } }];
+    for i in 0..4u64 {
+        let p = PatchPlan { at: pm.at + i * 0x100, ..pm.clone() };
+        sites.push(Site { plan: p, kind: Kind::Fixed { nr: 9, ring: i % 2 == 1 } });
+    }
+    let malloc = [0x41, 0x54, 0x55, 0x53, 0x48, 0x89, 0xfb, 0x48, 0x83, 0xec, 0x10, 0xc3];
+    let free_site = 5 + AllocFn::ALL.iter().position(|&f| f == AllocFn::Free).unwrap();
+    for (i, &f) in AllocFn::ALL.iter().enumerate() {
+        let at = 0x7f00_0020_0000 + i as u64 * 0x1000;
+        let (p, moved) = plan_entry(&cs, at, &malloc).unwrap();
+        sites.push(Site { plan: p, kind: Kind::Alloc { f, moved, free_site } });
+    }
+    let page = entry - 0x10_0000;
+    let a = assemble_sites(&sites, page, true, true).expect("fits with known stacks");
+    assert!(a.code.len() as u64 <= CODE_BYTES, "{} bytes", a.code.len());
+    assert_eq!(a.flags.len(), 1, "one byte turns every stub off");
+    assert_eq!(a.code[(a.flags[0] - page) as usize], 0xcc);
+    // Every allocation function but free stops at its own int3 (asking the matcher), and each stub has a full
+    // ring's stop for the free of a sampled block.
+    let alloc_int3s: Vec<_> = a.int3_sites.iter().filter(|&(_, &s)| s >= 5 && s != free_site).collect();
+    assert_eq!(alloc_int3s.len(), AllocFn::ALL.len() - 1);
+    assert!(alloc_int3s.iter().all(|(i, _)| a.known_int3s.contains(i)));
+    assert_eq!(a.full_int3s.iter().filter(|i| a.int3_sites[i] == free_site).count(), AllocFn::ALL.len());
+    // malloc's stub: the cookie is the address just past its `call`, xor COOKIE; its moved instructions jump back
+    // to the entry's fourth instruction.
+    let start = (a.starts[5] - page) as usize;
+    let code = &a.code[start..];
+    let movabs = code.windows(2).position(|w| w == [0x49, 0xbb]).unwrap();
+    let cookie = u64::from_le_bytes(code[movabs + 2..movabs + 10].try_into().unwrap());
+    assert_eq!(cookie ^ COOKIE, a.starts[5] + movabs as u64 + 10 + 4 + 5);
+    let moved = code.windows(7).position(|w| w == &malloc[..7]).unwrap();
+    assert_eq!(code[moved + 7], 0xe9);
+    let rel = i32::from_le_bytes(code[moved + 8..moved + 12].try_into().unwrap()) as i64;
+    assert_eq!((a.starts[5] + moved as u64 + 12) as i64 + rel, 0x7f00_0020_0000 + 7);
 }
