@@ -3,8 +3,9 @@
  *
  * Each thread counts down bytes from a draw of an exponential distribution (mean: `--malloc-every`); the call that
  * takes its count to zero or below is sampled and the count drawn again. A sampled block's address goes into a
- * table of the shared pages, so the free of a sampled block is found without a stop and written into the ring;
- * other frees cost a hash and a load or two.
+ * table of the shared pages (buckets of four), so the free of a sampled block is found without a stop and written
+ * into the ring. The stubs count down in the thread's home slot and look at the block's bucket themselves: this
+ * code runs only when a count runs out, a thread is new, or a freed block's bucket holds a sampled one.
  *
  * Built by build.rs into position-independent bytes with no relocations: no globals, no calls, no constants
  * table, no SSE. Touches only the shared pages (offsets from `page`, the trampoline's first page, as alloc.rs
@@ -26,8 +27,9 @@ typedef long i64;
 #define NTHREADS 1024UL
 #define TABLE (THREADS + NTHREADS * 32)
 #define NTABLE 65536UL
-#define PROBES 64UL
-#define TOMB 1UL
+#define BUCKET 4UL
+/* The multiplier of the hashes the stubs compute too (alloc.rs): the top bits of the product. */
+#define K 0x9E3779B97F4A7C15UL
 
 /* Words of the control page (at ALLOC). */
 #define C_SEED 0
@@ -75,8 +77,8 @@ static inline __attribute__((always_inline)) i64 draw(u64 page, u64 *rng) {
     return ((const volatile i64 *)(page + DRAWS))[(x * 0x2545F4914F6CDD1DUL) >> 52];
 }
 
-static inline __attribute__((always_inline)) u64 slot_of(u64 p) {
-    return ((p >> 4) * 0x9E3779B97F4A7C15UL) >> 48;
+static inline __attribute__((always_inline)) u64 bucket_of(u64 p) {
+    return (((p >> 4) * K) >> 50) * BUCKET;
 }
 
 /* Writes the free of sampled block `p` into the ring (the site `site` names it). 1: written; the number with bit
@@ -103,30 +105,22 @@ static inline __attribute__((always_inline)) i64 ring_free(u64 page, u64 p, u64 
 
 /* The free of `p`: if it was sampled, out of the table and into the ring. 0: not sampled. */
 static inline __attribute__((always_inline)) i64 forget(u64 page, u64 p, u64 site) {
-    u64 *tab = (u64 *)(page + TABLE);
-    u64 h = slot_of(p);
-    for (u64 i = 0; i < PROBES; i++) {
-        u64 *e = &tab[(h + i) & (NTABLE - 1)];
-        u64 v = __atomic_load_n(e, __ATOMIC_RELAXED);
-        if (v == 0) return 0;
-        if (v == p) {
-            if (__atomic_compare_exchange_n(e, &v, TOMB, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-                return ring_free(page, p, site);
-            return 0;
-        }
+    u64 *b = (u64 *)(page + TABLE) + bucket_of(p);
+    for (u64 i = 0; i < BUCKET; i++) {
+        u64 v = p;
+        if (__atomic_compare_exchange_n(&b[i], &v, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            return ring_free(page, p, site);
     }
     return 0;
 }
 
 static inline __attribute__((always_inline)) void remember(u64 page, u64 p) {
-    u64 *tab = (u64 *)(page + TABLE);
-    u64 h = slot_of(p);
-    for (u64 i = 0; i < PROBES; i++) {
-        u64 *e = &tab[(h + i) & (NTABLE - 1)];
-        u64 v = __atomic_load_n(e, __ATOMIC_RELAXED);
-        if (v == p) return;
-        if ((v == 0 || v == TOMB) && __atomic_compare_exchange_n(e, &v, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-            return;
+    u64 *b = (u64 *)(page + TABLE) + bucket_of(p);
+    for (u64 i = 0; i < BUCKET; i++)
+        if (__atomic_load_n(&b[i], __ATOMIC_RELAXED) == p) return;
+    for (u64 i = 0; i < BUCKET; i++) {
+        u64 v = 0;
+        if (__atomic_compare_exchange_n(&b[i], &v, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) return;
     }
     __atomic_add_fetch((u64 *)(page + ALLOC + C_TABLE_FULL * 8), 1, __ATOMIC_RELAXED);
 }
@@ -141,7 +135,7 @@ static inline __attribute__((always_inline)) u64 mul(u64 a, u64 b) {
 static inline __attribute__((always_inline)) struct thread *thread_of(u64 page) {
     u64 fs = fsbase();
     struct thread *t = (struct thread *)(page + THREADS);
-    u64 h = ((fs >> 12) * 0x9E3779B97F4A7C15UL) >> 54;
+    u64 h = ((fs >> 12) * K) >> 54;
     for (u64 i = 0; i < 8; i++) {
         struct thread *s = &t[(h + i) & (NTHREADS - 1)];
         u64 o = __atomic_load_n(&s->fs, __ATOMIC_RELAXED);

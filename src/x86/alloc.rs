@@ -22,6 +22,12 @@ pub const THREADS: u64 = DRAWS + NDRAWS * 8;
 pub const NTHREADS: u64 = 1024;
 pub const TABLE: u64 = THREADS + NTHREADS * 32;
 pub const NTABLE: u64 = 65536;
+/// The multiplier of the hashes of a thread's slot and a block's bucket (their top bits are taken: a multiplier
+/// with all its high bits set, as a sign-extended 32-bit one, would put neighbouring blocks in one bucket), and
+/// their shifts: 1024 slots of 32 bytes (fs base >> 12), 16384 buckets of four blocks (address >> 4).
+pub const K: u64 = 0x9E37_79B9_7F4A_7C15;
+pub const THREAD_SHIFT: u8 = 54;
+pub const BUCKET_SHIFT: u8 = 50;
 /// Pages of the sampler's data.
 pub const PAGES: u64 = (TABLE + NTABLE * 8 - ALLOC) / 4096;
 /// Words of the control page: the seed of the threads' generators, blocks the table had no room for, calls counted
@@ -257,6 +263,10 @@ mod tests {
         }
         assert_eq!(def("K_REALLOCARRAY"), AllocFn::Reallocarray.kind().to_string());
         assert_eq!(def("C_SAMPLED"), C_SAMPLED.to_string());
+        assert_eq!(def("K"), format!("{:#X}UL", K).replace("0X", "0x"));
+        let c_shifts = c.contains(&format!(">> {THREAD_SHIFT};")) && c.contains(&format!(">> {BUCKET_SHIFT})"));
+        assert!(c_shifts, "the hashes' shifts");
+        assert_eq!(def("BUCKET"), "4UL");
         assert_eq!(ALLOC % 4096, 0);
         assert!(!CODE.is_empty() && CODE.len() < 4096, "{} bytes", CODE.len());
     }

@@ -3,7 +3,10 @@
 //! An allocation function's stub, for kind `k` (the sampler is `alloc.c`'s `alloc_hook`):
 //! ```text
 //! stub:     cmpb $0xcc,flag(%rip) ; jne miss                 (flag: made a nop at detach or our death: off)
-//!           push rax, rcx, r8, r9, rdx, rsi, rdi ; hook(ENTER|k, args at rsp, 0, free site, page)
+//!           [free, realloc: the block's bucket in the table of sampled blocks; empty: count (free: miss)]
+//! count:    rdfsbase ; the thread's home slot: if it is this thread's and its count minus the size stays above 0,
+//!           store it and jmp miss                              (the unsampled call: no other work)
+//! slow:     push rax, rcx, r8, r9, rdx, rsi, rdi ; hook(ENTER|k, args at rsp, 0, free site, page)
 //!           mov %rax,%r11 ; pop them ; test %r11,%r11 ; je miss ; js freefull
 //!           push rdx, rsi, rdi, cookie, cookie ; call miss ; add $16,%rsp   (the function, returning here)
 //!           push rax ; sub $8,%rsp ; hook(AFTER|k, args, rax, free site, page) ; add $8,%rsp
@@ -29,6 +32,8 @@ enum Label {
     FreeFull,
     Done,
     Flag,
+    Slow,
+    Count,
 }
 
 /// Emits the stub of one allocation function at the end of `a.code`. `hooks`, `calls`: offsets of the rel32s that
@@ -59,11 +64,67 @@ pub(super) fn alloc_stub(
     code.push(0xcc);
     rel(code, &[0x0f, 0x85], Label::Miss, &mut fix);
     let free = f == AllocFn::Free;
-    if free {
-        // test %rdi,%rdi ; je miss
+    let frees = matches!(f, AllocFn::Free | AllocFn::Realloc | AllocFn::Reallocarray);
+    let (table, threads) = (page + crate::x86::alloc::TABLE, page + crate::x86::alloc::THREADS);
+    let k = crate::x86::alloc::K.to_le_bytes();
+    if frees {
+        // The block's bucket (rdi): empty, it is no sampled block. test %rdi,%rdi ; je count (free: miss) ;
+        // mov %rdi,%r10 ; shr $4,%r10 ; movabs $K,%r11 ; imul %r11,%r10 ; shr $50,%r10 ; shl $5,%r10 ;
+        // lea table(%rip),%rax ; mov (%rax,%r10),%r11 ; or 8/16/24(%rax,%r10),%r11 ; jne slow
         code.extend_from_slice(&[0x48, 0x85, 0xff]);
-        rel(code, &[0x0f, 0x84], Label::Miss, &mut fix);
+        rel(code, &[0x0f, 0x84], if free { Label::Miss } else { Label::Count }, &mut fix);
+        code.extend_from_slice(&[0x49, 0x89, 0xfa, 0x49, 0xc1, 0xea, 0x04, 0x49, 0xbb]);
+        code.extend_from_slice(&k);
+        code.extend_from_slice(&[0x4d, 0x0f, 0xaf, 0xd3]);
+        code.extend_from_slice(&[0x49, 0xc1, 0xea, crate::x86::alloc::BUCKET_SHIFT, 0x49, 0xc1, 0xe2, 0x05]);
+        riprel(code, page, &[0x48, 0x8d, 0x05], table)?;
+        code.extend_from_slice(&[0x4e, 0x8b, 0x1c, 0x10]);
+        for off in [8, 16, 24] {
+            code.extend_from_slice(&[0x4e, 0x0b, 0x5c, 0x10, off]);
+        }
+        rel(code, &[0x0f, 0x85], Label::Slow, &mut fix);
     }
+    let count = code.len();
+    if free {
+        rel(code, &[0xe9], Label::Miss, &mut fix);
+    } else if f != AllocFn::Pvalloc {
+        // The thread's count in its home slot, if it is there and does not run out: rdfsbase %r11 ;
+        // mov %r11,%r10 ; shr $12,%r10 ; movabs $K,%rax ; imul %rax,%r10 ; shr $54,%r10 ; shl $5,%r10 ;
+        // lea threads(%rip),%rax ; cmp %r11,(%rax,%r10) ; jne slow ; r11 = count - size ; jle slow ;
+        // mov %r11,8(%rax,%r10) ; jmp miss
+        code.extend_from_slice(&[0xf3, 0x49, 0x0f, 0xae, 0xc3, 0x4d, 0x89, 0xda, 0x49, 0xc1, 0xea, 0x0c]);
+        code.extend_from_slice(&[0x48, 0xb8]);
+        code.extend_from_slice(&k);
+        code.extend_from_slice(&[0x4c, 0x0f, 0xaf, 0xd0]);
+        code.extend_from_slice(&[0x49, 0xc1, 0xea, crate::x86::alloc::THREAD_SHIFT, 0x49, 0xc1, 0xe2, 0x05]);
+        riprel(code, page, &[0x48, 0x8d, 0x05], threads)?;
+        code.extend_from_slice(&[0x4e, 0x39, 0x1c, 0x10]);
+        rel(code, &[0x0f, 0x85], Label::Slow, &mut fix);
+        let product = |code: &mut Vec<u8>, fix: &mut Vec<(usize, Label)>, mov: [u8; 3], imul: [u8; 4]| {
+            // r11 = a * b (overflow: slow) ; neg %r11 ; add 8(%rax,%r10),%r11
+            code.extend_from_slice(&mov);
+            code.extend_from_slice(&imul);
+            rel(code, &[0x0f, 0x80], Label::Slow, fix);
+            code.extend_from_slice(&[0x49, 0xf7, 0xdb, 0x4e, 0x03, 0x5c, 0x10, 0x08]);
+        };
+        match f {
+            AllocFn::Calloc => product(code, &mut fix, [0x49, 0x89, 0xfb], [0x4c, 0x0f, 0xaf, 0xde]),
+            AllocFn::Reallocarray => product(code, &mut fix, [0x49, 0x89, 0xf3], [0x4c, 0x0f, 0xaf, 0xda]),
+            _ => {
+                // mov 8(%rax,%r10),%r11 ; sub %SIZE,%r11 (rdi, rsi or rdx)
+                code.extend_from_slice(&[0x4e, 0x8b, 0x5c, 0x10, 0x08, 0x49, 0x29]);
+                code.push(match f {
+                    AllocFn::Realloc | AllocFn::AlignedAlloc => 0xf3,
+                    AllocFn::PosixMemalign => 0xd3,
+                    _ => 0xfb,
+                });
+            }
+        }
+        rel(code, &[0x0f, 0x8e], Label::Slow, &mut fix);
+        code.extend_from_slice(&[0x4e, 0x89, 0x5c, 0x10, 0x08]);
+        rel(code, &[0xe9], Label::Miss, &mut fix);
+    }
+    let slow = code.len();
     let phase = if free { P_FREE } else { P_ENTER };
     hook_call(code, hooks, page, phase | f.kind() << 4, free_site, false)?;
     // mov %rax,%r11 ; pop rdi, rsi, rdx, r9, r8, rcx, rax ; test %r11,%r11
@@ -141,6 +202,8 @@ pub(super) fn alloc_stub(
             Label::FreeFull => page + freefull as u64,
             Label::Done => page + done as u64,
             Label::Flag => page + flag as u64,
+            Label::Slow => page + slow as u64,
+            Label::Count => page + count as u64,
         };
         // The flag's rel32 is followed by its immediate byte: the instruction ends one byte later.
         let end = page + pos as u64 + 4 + u64::from(matches!(label, Label::Flag));

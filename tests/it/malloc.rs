@@ -83,4 +83,6 @@ fn sampled_allocations_estimate_what_each_function_holds() {
     assert!(mapped >= 16 << 20, "keep_big's mappings: {leaks:#?}");
     let summary = values.iter().find(|v| v["type"] == "summary").unwrap();
     assert!(summary["data"]["malloc_sampled"].as_u64() > Some(100), "{summary}");
+    // Every sampled block found room in the table of sampled blocks (so every free of one was seen).
+    assert!(!summary["data"]["warnings"].to_string().contains("no room"), "{summary}");
 }
