@@ -129,6 +129,9 @@ source "$ROOT/scripts/bench/lib.sh"
 source "$ROOT/scripts/bench/target_pays.sh"
 # shellcheck source=scripts/bench/tree.sh
 source "$ROOT/scripts/bench/tree.sh"
+# What --malloc costs a malloc-heavy loop, against bcc's memleak and heaptrack: scripts/bench/heap.sh.
+# shellcheck source=scripts/bench/heap.sh
+source "$ROOT/scripts/bench/heap.sh"
 
 # ---------------------------------------------------------------- per-hit rows
 bench_floor() { # id name pin n
@@ -791,6 +794,7 @@ bench_sparse 10 "$N_SPARSE10"
 bench_sparse 100 "$N_SPARSE100"
 # A Python worker's throughput under each tool (issue 26): the share of its untraced steps/s it keeps.
 bench_worker
+bench_mallocs
 # Several processes in one trace (issue 36): four workers traced together against one alone; syscatch's RSS and CPU
 # with 1, 4 and 16 processes.
 bench_tree_workers

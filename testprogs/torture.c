@@ -2,10 +2,14 @@
  * stdin, answering each with its output and a final "ok".
  *
  * Worker threads hammer libc's syscall() with matching calls (mmap, then write and verify the whole mapping, then
- * munmap) and non-matching ones (getpid, gettid, futex wake), check every result themselves and count each kind.
+ * munmap) and non-matching ones (getpid, gettid, futex wake), check every result themselves and count each kind;
+ * after "heap", a round of the heap's functions too (malloc, realloc, calloc, posix_memalign, free, each block
+ * checked).
  * A failed check prints "FAIL ..." on stderr and exits with status 3 at once, so a wrong return value, a lost
  * register or a stray SIGTRAP shows up as a wrong exit status.
  *
+ *   heap        from now on each iteration also allocates, checks and frees blocks (malloc, realloc, calloc,
+ *               posix_memalign)
  *   start T     start T worker threads (adds to those running)
  *   churn T     a churn thread keeps T short-lived threads alive at a time, each doing a few iterations and exiting
  *   stop        stop and join workers and churn; prints "counts ITER MMAP MUNMAP GETPID GETTID FUTEX CREATED JOINED"
@@ -64,7 +68,33 @@ static void fail(const char *what, long got, long want) {
     _exit(3);
 }
 
-/* One round of calls through syscall(), each result checked. */
+/* Set by "heap": each iteration also makes a round of the heap's functions. */
+static atomic_int heap;
+
+/* malloc, realloc, calloc and posix_memalign, each block checked (under `--malloc` some of them are sampled: their
+ * stubs must give every call its block and its bytes back). One block in 64 is large (mmapped by glibc). */
+static void heap_round(unsigned seed, unsigned char pat) {
+    size_t n = seed % 64 == 0 ? (size_t)256 << 10 : 16 + seed % 3000;
+    unsigned char *h = malloc(n);
+    if (!h) fail("malloc", 0, (long)n);
+    memset(h, pat, n);
+    unsigned char *g = realloc(h, 2 * n);
+    if (!g) fail("realloc", 0, (long)n);
+    for (size_t i = 0; i < n; i += 16)
+        if (g[i] != pat) fail("realloc'd bytes", g[i], pat);
+    unsigned char *z = calloc(1, n);
+    if (!z) fail("calloc", 0, (long)n);
+    for (size_t i = 0; i < n; i += 16)
+        if (z[i] != 0) fail("calloc'd bytes", z[i], 0);
+    void *a = NULL;
+    int e = posix_memalign(&a, 64, n);
+    if (e != 0 || !a || ((unsigned long)a & 63)) fail("posix_memalign", e, 0);
+    free(a);
+    free(z);
+    free(g);
+}
+
+/* One round of calls through syscall(), each result checked, and a round of the heap's functions. */
 static void iterate(struct counts *c, unsigned seed) {
     size_t len = 4096 * (size_t)(1 + seed % 4);
     unsigned char *p =
@@ -87,6 +117,7 @@ static void iterate(struct counts *c, unsigned seed) {
     r = syscall(SYS_futex, &futex_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     if (r != 0) fail("futex wake", r, 0);
     c->futex++;
+    if (heap) heap_round(seed, pat);
     c->iter++;
 }
 
@@ -221,6 +252,8 @@ static void *serve(void *arg) {
                 if (pthread_create(&churner, NULL, churn, NULL)) fail("pthread_create", 0, 0);
                 has_churner = 1;
             }
+        } else if (!strcmp(cmd, "heap")) {
+            heap = 1;
         } else if (!strcmp(cmd, "stop")) {
             stop_all();
         } else if (!strcmp(cmd, "mmap")) {

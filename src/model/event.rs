@@ -102,6 +102,9 @@ pub struct Summary {
     /// `--fast` stops of calls bound for the ring that found it full (their writers take a stop instead).
     #[serde(default)]
     pub ring_full_stops: u64,
+    /// Traps taken with SIGTRAP blocked, after which the trap pad's handler was put back (see `Tracer::keep_pad`).
+    #[serde(default)]
+    pub pad_restored: u64,
     /// `--malloc`: allocations the sampler chose (each stopped once), as it counted them.
     #[serde(default)]
     pub malloc_sampled: u64,

@@ -237,6 +237,7 @@ impl<W: Write> Renderer for Json<W> {
                 "fast_stops": s.fast_stops,
                 "ring_full_stops": s.ring_full_stops,
                 "malloc_sampled": s.malloc_sampled,
+                "pad_restored": s.pad_restored,
                 "forks_cleaned": s.forks_cleaned,
                 "signals_forwarded": s.signals_forwarded,
                 "warnings": s.warnings,

@@ -526,3 +526,28 @@ fn a_thread_on_a_nearly_full_stack_is_not_sent_through_the_gate() {
     assert_eq!(t.out.next(), "read 1");
     assert_eq!(t.wait().code(), Some(0));
 }
+
+/// A trap of ours taken by a thread that blocks every signal makes the kernel reset SIGTRAP's action to the default
+/// for the whole process and unblock SIGTRAP in that thread: the trap pad's handler would be gone (a SIGKILL of
+/// syscatch while a thread sits in a trap would kill the target) and the thread's mask changed. syscatch puts both
+/// back at the trap: the thread sees SIGTRAP still blocked and a handler (the pad's) installed, after 20 of its
+/// mmaps stopped at the trampoline.
+#[test]
+fn a_trap_in_a_thread_that_blocks_every_signal_leaves_its_mask_and_the_pad() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("blocked_trap"), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--no-known-stacks", "--json"]);
+    sc.wait_attached();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+    let events = json_lines(&out).iter().filter(|v| v["type"] == "event").count();
+    assert!(events >= 20, "the worker's mmaps stopped: {events} events");
+    assert!(lines.contains(&"mask full".to_string()), "{lines:?}");
+    assert!(lines.contains(&"action handler".to_string()), "{lines:?}");
+}

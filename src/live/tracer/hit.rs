@@ -10,6 +10,7 @@ impl Tracer<'_> {
     /// `guess`: the stack pointer of the thread's last trampoline event and the stack read there, if nothing has
     /// stopped the thread since.
     pub(super) fn on_trap(&mut self, tid: Tid, seen: Instant, guess: Option<(u64, usize)>) {
+        self.keep_pad(tid);
         // Not with the known-stack matcher: its own frame, below a match path's record, can leave words there
         // that pass for a record at a guessed stack pointer (found: a stop read with the matcher's registers).
         let guess = guess.filter(|_| self.fast.as_ref().is_none_or(|f| f.known.is_none()));

@@ -48,6 +48,16 @@ const TOOLS: &[Tool] = &[
     // Tool { name: "probe", args: &["run", "testprogs/probe.sc", "--json"], events: false },
 ];
 
+/// The leak report with sampled allocations: libc's mapping functions and its allocation functions patched, munmap
+/// and the frees of sampled blocks to the ring, sampled allocations stopping or known (storm rounds only, where the
+/// target's workers allocate: "heap").
+const MALLOC: Tool = Tool {
+    name: "malloc",
+    args: &["--malloc", "--malloc-every", "64KiB", "--json"],
+    events: false,
+    every_call_stops: false,
+};
+
 impl Tool {
     fn start(&self, pid: i32) -> Syscatch {
         let pid = pid.to_string();

@@ -71,6 +71,9 @@ fn storm_round(rng: &mut Rng, kill: Kill, tool: &Tool, ctx: &str) -> RoundOutcom
     cmd(&mut t, "start 3");
     cmd(&mut t, "churn 4");
     cmd(&mut t, "storm");
+    if tool.name == MALLOC.name {
+        cmd(&mut t, "heap");
+    }
     let pid = t.pid;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sender = signal_storm(pid, stop.clone());
@@ -92,10 +95,11 @@ fn storm_round(rng: &mut Rng, kill: Kill, tool: &Tool, ctx: &str) -> RoundOutcom
             Moment::Attached => sc.wait_attached(),
             Moment::MidTrace => {
                 sc.wait_attached();
-                for _ in 0..wait_events {
+                // (A report mode writes no line until the end: its rounds wait a moment instead.)
+                for _ in 0..if tool.events { wait_events } else { 0 } {
                     sc.out.next();
                 }
-                spin(pause);
+                spin(if tool.events { pause } else { pause * 5 });
             }
         }
         sc.signal(first);
@@ -202,6 +206,19 @@ fn storm_rounds_interrupted_at_random_moments() {
 fn storm_rounds_with_fast_interrupted_at_random_moments() {
     let name = "storm_rounds_with_fast_interrupted_at_random_moments";
     let outcomes = storm_rounds(name, rounds(3), Kill::Interrupt, &TOOLS[1]);
+    assert!(outcomes.iter().all(|o| o.clean()), "{outcomes:#?}");
+}
+
+/// The same with `--malloc`, the workers allocating and freeing checked blocks all along: the allocation functions'
+/// stubs (sampled calls stopping, frees of sampled blocks in the ring) while threads come and go, fork and take
+/// signals. (SIGKILL rounds are not asked to be clean yet: a stop at one of the trampoline's int3s in a thread that
+/// blocks SIGTRAP, as every exiting thread does in glibc and `--leaks` makes when its ring is full, has the kernel
+/// reset SIGTRAP to its default action, and until syscatch puts the trap pad's handler back, its death kills the
+/// target. `--leaks` alone does the same; see issue 39's note.)
+#[test]
+fn storm_rounds_with_malloc_interrupted_at_random_moments() {
+    let name = "storm_rounds_with_malloc_interrupted_at_random_moments";
+    let outcomes = storm_rounds(name, rounds(3), Kill::Interrupt, &MALLOC);
     assert!(outcomes.iter().all(|o| o.clean()), "{outcomes:#?}");
 }
 
