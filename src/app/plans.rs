@@ -47,20 +47,41 @@ pub fn leak_plan(pid: Tid, numbers: HashSet<u64>, asked: &HashSet<u64>, site: Wr
     Ok(plan)
 }
 
-/// `--malloc`: the allocation functions of libc (malloc, calloc, realloc, free and the aligned ones), patched at
-/// their entries by `--fast`'s trampoline with the sampler (one sample per `every` bytes on average). A function
-/// whose entry was patched in memory by someone else is left out (said in the report), and without free none is
-/// sampled.
+/// `--malloc`: the allocation functions (malloc, calloc, realloc, free and the aligned ones) of the allocator the
+/// process's calls reach, patched at their entries by `--fast`'s trampoline with the sampler (one sample per
+/// `every` bytes on average): a preloaded or linked jemalloc, tcmalloc or mimalloc (a module whose name says
+/// malloc and that defines `malloc` and `free`), else libc's. A function whose entry was patched in memory by
+/// someone else is left out (said in the report), and without free none is sampled.
 pub fn add_allocators(pid: Tid, plan: &mut Plan, every: u64) -> Result<()> {
     use crate::x86::alloc::AllocFn;
     let mem = open_mem(pid)?;
     let maps = resolve::read_maps(pid)?;
     let libc = resolve::find_syscall_module(pid, &maps, Some(&mem))
         .ok_or_else(|| anyhow!("process {pid} has no libc mapped and no syscall() of its own"))?;
-    let module = resolve::read_module(pid, &libc, Some(&mem))?;
+    let allocator = crate::model::modules::group_modules(&maps).into_iter().find_map(|m| {
+        let name = crate::model::modules::file_name(&m.path);
+        if crate::model::modules::is_libc(&m.path) || !name.contains("malloc") {
+            return None;
+        }
+        let module = resolve::read_module(pid, &m, Some(&mem)).ok()?;
+        (module.find_symbol("malloc").is_some() && module.find_symbol("free").is_some()).then_some(module)
+    });
+    // Calls from a dedicated allocator's own code to its entries are its internal ones (tcmalloc's posix_memalign
+    // calls its memalign): skipped. libc's own calls are the program's (strdup, fopen), and glibc's entries do not
+    // call each other, but for reallocarray, which calls realloc: it is left to realloc.
+    let (module, internal) = match allocator {
+        Some(m) => {
+            let range = (m.map.start, m.map.end);
+            (m, Some(range))
+        }
+        None => (resolve::read_module(pid, &libc, Some(&mem))?, None),
+    };
     let lib = crate::model::modules::file_name(&module.map.path).to_string();
     let mut names = Vec::new();
     for (i, name) in AllocFn::NAMES.iter().enumerate() {
+        if internal.is_none() && AllocFn::ALL[i] == AllocFn::Reallocarray {
+            continue;
+        }
         let Some((addr, size)) = module.find_symbol(name) else { continue };
         // memalign and aligned_alloc are one function in glibc: patched once.
         if plan.fast_functions.iter().any(|f| f.addr == addr) {
@@ -74,7 +95,14 @@ pub fn add_allocators(pid: Tid, plan: &mut Plan, every: u64) -> Result<()> {
             continue;
         }
         let label: std::sync::Arc<str> = format!("{lib}:{name}").into();
-        plan.fast_functions.push(FastFunction { addr, code, label, nr: 0, ring: false, alloc: Some(AllocFn::ALL[i]) });
+        plan.fast_functions.push(FastFunction {
+            addr,
+            code,
+            label,
+            nr: 0,
+            ring: false,
+            alloc: Some((AllocFn::ALL[i], internal)),
+        });
         names.push(*name);
     }
     plan.malloc_every = every;

@@ -144,6 +144,8 @@ pub enum Moved {
     RipRel { bytes: Vec<u8>, at: usize, target: u64 },
     /// A conditional jump (condition `cc`, 0..15) to `target`, made a near one.
     Jcc { cc: u8, target: u64 },
+    /// A direct jump to `target` (an entry that is a tail call: mimalloc's `posix_memalign`), made a near one.
+    Jmp { target: u64 },
 }
 
 impl Moved {
@@ -160,6 +162,11 @@ impl Moved {
             Moved::Jcc { cc, target } => {
                 let mut b = vec![0x0f, 0x80 | cc];
                 b.extend_from_slice(&rel(addr + 6, *target)?);
+                b
+            }
+            Moved::Jmp { target } => {
+                let mut b = vec![0xe9];
+                b.extend_from_slice(&rel(addr + 5, *target)?);
                 b
             }
         })
@@ -206,6 +213,13 @@ pub fn plan_entry(
             let at: Vec<usize> = (1..bytes.len().saturating_sub(3)).filter(|&k| bytes[k..k + 4] == want).collect();
             let [at] = at[..] else { return Err(unmovable()) };
             moved.push(Moved::RipRel { bytes, at, target: end.wrapping_add(disp as u64) });
+        } else if m == "jmp" && bytes[0] == 0xe9 && len == 0 {
+            // A tail call at the entry (5 bytes: the patch covers it alone; a short one would spill into what
+            // follows, maybe another function).
+            let target = branch_target(&bytes, i.address()).ok_or_else(unmovable)?;
+            moved.push(Moved::Jmp { target });
+            len += i.len();
+            break;
         } else if m.starts_with('j') && m != "jmp" && !m.starts_with("jr") && !m.starts_with("jcxz") {
             let target = branch_target(&bytes, i.address()).ok_or_else(unmovable)?;
             let cc = match bytes[..] {
@@ -230,7 +244,8 @@ pub fn plan_entry(
     if targets.iter().any(|&t| t > entry && patched.contains(&t)) {
         return Err(Refusal::BranchIntoPatch);
     }
-    if moved.iter().any(|m| matches!(m, Moved::Jcc { target, .. } if patched.contains(target))) {
+    if moved.iter().any(|m| matches!(m, Moved::Jcc { target, .. } | Moved::Jmp { target } if patched.contains(target)))
+    {
         return Err(Refusal::BranchIntoPatch);
     }
     let orig = code[..len].to_vec();
@@ -327,5 +342,12 @@ mod tests {
         let into = [0x48, 0x85, 0xff, 0x74, 0x01, 0x55, 0x53, 0x75, 0xfb, 0xc3];
         assert_eq!(plan_entry(&cs, 0x5000, &into), Err(Refusal::BranchIntoPatch));
         assert_eq!(plan_entry(&cs, 0x6000, &[0x55, 0xc3]), Err(Refusal::Unmovable("ret ".into())));
+        // mimalloc's posix_memalign is a tail call: the jump moves whole, to the same target.
+        let (p, m) = plan_entry(&cs, 0x7000, &[0xe9, 0x00, 0x10, 0x00, 0x00, 0x90]).unwrap();
+        assert_eq!((p.orig.len(), &m[..]), (5, &[Moved::Jmp { target: 0x8005 }][..]));
+        assert_eq!(
+            plan_entry(&cs, 0x7000, &[0xeb, 0x10, 0x90, 0x90, 0x90]),
+            Err(Refusal::Unmovable("jmp 0x7012".into()))
+        );
     }
 }

@@ -409,7 +409,13 @@ pub enum Kind {
     Fixed { nr: u64, ring: bool },
     /// An allocation function of `--malloc`, patched at its entry (`moved`: its first instructions); `free_site`
     /// names the ring's records of frees (see `trampoline_alloc.rs`).
-    Alloc { f: crate::x86::alloc::AllocFn, moved: Vec<crate::x86::alloc::Moved>, free_site: usize },
+    /// `internal`: the allocator's own module (not libc), whose calls of its own entries are skipped.
+    Alloc {
+        f: crate::x86::alloc::AllocFn,
+        moved: Vec<crate::x86::alloc::Moved>,
+        free_site: usize,
+        internal: Option<(u64, u64)>,
+    },
 }
 
 /// One patched place and what its code does.
@@ -460,7 +466,7 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool, known: bool) ->
                 }
                 path(&mut a, &mut calls, si, page, reloc, back, *nr, (*ring, fsgsbase, known))?;
             }
-            Kind::Alloc { f, moved, free_site } => {
+            Kind::Alloc { f, moved, free_site, internal } => {
                 // The sampler names threads by their fs base.
                 if !fsgsbase {
                     return None;
@@ -476,7 +482,16 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool, known: bool) ->
                     }
                 };
                 let ctx = (&mut hooks, &mut calls);
-                alloc_stub(&mut a, ctx, flag, si, page, &site.plan, (*f, moved, *free_site), (fsgsbase, known))?;
+                alloc_stub(
+                    &mut a,
+                    ctx,
+                    flag,
+                    si,
+                    page,
+                    &site.plan,
+                    (*f, moved, *free_site, *internal),
+                    (fsgsbase, known),
+                )?;
             }
             Kind::Wrapper { numbers, ring } => {
                 if !fsgsbase && !ring.is_empty() {

@@ -3,6 +3,7 @@
 //! An allocation function's stub, for kind `k` (the sampler is `alloc.c`'s `alloc_hook`):
 //! ```text
 //! stub:     cmpb $0xcc,flag(%rip) ; jne miss                 (flag: made a nop at detach or our death: off)
+//!           [jemalloc and the others: a call from the allocator's own code: jmp miss]
 //!           [free, realloc: the block's bucket in the table of sampled blocks; empty: count (free: miss)]
 //! count:    rdfsbase ; the thread's home slot: if it is this thread's and its count minus the size stays above 0,
 //!           store it and jmp miss                              (the unsampled call: no other work)
@@ -47,7 +48,7 @@ pub(super) fn alloc_stub(
     si: usize,
     page: u64,
     plan: &PatchPlan,
-    (f, moved, free_site): (AllocFn, &[Moved], usize),
+    (f, moved, free_site, internal): (AllocFn, &[Moved], usize, Option<(u64, u64)>),
     (fsgsbase, known): (bool, bool),
 ) -> Option<()> {
     let start = a.code.len();
@@ -63,6 +64,15 @@ pub(super) fn alloc_stub(
     rel(code, &[0x80, 0x3d], Label::Flag, &mut fix);
     code.push(0xcc);
     rel(code, &[0x0f, 0x85], Label::Miss, &mut fix);
+    if let Some((lo, hi)) = internal {
+        // A call from the allocator's own code (its posix_memalign calling its memalign): counted once, by the
+        // outer call. mov (%rsp),%r11 ; movabs $lo,%r10 ; sub %r10,%r11 ; cmp $len,%r11 ; jb miss
+        code.extend_from_slice(&[0x4c, 0x8b, 0x1c, 0x24, 0x49, 0xba]);
+        code.extend_from_slice(&lo.to_le_bytes());
+        code.extend_from_slice(&[0x4d, 0x29, 0xd3, 0x49, 0x81, 0xfb]);
+        code.extend_from_slice(&u32::try_from(hi.checked_sub(lo)?).ok().filter(|&l| l < 1 << 31)?.to_le_bytes());
+        rel(code, &[0x0f, 0x82], Label::Miss, &mut fix);
+    }
     let free = f == AllocFn::Free;
     let frees = matches!(f, AllocFn::Free | AllocFn::Realloc | AllocFn::Reallocarray);
     let (table, threads) = (page + crate::x86::alloc::TABLE, page + crate::x86::alloc::THREADS);

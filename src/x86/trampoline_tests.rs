@@ -409,7 +409,10 @@ fn leaks_and_malloc_with_known_stacks_fit_the_code_pages() {
     for (i, &f) in AllocFn::ALL.iter().enumerate() {
         let at = 0x7f00_0020_0000 + i as u64 * 0x1000;
         let (p, moved) = plan_entry(&cs, at, &malloc).unwrap();
-        sites.push(Site { plan: p, kind: Kind::Alloc { f, moved, free_site } });
+        sites.push(Site {
+            plan: p,
+            kind: Kind::Alloc { f, moved, free_site, internal: Some((0x7f00_0020_0000, 0x7f00_0030_0000)) },
+        });
     }
     let page = entry - 0x10_0000;
     let a = assemble_sites(&sites, page, true, true).expect("fits with known stacks");

@@ -19,10 +19,31 @@ fn functions(v: &Value) -> Vec<String> {
 #[test]
 fn sampled_allocations_estimate_what_each_function_holds() {
     require_ptrace();
-    let mut t = Target::start(&testprog("heap_samples"), &[]);
+    check_heap_samples(Target::start(&testprog("heap_samples"), &[]), "libc.so.6");
+}
+
+/// The same where the allocator is jemalloc, tcmalloc or mimalloc, preloaded: their functions are the ones patched
+/// (the attach line names the library, frame 0 of each sampled stack is in it), glibc's stay as they are.
+#[test]
+fn preloaded_allocators_are_the_ones_sampled() {
+    require_ptrace();
+    let dir = "/usr/lib/x86_64-linux-gnu";
+    for lib in ["libjemalloc.so.2", "libtcmalloc_minimal.so.4", "libmimalloc.so.2"] {
+        let path = format!("{dir}/{lib}");
+        assert!(std::path::Path::new(&path).exists(), "{path} is missing (scripts/test.sh installs it)");
+        let mut cmd = std::process::Command::new(testprog("heap_samples"));
+        cmd.env("LD_PRELOAD", &path);
+        check_heap_samples(Target::start_cmd(&mut cmd), lib);
+    }
+}
+
+/// Runs `--malloc` over testprogs/heap_samples.c (started as `t`) and checks its estimates against its truth; the
+/// sampled functions are those of module `lib` (its file name starts so).
+fn check_heap_samples(mut t: Target, lib: &str) {
     let pid = t.pid.to_string();
     let mut sc = Syscatch::start(&["--pid", &pid, "--malloc", "--json"]);
-    sc.wait_attached();
+    let attached = sc.err.until(|l| l.contains("attached to")).pop().unwrap();
+    assert!(attached.contains(&format!(" in {lib}")), "{lib}: {attached}");
     t.send("go");
     let lines = t.out.until(|l| l == "done");
     sc.signal(libc::SIGINT);
@@ -41,6 +62,17 @@ fn sampled_allocations_estimate_what_each_function_holds() {
     assert_eq!(truth.len(), 6, "{lines:?}");
     let values = json_lines(&out);
     let samples: Vec<&Value> = values.iter().filter(|v| v["type"] == "heap_sample").map(|v| &v["data"]).collect();
+    // Samples whose stack window was dropped (the analysis behind on a loaded machine: the target is not made to
+    // wait) are in no function's figure: a function may be short of the truth by at most what they hold.
+    let unattributed: f64 = samples
+        .iter()
+        .filter(|s| s["stack"].as_array().is_some_and(|a| a.is_empty()))
+        .map(|s| s["in_use"].as_u64().unwrap() as f64)
+        .sum();
+    for s in samples.iter().filter(|s| s["stack"].as_array().is_some_and(|a| !a.is_empty())) {
+        let module = s["stack"][0]["module"].as_str().unwrap_or("");
+        assert!(module.starts_with(lib), "{lib}: frame 0 of a sample in {module}: {s}");
+    }
     let of = |name: &str| -> Vec<&Value> {
         samples.iter().copied().filter(|s| functions(s).iter().any(|f| f == name)).collect()
     };
@@ -62,14 +94,17 @@ fn sampled_allocations_estimate_what_each_function_holds() {
         );
         if live >= 10 << 20 {
             assert!(!found.is_empty(), "{name} holds {live} bytes: {samples:#?}");
-            assert!((in_use - live as f64).abs() <= 4.0 * se + 1.0, "{name}: {in_use} for {live} (error {se})");
+            let (low, high) = (in_use - 4.0 * se - 1.0, in_use + unattributed + 4.0 * se + 1.0);
+            assert!(
+                low <= live as f64 && live as f64 <= high,
+                "{name}: {in_use} for {live} (error {se}, {unattributed} unattributed)"
+            );
         }
         if live == 0 {
             assert_eq!(in_use, 0.0, "{name} holds nothing: {found:#?}");
-            assert!(
-                found.iter().any(|s| s["samples"].as_u64() > Some(0)),
-                "{name} allocated {allocated}: {samples:#?}"
-            );
+            let dropped = samples.iter().any(|s| s["stack"].as_array().is_some_and(|a| a.is_empty()));
+            let sampled = found.iter().any(|s| s["samples"].as_u64() > Some(0));
+            assert!(sampled || dropped, "{name} allocated {allocated}: {samples:#?}");
         }
     }
     // The realloc'd buffer is one block far larger than the mean: always sampled, its size exactly.

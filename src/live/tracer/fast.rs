@@ -28,7 +28,7 @@ use crate::x86::breakpoints;
 use crate::x86::trampoline::{self, PatchPlan};
 
 /// How a libc function is patched: the system call it makes, or (`--malloc`) an allocation function's entry.
-type Planned = Result<u64, (AllocFn, Vec<Moved>)>;
+type Planned = Result<u64, ((AllocFn, Option<(u64, u64)>), Vec<Moved>)>;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -124,8 +124,9 @@ pub struct FastFunction {
     pub nr: u64,
     /// Its calls go to the ring (their stacks are not needed).
     pub ring: bool,
-    /// An allocation function of `--malloc` (patched at its entry; `nr` and `ring` are not used).
-    pub alloc: Option<crate::x86::alloc::AllocFn>,
+    /// An allocation function of `--malloc` (patched at its entry; `nr` and `ring` are not used), and the range of
+    /// its allocator's own module when calls from there are the allocator's internal ones (not libc's).
+    pub alloc: Option<(crate::x86::alloc::AllocFn, Option<(u64, u64)>)>,
 }
 
 /// What `--fast` is asked to install: the wanted `numbers` on the `syscall()` wrapper at `entry` (its file bytes
@@ -235,7 +236,7 @@ impl Tracer<'_> {
             vec![Site { plan: plan.clone(), kind: Kind::Wrapper { numbers: numbers.to_vec(), ring: ring.clone() } }];
         let mut patches = vec![Patch { plan: plan.clone(), jump: Vec::new(), entry, label: None }];
         // `--malloc` needs free patched (a sampled block's free is found there) and rdfsbase (threads' counts).
-        let free_site = fixed.iter().position(|(_, _, k)| matches!(k, Err((AllocFn::Free, _)))).map(|i| i + 1);
+        let free_site = fixed.iter().position(|(_, _, k)| matches!(k, Err(((AllocFn::Free, _), _)))).map(|i| i + 1);
         let allocs = fixed.iter().any(|(_, _, k)| k.is_err());
         if allocs && (free_site.is_none() || !fsgsbase) {
             self.summary.warnings.push(if fsgsbase {
@@ -249,7 +250,7 @@ impl Tracer<'_> {
             let kind = match planned {
                 Ok(nr) => Kind::Fixed { nr: *nr, ring: f.ring && fsgsbase },
                 Err((a, moved)) => match free_site.filter(|_| fsgsbase) {
-                    Some(free_site) => Kind::Alloc { f: *a, moved: moved.clone(), free_site },
+                    Some(free_site) => Kind::Alloc { f: a.0, moved: moved.clone(), free_site, internal: a.1 },
                     None => continue,
                 },
             };
