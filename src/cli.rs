@@ -182,6 +182,10 @@ pub struct TraceArgs {
     /// calls and all calls by stack; growth the default) to FILE (implies --leaks).
     #[arg(long)]
     pub pprof: Option<PathBuf>,
+    /// Write --malloc's sampled allocations as a gzipped pprof heap profile to FILE (inuse_space, inuse_objects,
+    /// alloc_space, alloc_objects by stack, estimated; implies --malloc).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_fast")]
+    pub heap_pprof: Option<PathBuf>,
     /// Write the report as one self-contained HTML page to FILE: findings, a timeline, a flame graph to zoom
     /// and search, the tables of stacks and regions (implies --leaks).
     #[arg(long)]

@@ -25,6 +25,9 @@ pub struct Tally {
     /// Bytes of the sampled blocks themselves (not scaled), allocated and still in use.
     pub sampled_bytes: u64,
     pub live_bytes: u64,
+    /// Estimated blocks allocated and still in use (each sample stands for 1/p blocks of its size).
+    pub objects: f64,
+    pub live_objects: f64,
 }
 
 impl Tally {
@@ -44,6 +47,7 @@ struct Live {
     size: u64,
     weight: f64,
     var: f64,
+    objects: f64,
 }
 
 /// The samples of a trace.
@@ -94,7 +98,10 @@ impl HeapSamples {
         t.in_use_var += var;
         t.sampled_bytes += size;
         t.live_bytes += size;
-        self.live.insert(block, Live { stack, size, weight: w, var });
+        let objects = if p > 0.0 { 1.0 / p } else { 0.0 };
+        t.objects += objects;
+        t.live_objects += objects;
+        self.live.insert(block, Live { stack, size, weight: w, var, objects });
     }
 
     /// The free of `block`: whether it was a sampled one.
@@ -106,6 +113,7 @@ impl HeapSamples {
             t.in_use = (t.in_use - l.weight).max(0.0);
             t.in_use_var = (t.in_use_var - l.var).max(0.0);
             t.live_bytes -= l.size;
+            t.live_objects = (t.live_objects - l.objects).max(0.0);
         }
         true
     }

@@ -57,6 +57,7 @@ pub struct ReportFiles {
     folded: Option<BufWriter<File>>,
     flame: Option<BufWriter<File>>,
     pprof: Option<BufWriter<File>>,
+    heap_pprof: Option<BufWriter<File>>,
     html: Option<BufWriter<File>>,
 }
 
@@ -69,10 +70,11 @@ impl ReportFiles {
             let text: String = report.folded(out.weight).iter().map(|l| format!("{l}\n")).collect();
             w.write_all(text.as_bytes())
         };
-        let each: [File; 4] = [
+        let each: [File; 5] = [
             (&mut self.folded, &out.folded, Box::new(folded)),
             (&mut self.flame, &out.flamegraph, Box::new(|w| report.flamegraph(w, out.weight))),
             (&mut self.pprof, &out.pprof, Box::new(|w| report.pprof(w, duration_ns))),
+            (&mut self.heap_pprof, &out.heap_pprof, Box::new(|w| report.heap_pprof(w, duration_ns))),
             (&mut self.html, &out.html, Box::new(|w| report.html(w, &out.label))),
         ];
         for (file, path, body) in each {
@@ -116,6 +118,7 @@ pub fn open_outputs(out: &Output, spawned: bool) -> Result<(Box<dyn Renderer + S
         folded: create(&out.folded)?,
         flame: create(&out.flamegraph)?,
         pprof: create(&out.pprof)?,
+        heap_pprof: create(&out.heap_pprof)?,
         html: create(&out.html)?,
     };
     let renderer: Box<dyn Renderer + Send> =

@@ -36,6 +36,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
         folded: None,
         flamegraph: None,
         pprof: None,
+        heap_pprof: None,
         html: None,
         label: format!("pid {pid}"),
         weight: Default::default(),

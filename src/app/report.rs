@@ -62,6 +62,7 @@ fn output(args: &ReportArgs, leaks: bool, window: (f64, Option<f64>), label: Str
         folded: args.folded.clone(),
         flamegraph: args.flamegraph.clone(),
         pprof: args.pprof.clone(),
+        heap_pprof: None,
         html: args.html.clone(),
         label,
         weight: args.weight,

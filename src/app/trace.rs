@@ -118,6 +118,8 @@ pub struct Output {
     pub folded: Option<PathBuf>,
     pub flamegraph: Option<PathBuf>,
     pub pprof: Option<PathBuf>,
+    /// `--heap-pprof`: the sampled allocations' heap profile (with `--malloc`).
+    pub heap_pprof: Option<PathBuf>,
     /// `--html FILE`: the report as one self-contained page.
     pub html: Option<PathBuf>,
     /// What the report is of (`pid 1234`, the command, the recording), for the page's title.
@@ -152,6 +154,7 @@ impl Output {
     fn from_trace(args: &TraceArgs) -> Result<Output> {
         let leaks = args.leaks
             || args.malloc
+            || args.heap_pprof.is_some()
             || args.folded.is_some()
             || args.flamegraph.is_some()
             || args.pprof.is_some()
@@ -185,6 +188,7 @@ impl Output {
             folded: args.folded.clone(),
             flamegraph: args.flamegraph.clone(),
             pprof: args.pprof.clone(),
+            heap_pprof: args.heap_pprof.clone(),
             html: args.html.clone(),
             label: match args.select.pid.first() {
                 Some(pid) => format!("pid {pid}"),
@@ -226,7 +230,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
         (false, true) => {
             let chosen = crate::app::choose::choose(&args.select)?;
             let ([one], false) = (chosen.processes.as_slice(), args.select.tree) else {
-                if args.malloc {
+                if args.malloc || args.heap_pprof.is_some() {
                     return Err(usage("--malloc samples one process for now: give one --pid, without --tree"));
                 }
                 return crate::app::session::trace(args, &out, chosen, numbers, &asked);
@@ -241,7 +245,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             } else {
                 trace_plan(pid, numbers, site, !args.no_fast, args.only_syscall_wrapper)?
             };
-            if args.malloc {
+            if args.malloc || args.heap_pprof.is_some() {
                 crate::app::plans::add_allocators(pid, &mut plan, args.malloc_every)?;
             }
             run_trace(&out, plan, Start::Attach(pid))?;
@@ -264,7 +268,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
                 trace_plan(pid, numbers, site, !args.no_fast, args.only_syscall_wrapper)
             };
             let plan = plan.and_then(|mut plan| {
-                if args.malloc {
+                if args.malloc || args.heap_pprof.is_some() {
                     crate::app::plans::add_allocators(pid, &mut plan, args.malloc_every)?;
                 }
                 Ok(plan)

@@ -151,11 +151,22 @@ impl Builder {
     }
 }
 
+/// (type, unit) of the heap profile of `--malloc` (`--heap-pprof`): the types Go's heap profiles, jemalloc's and
+/// tcmalloc's use, so fleet profilers show it as a heap profile; the first (`inuse_space`) is the default.
+pub const HEAP_TYPES: [(&str, &str); 4] =
+    [("inuse_space", "bytes"), ("inuse_objects", "count"), ("alloc_space", "bytes"), ("alloc_objects", "count")];
+
 /// The uncompressed profile.
+#[cfg(test)]
 pub fn encode(samples: &[Sample], duration_ns: u64) -> Vec<u8> {
+    encode_types(samples, &SAMPLE_TYPES, duration_ns)
+}
+
+/// The uncompressed profile of `types` (each sample's first `types.len()` values).
+pub fn encode_types(samples: &[Sample], types: &[(&str, &str)], duration_ns: u64) -> Vec<u8> {
     let mut b = Builder::default();
     let mut out = Vec::new();
-    for (t, u) in SAMPLE_TYPES {
+    for &(t, u) in types {
         let mut vt = Vec::new();
         uint(&mut vt, 1, b.string(t));
         uint(&mut vt, 2, b.string(u));
@@ -165,7 +176,7 @@ pub fn encode(samples: &[Sample], duration_ns: u64) -> Vec<u8> {
         let ids = b.stack(s.frames);
         let mut m = Vec::new();
         packed(&mut m, 1, ids.into_iter());
-        packed(&mut m, 2, s.values.iter().map(|&v| v as u64));
+        packed(&mut m, 2, s.values.iter().take(types.len()).map(|&v| v as u64));
         for (k, v) in s.labels {
             let mut label = Vec::new();
             uint(&mut label, 1, b.string(k));
@@ -174,7 +185,7 @@ pub fn encode(samples: &[Sample], duration_ns: u64) -> Vec<u8> {
         }
         bytes(&mut out, 2, &m);
     }
-    let default = b.string(SAMPLE_TYPES[0].0);
+    let default = b.string(types.first().map_or("", |t| t.0));
     out.extend_from_slice(&b.locations);
     out.extend_from_slice(&b.functions);
     let strings = std::mem::take(&mut b.strings);
@@ -196,11 +207,16 @@ pub const MAX_BYTES: usize = 4 << 20;
 /// most still mapped) are kept and the rest are folded into one sample, `(other stacks)`, whose values are their
 /// sums (every total stays true).
 pub fn write(w: &mut dyn Write, samples: &[Sample], duration_ns: u64) -> io::Result<()> {
+    write_types(w, samples, &SAMPLE_TYPES, duration_ns)
+}
+
+/// [`write`] with sample types `types` (the samples kept past the limits: those of the first two values).
+pub fn write_types(w: &mut dyn Write, samples: &[Sample], types: &[(&str, &str)], duration_ns: u64) -> io::Result<()> {
     let other = [Frame { function: Some("(other stacks)".into()), ..Frame::default() }];
     let mut keep = samples.len().min(MAX_SAMPLES);
     loop {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        gz.write_all(&encode(&fit(samples, keep, &other), duration_ns))?;
+        gz.write_all(&encode_types(&fit(samples, keep, &other), types, duration_ns))?;
         let gz = gz.finish()?;
         if gz.len() <= MAX_BYTES || keep <= 1 {
             w.write_all(&gz)?;

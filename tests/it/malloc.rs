@@ -16,10 +16,33 @@ fn functions(v: &Value) -> Vec<String> {
 /// The functions that freed everything hold nothing and still show what they allocated. The mappings glibc made
 /// for the sampled large blocks (inside sampled calls, so through the sampler's frame) are on the stacks of the
 /// functions that asked for them.
+/// With `--heap-pprof`, the same estimates as a pprof heap profile that `go tool pprof` reads: its sample types are
+/// a heap profile's (inuse_space the default), and keep_big's in-use bytes are the JSON's.
 #[test]
 fn sampled_allocations_estimate_what_each_function_holds() {
     require_ptrace();
-    check_heap_samples(Target::start(&testprog("heap_samples"), &[]), "libc.so.6");
+    let go = std::process::Command::new("go").arg("version").output();
+    assert!(go.is_ok_and(|o| o.status.success()), "`go` is needed to read the profile: apt-get install golang-go");
+    let profile = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("heap_samples.pb.gz");
+    let args = ["--heap-pprof", profile.to_str().unwrap()];
+    let samples = check_heap_samples(Target::start(&testprog("heap_samples"), &[]), "libc.so.6", &args);
+    let raw = std::process::Command::new("go").args(["tool", "pprof", "-raw"]).arg(&profile).output().unwrap();
+    assert!(raw.status.success(), "{}", String::from_utf8_lossy(&raw.stderr));
+    let raw = String::from_utf8_lossy(&raw.stdout);
+    let types = "inuse_space/bytes[dflt] inuse_objects/count alloc_space/bytes alloc_objects/count";
+    assert!(raw.contains(types), "{raw}");
+    let big: u64 = samples
+        .iter()
+        .filter(|s| functions(s).iter().any(|f| f == "keep_big"))
+        .map(|s| s["in_use"].as_u64().unwrap())
+        .sum();
+    let top = std::process::Command::new("go")
+        .args(["tool", "pprof", "-top", "-unit=byte", "-sample_index=inuse_space"])
+        .arg(&profile)
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&top.stdout);
+    assert!(top.lines().any(|l| l.contains("keep_big") && l.contains(&format!("{big}B"))), "{big}: {top}");
 }
 
 /// The same where the allocator is jemalloc, tcmalloc or mimalloc, preloaded: their functions are the ones patched
@@ -33,15 +56,16 @@ fn preloaded_allocators_are_the_ones_sampled() {
         assert!(std::path::Path::new(&path).exists(), "{path} is missing (scripts/test.sh installs it)");
         let mut cmd = std::process::Command::new(testprog("heap_samples"));
         cmd.env("LD_PRELOAD", &path);
-        check_heap_samples(Target::start_cmd(&mut cmd), lib);
+        check_heap_samples(Target::start_cmd(&mut cmd), lib, &[]);
     }
 }
 
-/// Runs `--malloc` over testprogs/heap_samples.c (started as `t`) and checks its estimates against its truth; the
-/// sampled functions are those of module `lib` (its file name starts so).
-fn check_heap_samples(mut t: Target, lib: &str) {
+/// Runs `--malloc` (and `more` arguments) over testprogs/heap_samples.c (started as `t`) and checks its estimates
+/// against its truth; the sampled functions are those of module `lib` (its file name starts so). Returns the
+/// `heap_sample` lines.
+fn check_heap_samples(mut t: Target, lib: &str, more: &[&str]) -> Vec<Value> {
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--malloc", "--json"]);
+    let mut sc = Syscatch::start(&[&["--pid", pid.as_str(), "--malloc", "--json"], more].concat());
     let attached = sc.err.until(|l| l.contains("attached to")).pop().unwrap();
     assert!(attached.contains(&format!(" in {lib}")), "{lib}: {attached}");
     t.send("go");
@@ -120,6 +144,7 @@ fn check_heap_samples(mut t: Target, lib: &str) {
     assert!(summary["data"]["malloc_sampled"].as_u64() > Some(100), "{summary}");
     // Every sampled block found room in the table of sampled blocks (so every free of one was seen).
     assert!(!summary["data"]["warnings"].to_string().contains("no room"), "{summary}");
+    samples.into_iter().cloned().collect()
 }
 
 /// A Python program whose extension (libc's malloc through ctypes) leaks: the stack that holds its 23 MiB names the
