@@ -125,7 +125,7 @@ const AT_SEQ: i8 = -120;
 const AT_INT3: i8 = -112;
 /// Bytes of a match path between its `syscall` and its int3: 13 stores, the int3's address (movabs + store), the
 /// thread (rdfsbase + store), the counter (mov, lock xadd, lea, store).
-const RECORD_CODE: u64 = 13 * 5 + 15 + 10 + 24;
+const RECORD_CODE: u64 = 13 * 5 + 15 + 10 + 24 + TRAP_CALL as u64;
 
 /// A matching call's record, read from the `BLOCK` bytes below its stack pointer. Nothing marks a record as one:
 /// the reader checks that `int3` is one of the trampoline's and `thread` the stopped thread's.
@@ -309,13 +309,43 @@ fn match_len(reloc: &[u8], known: bool) -> usize {
 /// Bytes of a record's first part ([`record_head`]).
 const RECORD_HEAD: usize = 13 * 5 + 15 + 10;
 /// Bytes of a match path's known-stack call, from the end of the record's first part to its int3: the call
-/// and its return (93), the full ring's branch (10), the counter (19), the common end (55). See [`known_call`].
-const KNOWN_CODE: usize = 93 + 10 + 19 + 55;
+/// and its return (93), the full ring's branch (10), the counter (19), the common end (55) ([`known_call`]), and
+/// the trap helper's call.
+const KNOWN_CALL: usize = 93 + 10 + 19 + 55;
+const KNOWN_CODE: usize = KNOWN_CALL + TRAP_CALL;
+
+/// Bytes of a call of the trap helper just before an int3: `lea -0x80(%rsp),%rsp ; call helper ;
+/// lea 0x80(%rsp),%rsp` (below the red zone, where the record is).
+const TRAP_CALL: usize = 5 + 5 + 8;
+
+/// The trap helper, once in the page: SIGTRAP unblocked in the calling thread (`rt_sigprocmask(SIG_UNBLOCK)`),
+/// every register and the flags kept. An int3 taken with SIGTRAP blocked would have the kernel reset SIGTRAP's
+/// action to the default for the whole process (`force_sig_info`): the trap pad's handler gone, so that a SIGKILL
+/// of syscatch while a thread sits in a trap would kill the target. (The tracer blocks it again at the stop for a
+/// thread that blocked every signal.)
+const TRAP_HELPER: [u8; 48] = [
+    0x9c, 0x50, 0x51, 0x52, 0x56, 0x57, 0x41, 0x52, 0x41, 0x53, // pushfq ; push rax, rcx, rdx, rsi, rdi, r10, r11
+    0x6a, 0x10, // push $0x10 (the set: SIGTRAP)
+    0xb8, 0x0e, 0x00, 0x00, 0x00, // mov $14 (rt_sigprocmask),%eax
+    0xbf, 0x01, 0x00, 0x00, 0x00, // mov $1 (SIG_UNBLOCK),%edi
+    0x48, 0x89, 0xe6, 0x31, 0xd2, // mov %rsp,%rsi ; xor %edx,%edx
+    0x41, 0xba, 0x08, 0x00, 0x00, 0x00, // mov $8,%r10d
+    0x0f, 0x05, // syscall
+    0x48, 0x83, 0xc4, 0x08, // add $8,%rsp
+    0x41, 0x5b, 0x41, 0x5a, 0x5f, 0x5e, 0x5a, 0x59, 0x58, // pop r11, r10, rdi, rsi, rdx, rcx, rax
+];
+
+/// A call of the trap helper (its rel32 filled once the helper's place is known: `traps`).
+fn trap_call(code: &mut Vec<u8>, traps: &mut Vec<usize>) {
+    code.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0x80, 0xe8]);
+    traps.push(code.len());
+    code.extend_from_slice(&[0, 0, 0, 0, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00]);
+}
 
 /// Bytes of one ring path up to its full path, and of the full path (see the module's text).
 const RING_CODE: usize =
     6 + 9 + 4 + 5 + 3 + 7 + 7 + 6 + 2 + 5 + 5 + 2 + 6 + 3 + 7 + 3 + 8 + 8 + 6 * 4 + 5 + 4 + 5 + 4 + 12 + 3 + 5 + 5;
-const FULL_CODE: usize = 2 + 5 + 13 * 5 + 15 + 10 + 4 + 4 + 5 + 7 + 1 + 5;
+const FULL_CODE: usize = 2 + 5 + 13 * 5 + 15 + 10 + 4 + 4 + 5 + 7 + TRAP_CALL + 1 + 5;
 
 fn ring_len(reloc: &[u8]) -> usize {
     reloc.len() + RING_CODE + FULL_CODE
@@ -326,7 +356,9 @@ fn ring_len(reloc: &[u8]) -> usize {
 #[cfg(test)]
 pub fn fits(plan: &PatchPlan, count: usize, ring: usize) -> bool {
     let stops = count.saturating_sub(ring);
-    12 * count + plan.orig.len() + 5 + stops * match_len(&plan.orig, false) + ring * ring_len(&plan.orig)
+    // The trap helper after the paths, 16-byte aligned.
+    let helper = 16 + TRAP_HELPER.len() + 2;
+    12 * count + plan.orig.len() + 5 + stops * match_len(&plan.orig, false) + ring * ring_len(&plan.orig) + helper
         <= CODE_BYTES as usize
 }
 
@@ -397,6 +429,8 @@ pub struct Assembled {
     pub known_code: Option<(u64, u64)>,
     /// The bytes that turn `--malloc`'s sampling off when made nops (at detach, at our death, in a fork child).
     pub flags: Vec<u64>,
+    /// Offsets of the rel32s of the trap helper's calls (filled at the end of assembly).
+    traps: Vec<usize>,
 }
 
 /// What the trampoline does for one patched place.
@@ -451,6 +485,7 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool, known: bool) ->
         known_int3s: Vec::new(),
         known_code: None,
         flags: Vec::new(),
+        traps: Vec::new(),
     };
     // The rel32 of each call of the matcher, patched once its place is known; the same for the sampler.
     let mut calls = Vec::new();
@@ -530,6 +565,17 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool, known: bool) ->
         a.known_code = Some((at, page + a.code.len() as u64));
         a.ring_writes.push((at, page + a.code.len() as u64));
         for c in calls {
+            let end = page + c as u64 + 4;
+            a.code[c..c + 4].copy_from_slice(&i32::try_from(at as i128 - end as i128).ok()?.to_le_bytes());
+        }
+    }
+    if !a.traps.is_empty() {
+        a.code.resize(a.code.len().next_multiple_of(16), 0xcc);
+        let at = page + a.code.len() as u64;
+        a.code.extend_from_slice(&TRAP_HELPER);
+        // popfq ; ret
+        a.code.extend_from_slice(&[0x9d, 0xc3]);
+        for c in std::mem::take(&mut a.traps) {
             let end = page + c as u64 + 4;
             a.code[c..c + 4].copy_from_slice(&i32::try_from(at as i128 - end as i128).ok()?.to_le_bytes());
         }
@@ -630,6 +676,7 @@ fn path(
         store(code, 1, 3, AT_SEQ);
         // lea (int3 - RECORD_CODE)(%rip),%rcx: rcx as `Block::rcx` gives it for a match path.
         riprel(code, page, &[0x48, 0x8d, 0x0d], int3.wrapping_sub(RECORD_CODE))?;
+        trap_call(code, &mut a.traps);
         debug_assert_eq!(page + code.len() as u64, int3);
         a.int3s.insert(int3, nr);
         a.int3_sites.insert(int3, si);
@@ -646,6 +693,7 @@ fn path(
     record_head(code, int3, fsgsbase);
     if known {
         known_call(code, calls, page, (nr, si as u64), back, int3)?;
+        trap_call(code, &mut a.traps);
         debug_assert_eq!(page + code.len() as u64, int3);
         a.int3s.insert(int3, nr);
         a.int3_sites.insert(int3, si);
@@ -662,6 +710,7 @@ fn path(
     riprel(code, page, &[0xf0, 0x4c, 0x0f, 0xc1, 0x1d], counter)?;
     code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
     store(code, 1, 3, AT_SEQ);
+    trap_call(code, &mut a.traps);
     debug_assert_eq!(page + code.len() as u64, int3);
     a.int3s.insert(int3, nr);
     a.int3_sites.insert(int3, si);

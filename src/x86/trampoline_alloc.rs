@@ -168,6 +168,7 @@ pub(super) fn alloc_stub(
             // A stack unwound before: written into the ring by the matcher, and back to `done` (just past the
             // int3) without a stop.
             known_call(code, calls, page, (0, si as u64), int3 + 1, int3)?;
+            trap_call(code, &mut a.traps);
             a.known_int3s.push(int3);
             a.ring_writes.push((int3 - (KNOWN_CODE - 38) as u64, int3 + 1));
         } else {
@@ -176,8 +177,9 @@ pub(super) fn alloc_stub(
             riprel(code, page, &[0xf0, 0x4c, 0x0f, 0xc1, 0x1d], page + COUNTER)?;
             code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
             store(code, 1, 3, AT_SEQ);
+            trap_call(code, &mut a.traps);
             // From its number (just past the counter's `lock xadd`) to its int3.
-            a.ring_writes.push((int3 - 9, int3 + 1));
+            a.ring_writes.push((int3 - 9 - TRAP_CALL as u64, int3 + 1));
         }
         debug_assert_eq!(at(code), int3);
         code.push(0xcc);
@@ -190,15 +192,16 @@ pub(super) fn alloc_stub(
         // mov %r10,%rax ; ret
         code.extend_from_slice(&[0x4c, 0x89, 0xd0, 0xc3]);
     }
-    // freefull: btr $63,%r11 ; int3 ; jmp miss
+    // freefull: btr $63,%r11 ; the trap helper ; int3 ; jmp miss
     let freefull = code.len();
     code.extend_from_slice(&[0x49, 0x0f, 0xba, 0xf3, 0x3f]);
+    trap_call(code, &mut a.traps);
     let int3 = page + code.len() as u64;
     code.push(0xcc);
     a.int3s.insert(int3, 0);
     a.int3_sites.insert(int3, free_site);
     a.full_int3s.push(int3);
-    a.ring_writes.push((int3 - 5, int3 + 1));
+    a.ring_writes.push((int3 - 5 - TRAP_CALL as u64, int3 + 1));
     rel(code, &[0xe9], Label::Miss, &mut fix);
     let miss = code.len();
     for m in moved {

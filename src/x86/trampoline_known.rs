@@ -49,7 +49,7 @@ pub(super) fn known_call(
     // The registers the matcher may have changed, from the record: rax, rdi, rsi, rdx, r10, r8, r9.
     restore(code);
     riprel(code, page, &[0x48, 0x8d, 0x0d], int3.wrapping_sub(RECORD_CODE))?;
-    debug_assert_eq!(code.len() - start, KNOWN_CODE);
+    debug_assert_eq!(code.len() - start, KNOWN_CALL);
     Some(())
 }
 

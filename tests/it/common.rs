@@ -535,17 +535,26 @@ pub fn assert_text_pristine_but_gate(pid: i32, ctx: &str) -> bool {
 }
 
 /// Whether the byte at `addr` is part of a `jmp rel32` (0xe9) into an anonymous executable mapping (where `--fast`
-/// puts its trampoline).
+/// puts its trampoline), or one of the nops that pad such a jump to the end of the instructions it replaced (an
+/// entry of `--malloc`: `push %r12 ; push %rbp ; push %rbx ; mov %rdi,%rbx`, 7 bytes, gives a jump and two nops).
 fn fast_jump_at(pid: i32, addr: u64) -> bool {
     let maps = maps_of(pid);
     let anon_exec = |dest: u64| {
         maps.iter()
             .any(|m| m.start <= dest && dest < m.end && m.path.is_empty() && m.perms.as_bytes().get(2) == Some(&b'x'))
     };
-    (addr.saturating_sub(4)..=addr).any(|p| {
+    let jump_at = |p: u64| {
         let b = read_mem(pid, p, 5);
         let rel = i32::from_le_bytes([b[1], b[2], b[3], b[4]]) as i64;
         b[0] == 0xe9 && anon_exec((p as i64 + 5 + rel) as u64)
+    };
+    if (addr.saturating_sub(4)..=addr).any(jump_at) {
+        return true;
+    }
+    // addr one of `pad` nops just after a jump.
+    (1..=10u64).any(|pad| {
+        let first = addr.saturating_sub(pad - 1);
+        read_mem(pid, first, pad as usize).iter().all(|&b| b == 0x90) && jump_at(first.saturating_sub(5))
     })
 }
 

@@ -197,43 +197,39 @@ impl Tracer<'_> {
 
     /// A trap taken with SIGTRAP blocked (glibc blocks every signal while a thread exits, around fork and
     /// posix_spawn; servers block them in their workers) makes the kernel reset SIGTRAP's action to the default for
-    /// the whole process and unblock it in that thread (`force_sig_info`): the pad's handler is gone, and a SIGKILL of
-    /// syscatch while any thread sits in one of our traps would then kill the target. At each trap of a thread that
-    /// blocks signals (`PTRACE_GETSIGMASK`: one call), the pad's action is checked (`/proc/PID/status`), and if it
-    /// was reset it is put back (an injected `rt_sigaction`), and SIGTRAP blocked again in the thread when its mask
-    /// blocks every other signal (it was blocked with them: `sigfillset`).
+    /// the whole process and unblock it in that thread (`force_sig_info`): the pad's handler would be gone, and a
+    /// SIGKILL of syscatch while any thread sits in one of our traps would then kill the target. The trampoline's
+    /// int3s are preceded by its trap helper, which unblocks SIGTRAP first (no reset); a breakpoint's cannot be. At
+    /// each trap of a thread that blocks signals (`PTRACE_GETSIGMASK`: one call), the pad's action is checked
+    /// (`/proc/PID/status`) and put back if it was reset (an injected `rt_sigaction`), and SIGTRAP is blocked again
+    /// in a thread whose mask blocks every other signal (it was blocked with them: `sigfillset`).
     pub(super) fn keep_pad(&mut self, tid: Tid) {
-        let Some(pad) = self.pad.as_ref() else { return };
-        let syscall_at = pad.syscall_at;
-        let act = pad.page + trappad::DATA + 48;
         let Ok(mask) = self.k.sigmask(tid) else { return };
         if mask == 0 {
             return;
         }
+        // Every signal but SIGKILL and SIGSTOP (which the kernel never blocks): a full mask (but for glibc's two
+        // internal signals, 32 and 33, which its pthread_sigmask never blocks).
+        const FULL: u64 = !((1 << (libc::SIGKILL - 1)) | (1 << (libc::SIGSTOP - 1)));
+        const GLIBC_INTERNAL: u64 = (1 << 31) | (1 << 32);
+        if mask & SIGTRAP_BIT == 0 && mask | SIGTRAP_BIT | GLIBC_INTERNAL == FULL {
+            let _ = self.k.set_sigmask(tid, mask | SIGTRAP_BIT);
+        }
+        let Some(pad) = self.pad.as_ref() else { return };
+        let (syscall_at, act) = (pad.syscall_at, pad.page + trappad::DATA + 48);
         let Ok(status) = self.k.read_status(self.cfg.pid).map(|s| status::parse_status(&s)) else { return };
         if status.sig_cgt & SIGTRAP_BIT != 0 {
             return;
         }
         self.summary.pad_restored += 1;
-        let r = self.inject_syscall(
-            tid,
-            syscall_at,
-            libc::SYS_rt_sigaction as u64,
-            [libc::SIGTRAP as u64, act, 0, 8, 0, 0],
-        );
+        let args = [libc::SIGTRAP as u64, act, 0, 8, 0, 0];
+        let r = self.inject_syscall(tid, syscall_at, libc::SYS_rt_sigaction as u64, args);
         if !matches!(r, Ok(0)) {
             self.summary.warnings.push(format!(
-                "the trap pad's SIGTRAP handler was reset by a trap in a thread that blocked SIGTRAP and could not be                  put back ({r:?}): if syscatch is killed, a thread caught in a breakpoint at that moment dies"
+                "the trap pad's SIGTRAP handler was reset by a trap in a thread that blocked SIGTRAP and could not be \
+                 put back ({r:?}): if syscatch is killed, a thread caught in a breakpoint at that moment dies"
             ));
             self.pad = None;
-            return;
-        }
-        // Every signal but SIGKILL and SIGSTOP (which the kernel never blocks), and now SIGTRAP: a full mask (but for
-        // glibc's two internal signals, 32 and 33, which its pthread_sigmask never blocks).
-        const FULL: u64 = !((1 << (libc::SIGKILL - 1)) | (1 << (libc::SIGSTOP - 1)));
-        const GLIBC_INTERNAL: u64 = (1 << 31) | (1 << 32);
-        if mask | SIGTRAP_BIT | GLIBC_INTERNAL == FULL {
-            let _ = self.k.set_sigmask(tid, mask | SIGTRAP_BIT);
         }
     }
 

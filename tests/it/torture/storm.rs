@@ -211,14 +211,15 @@ fn storm_rounds_with_fast_interrupted_at_random_moments() {
 
 /// The same with `--malloc`, the workers allocating and freeing checked blocks all along: the allocation functions'
 /// stubs (sampled calls stopping, frees of sampled blocks in the ring) while threads come and go, fork and take
-/// signals. (SIGKILL rounds are not asked to be clean yet: a stop at one of the trampoline's int3s in a thread that
-/// blocks SIGTRAP, as every exiting thread does in glibc and `--leaks` makes when its ring is full, has the kernel
-/// reset SIGTRAP to its default action, and until syscatch puts the trap pad's handler back, its death kills the
-/// target. `--leaks` alone does the same; see issue 39's note.)
+/// signals; interrupted, then SIGKILLed. (Every exiting thread blocks all signals while it munmaps its stack: a stop
+/// there, on a full ring, used to have the kernel reset SIGTRAP to its default action, and a SIGKILL of syscatch
+/// then killed the target with its pending SIGTRAP; the trampoline's trap helper unblocks SIGTRAP before its int3s.)
 #[test]
-fn storm_rounds_with_malloc_interrupted_at_random_moments() {
-    let name = "storm_rounds_with_malloc_interrupted_at_random_moments";
+fn storm_rounds_with_malloc_interrupted_and_killed() {
+    let name = "storm_rounds_with_malloc_interrupted_and_killed";
     let outcomes = storm_rounds(name, rounds(3), Kill::Interrupt, &MALLOC);
+    assert!(outcomes.iter().all(|o| o.clean()), "{outcomes:#?}");
+    let outcomes = storm_rounds(name, rounds(3), Kill::Sigkill, &MALLOC);
     assert!(outcomes.iter().all(|o| o.clean()), "{outcomes:#?}");
 }
 
