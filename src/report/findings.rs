@@ -295,10 +295,35 @@ pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
             writeln!(w, "    - {s}")?;
         }
     }
-    for (i, l) in heap_lines(d).iter().enumerate() {
+    let mut heap = heap_lines(d);
+    if let (Some(line), false) = (sampled_line(d, report), heap.is_empty()) {
+        heap.push(line);
+    }
+    for (i, l) in heap.iter().enumerate() {
         writeln!(w, "{}  {l}", if i == 0 { "\n" } else { "" })?;
     }
     Ok(())
+}
+
+/// With `--malloc`: what the program's blocks hold by the samples' estimate, against what malloc says is in use
+/// in its arenas (which count blocks from before the trace, but not the large ones it mmaps on their own) and
+/// holds from the kernel (the rest: free memory malloc keeps, fragmentation).
+fn sampled_line(d: &Diagnosis, report: &LeakReport) -> Option<String> {
+    let h = d.facts.process.heap.as_ref()?;
+    let samples = report.samples?;
+    let (in_use, err) = samples.in_use();
+    let mib = |b: f64| format!("{:.1} MiB", b / 1048576.0);
+    let arenas_in_use: u64 = h.arenas.iter().map(|a| a.arena.in_use()).sum();
+    let held: u64 = h.arenas.iter().map(|a| a.arena.system_mem).sum();
+    Some(format!(
+        "  blocks allocated during the trace and still in use, by --malloc's samples: {} ± {}; malloc's arenas: {} in \
+         use (with blocks from before the trace, without the large blocks malloc maps on their own), {} held from \
+         the kernel",
+        mib(in_use),
+        mib(err),
+        mib(arenas_in_use as f64),
+        mib(held as f64)
+    ))
 }
 
 /// The findings as the HTML page shows them (the text report's lines, as data): the headline, each finding's
