@@ -162,6 +162,12 @@ impl Tracer<'_> {
             }
             Err(why) => {
                 eprintln!("syscatch: --fast is not possible here ({why}); using a breakpoint instead");
+                if req.functions.iter().any(|f| f.alloc.is_some()) {
+                    self.summary.warnings.push(format!(
+                        "--malloc needs --fast's trampoline, which could not be installed ({why}): no allocation \
+                         was sampled"
+                    ));
+                }
                 self.sites = sites;
                 self.arm()
             }
