@@ -9,7 +9,7 @@
 MALLOC_TOOLS=(untraced malloc unsampled memleak heaptrack)
 
 bench_mallocs() {
-    local t j turn r ok=0 secs=$WORKER_SECS settle memleak threads=2
+    local t j turn r ok=0 secs=$WORKER_SECS settle memleak threads=2 per_call=
     local -A NAME SHARE RATE NOTE BAD CMD
     settle=$(calc "$secs / 2")
     if ! want_prefix mallocs_; then
@@ -37,7 +37,9 @@ bench_mallocs() {
             heaptrack)
                 # Its own process of the loop, started under heaptrack; its untraced twin is this one.
                 local h_in=$T_IN h_out=$T_OUT h_proc=$T_PROC h_pid=$T_PID
-                target_start "" heaptrack -o "$TMP/heaptrack" "$TMP/mallocs" "$threads" || {
+                # (heaptrack's own lines go to stdout too: only the loop's reach the fifo.)
+                target_start "" sh -c 'heaptrack -o "$1" "$2" "$3" | grep --line-buffered -E "^(pid|rate) "' \
+                    sh "$TMP/heaptrack" "$TMP/mallocs" "$threads" || {
                     BAD[$t]="failed:heaptrack did not start the loop"
                     T_IN=$h_in T_OUT=$h_out T_PROC=$h_proc T_PID=$h_pid
                     continue
@@ -80,10 +82,10 @@ waiting for a CPU: $(grep -o 'the target [0-9.]* ms' "$TR_LOG" | tail -1) (sched
         done
         # The stubs' own cost per call (a step is a free and a malloc, on each of the threads).
         [[ -n ${got[unsampled]:-} && -n ${got[untraced]:-} ]] &&
-            NOTE[unsampled]+="$(calc "($threads / ${got[unsampled]} - $threads / ${got[untraced]}) * 1e9 / 2") "
+            per_call+="$(calc "($threads / ${got[unsampled]} - $threads / ${got[untraced]}) * 1e9 / 2") "
     done
     target_quit
-    [[ -n ${NOTE[unsampled]:-} ]] && NOTE[unsampled]="ns added per call (malloc or free), by turn: ${NOTE[unsampled]}"
+    [[ -n $per_call ]] && NOTE[unsampled]="ns added per call (malloc or free), by turn: ${per_call% }; ${NOTE[unsampled]:-}"
     for t in "${MALLOC_TOOLS[@]}"; do
         if [[ -n ${BAD[$t]:-} ]]; then
             row "mallocs_$t" "${NAME[$t]}" x "${BAD[$t]%%:*}" "${BAD[$t]#*:}"
