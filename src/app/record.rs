@@ -51,6 +51,10 @@ pub const VERSION: u32 = 3;
 /// The versions this syscatch reads.
 const READS: std::ops::RangeInclusive<u32> = 1..=VERSION;
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// One line of a recording.
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
@@ -114,6 +118,9 @@ pub enum Record {
     Plan {
         depths: BTreeMap<String, usize>,
         watched: Watched,
+        /// `--malloc-every` (0 or absent: no `--malloc`): the report weighs the recorded samples with it.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        malloc_every: u64,
     },
     Facts(Box<ProcessFacts>),
     Summary(Box<Summary>),
@@ -383,6 +390,8 @@ pub struct Reader {
     pub vdso: HashMap<u64, String>,
     pub residency: HashMap<(u64, u64, u64), (u64, u64)>,
     pub plan: Option<(BTreeMap<String, usize>, Watched)>,
+    /// The trace's `--malloc-every` (0: no `--malloc`).
+    pub malloc_every: u64,
     pub facts: Option<ProcessFacts>,
     pub summary: Option<Summary>,
     pub events: u64,
@@ -486,6 +495,7 @@ impl Reader {
             vdso: HashMap::new(),
             residency: HashMap::new(),
             plan: None,
+            malloc_every: 0,
             facts: None,
             summary: None,
             events: 0,
@@ -507,7 +517,10 @@ impl Reader {
             Record::Residency { start, end, max, pages, resident } => {
                 self.residency.insert((start, end, max), (pages, resident));
             }
-            Record::Plan { depths, watched } => self.plan = Some((depths, watched)),
+            Record::Plan { depths, watched, malloc_every } => {
+                self.plan = Some((depths, watched));
+                self.malloc_every = malloc_every;
+            }
             Record::Facts(f) => self.facts = Some(*f),
             Record::Summary(s) => self.summary = Some(*s),
             Record::End { events } => {

@@ -200,8 +200,7 @@ fn replay(rec: &Reader, out: &Output, renderer: Box<dyn Renderer + Send>) -> Res
         recorder: None,
         interim: None,
         calls_for: None,
-        // (A recording does not keep --malloc's samples' rate yet: their section is left out.)
-        malloc_every: 0,
+        malloc_every: rec.malloc_every,
     };
     let (tx, rx) = crossbeam_channel::bounded(analysis::QUEUED_RECORDS);
     let worker = std::thread::Builder::new()

@@ -383,7 +383,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let mut source = crate::live::modules::LiveModules::boxed(pid);
     if let Some(rec) = &recorder {
         let depths = plan.depths.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        rec.write(&Record::Plan { depths, watched: watched.clone() });
+        rec.write(&Record::Plan { depths, watched: watched.clone(), malloc_every: plan.malloc_every });
         source = Box::new(Recording { inner: source, rec: rec.clone() });
     }
     // Time zero until every site is armed (then the tracer's `armed_at`, of events and samples alike).

@@ -256,3 +256,31 @@ fn a_threaded_server_endpoint_that_keeps_memory_tops_the_heap() {
     let churned: u64 = samples.iter().filter(|s| at(s, churn_line)).map(|s| s["in_use"].as_u64().unwrap()).sum();
     assert_eq!(churned, 0, "/churn keeps nothing: {samples:#?}");
 }
+
+/// `--record` keeps what `--malloc` samples: `syscatch report FILE --leaks` of the recording, after the target is
+/// gone, gives the live run's `heap_sample` lines.
+#[test]
+fn a_recording_reports_the_live_runs_samples() {
+    require_ptrace();
+    let rec = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("heap_samples.rec");
+    let mut t = Target::start(&testprog("heap_samples"), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--malloc", "--json", "--record", rec.to_str().unwrap()]);
+    sc.wait_attached();
+    t.send("go");
+    t.out.until(|l| l == "done");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+    let heap = |lines: &[Value]| -> Vec<Value> {
+        lines.iter().filter(|v| v["type"] == "heap_sample").map(|v| v["data"].clone()).collect()
+    };
+    let live = heap(&json_lines(&out));
+    assert!(live.len() >= 4, "{live:#?}");
+    let (code, report, err) = run_syscatch(&["report", rec.to_str().unwrap(), "--leaks", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let report = heap(&json_lines(&report.lines().map(str::to_string).collect::<Vec<_>>()));
+    assert_eq!(report, live);
+}
