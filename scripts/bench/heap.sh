@@ -3,10 +3,11 @@
 # malloc/free of 16 to 527 bytes), as the share of its untraced steps/s it keeps, from its own clock: syscatch
 # --malloc at the default rate (512 KiB), the same with no sample ever taken (--malloc-every 1000GiB: the stubs'
 # own cost, also given in ns per call), bcc's memleak attached to the same process (a uprobe on every malloc and
-# free) and heaptrack started with the program (LD_PRELOAD, a separate process of the same loop). Sourced by
-# scripts/bench.sh.
+# free; it compiles its BPF program against the running kernel's headers), bpftrace's uprobes on libc's malloc and
+# free that only count (memleak's mechanism without its work: a bound on its cost, where bcc cannot compile) and
+# heaptrack started with the program (LD_PRELOAD, a separate process of the same loop). Sourced by scripts/bench.sh.
 
-MALLOC_TOOLS=(untraced malloc unsampled memleak heaptrack)
+MALLOC_TOOLS=(untraced malloc unsampled memleak uprobes heaptrack)
 
 bench_mallocs() {
     local t j turn r ok=0 secs=$WORKER_SECS settle memleak threads=2 per_call=
@@ -21,11 +22,20 @@ bench_mallocs() {
     target_start "" "$TMP/mallocs" "$threads" || die "cannot start the malloc loop"
     NAME=([untraced]="malloc loop (2 threads) untraced, steps/s" [malloc]="malloc loop under syscatch --malloc"
         [unsampled]="malloc loop under syscatch --malloc --malloc-every 1000GiB (the stubs alone)"
-        [memleak]="malloc loop under bcc memleak -p" [heaptrack]="malloc loop started under heaptrack")
+        [memleak]="malloc loop under bcc memleak -p" [heaptrack]="malloc loop started under heaptrack"
+        [uprobes]="malloc loop under bpftrace uprobes on malloc and free, counting")
     CMD=([malloc]="$SC --pid $T_PID --malloc" [unsampled]="$SC --pid $T_PID --malloc --malloc-every 1000GiB")
     memleak=$(command -v memleak-bpfcc || command -v memleak || true)
     [[ -z $memleak ]] && BAD[memleak]="not_installed:bcc's memleak not installed (Debian package bpfcc-tools)"
     command -v heaptrack >/dev/null || BAD[heaptrack]="not_installed:heaptrack not installed (Debian package heaptrack)"
+    local libc
+    libc=$(grep -m1 -o '/[^ ]*/libc\.so\.6' "/proc/$T_PID/maps")
+    if ! command -v bpftrace >/dev/null; then
+        BAD[uprobes]="not_installed:bpftrace not installed (Debian package bpftrace)"
+    else
+        printf 'BEGIN { printf("bench: armed\\n"); }\nuprobe:%s:malloc /pid == %s/ { @malloc = count(); }\nuprobe:%s:free /pid == %s/ { @free = count(); }\n' \
+            "$libc" "$T_PID" "$libc" "$T_PID" >"$TMP/uprobes.bt"
+    fi
     (rate_on "$T_IN" "$T_OUT" "$secs") >/dev/null || ok=1 # warm-up
     for ((turn = 0; turn < RUNS && ok == 0; turn++)); do
         local -A got=()
@@ -53,6 +63,8 @@ bench_mallocs() {
             *)
                 if [[ $t == memleak ]]; then
                     tracer_start "" out 'Attaching to pid' "$memleak" -p "$T_PID" 60
+                elif [[ $t == uprobes ]]; then
+                    tracer_start "" out '^bench: armed' bpftrace "$TMP/uprobes.bt"
                 else
                     # shellcheck disable=SC2086 # the command is space-separated words without spaces inside
                     tracer_start "" err '^syscatch: attached' ${CMD[$t]}
@@ -65,8 +77,8 @@ bench_mallocs() {
                 rate_on "$T_IN" "$T_OUT" "$settle" >/dev/null || ok=1
                 r=$(rate_on "$T_IN" "$T_OUT" "$secs") || ok=1
                 kill -INT "$TR_PROC"
-                tracer_wait || [[ $t == memleak ]] || BAD[$t]="failed:exited with status $?: $(tail -1 "$TR_LOG")"
-                [[ $t != memleak ]] &&
+                tracer_wait || [[ $t == memleak || $t == uprobes ]] || BAD[$t]="failed:exited with status $?: $(tail -1 "$TR_LOG")"
+                [[ $t != memleak && $t != uprobes ]] &&
                     NOTE[$t]="last turn: $(grep -o 'malloc sampled [0-9]* allocations' "$TR_LOG" | tail -1); \
 waiting for a CPU: $(grep -o 'the target [0-9.]* ms' "$TR_LOG" | tail -1) (schedstat)"
                 ;;
