@@ -314,34 +314,6 @@ const RECORD_HEAD: usize = 13 * 5 + 15 + 10;
 const KNOWN_CALL: usize = 93 + 10 + 19 + 55;
 const KNOWN_CODE: usize = KNOWN_CALL + TRAP_CALL;
 
-/// Bytes of a call of the trap helper just before an int3: `lea -0x80(%rsp),%rsp ; call helper ;
-/// lea 0x80(%rsp),%rsp` (below the red zone, where the record is).
-const TRAP_CALL: usize = 5 + 5 + 8;
-
-/// The trap helper, once in the page: SIGTRAP unblocked in the calling thread (`rt_sigprocmask(SIG_UNBLOCK)`),
-/// every register and the flags kept. An int3 taken with SIGTRAP blocked would have the kernel reset SIGTRAP's
-/// action to the default for the whole process (`force_sig_info`): the trap pad's handler gone, so that a SIGKILL
-/// of syscatch while a thread sits in a trap would kill the target. (The tracer blocks it again at the stop for a
-/// thread that blocked every signal.)
-const TRAP_HELPER: [u8; 48] = [
-    0x9c, 0x50, 0x51, 0x52, 0x56, 0x57, 0x41, 0x52, 0x41, 0x53, // pushfq ; push rax, rcx, rdx, rsi, rdi, r10, r11
-    0x6a, 0x10, // push $0x10 (the set: SIGTRAP)
-    0xb8, 0x0e, 0x00, 0x00, 0x00, // mov $14 (rt_sigprocmask),%eax
-    0xbf, 0x01, 0x00, 0x00, 0x00, // mov $1 (SIG_UNBLOCK),%edi
-    0x48, 0x89, 0xe6, 0x31, 0xd2, // mov %rsp,%rsi ; xor %edx,%edx
-    0x41, 0xba, 0x08, 0x00, 0x00, 0x00, // mov $8,%r10d
-    0x0f, 0x05, // syscall
-    0x48, 0x83, 0xc4, 0x08, // add $8,%rsp
-    0x41, 0x5b, 0x41, 0x5a, 0x5f, 0x5e, 0x5a, 0x59, 0x58, // pop r11, r10, rdi, rsi, rdx, rcx, rax
-];
-
-/// A call of the trap helper (its rel32 filled once the helper's place is known: `traps`).
-fn trap_call(code: &mut Vec<u8>, traps: &mut Vec<usize>) {
-    code.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0x80, 0xe8]);
-    traps.push(code.len());
-    code.extend_from_slice(&[0, 0, 0, 0, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00]);
-}
-
 /// Bytes of one ring path up to its full path, and of the full path (see the module's text).
 const RING_CODE: usize =
     6 + 9 + 4 + 5 + 3 + 7 + 7 + 6 + 2 + 5 + 5 + 2 + 6 + 3 + 7 + 3 + 8 + 8 + 6 * 4 + 5 + 4 + 5 + 4 + 12 + 3 + 5 + 5;
@@ -360,50 +332,6 @@ pub fn fits(plan: &PatchPlan, count: usize, ring: usize) -> bool {
     let helper = 16 + TRAP_HELPER.len() + 2;
     12 * count + plan.orig.len() + 5 + stops * match_len(&plan.orig, false) + ring * ring_len(&plan.orig) + helper
         <= CODE_BYTES as usize
-}
-
-/// A call the ring path wrote down: slot `seq % RING_SLOTS` of the ring, read by the tracer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Slot {
-    /// Written last: the slot is whole once this is the sequence number the reader expects there.
-    pub seq: u64,
-    pub nr: u64,
-    /// rdi, rsi, rdx, r10, r8, r9 as the kernel took them.
-    pub args: [u64; 6],
-    /// rax after `syscall`.
-    pub ret: u64,
-    /// The writing thread's fs base.
-    pub thread: u64,
-    /// Which patched place (an index into the sites given to [`assemble_sites`]).
-    pub site: u64,
-    /// The return address at the stack pointer (the caller of the patched function) and that stack pointer.
-    pub ra: u64,
-    pub sp: u64,
-    /// The known stack of a call the known-stack matcher wrote ([`crate::x86::known`]): its number, in word 13,
-    /// taken only when word 14 is this slot's sequence number (the ring paths write neither).
-    pub known: Option<u32>,
-}
-
-impl Slot {
-    /// The slot in `bytes` (its `SLOT` bytes).
-    pub fn parse(bytes: &[u8]) -> Option<Slot> {
-        let word = |i: usize| Some(u64::from_le_bytes(bytes.get(i * 8..i * 8 + 8)?.try_into().ok()?));
-        let mut args = [0u64; 6];
-        for (i, a) in args.iter_mut().enumerate() {
-            *a = word(2 + i)?;
-        }
-        Some(Slot {
-            seq: word(0)?,
-            nr: word(1)?,
-            args,
-            ret: word(8)?,
-            thread: word(9)?,
-            site: word(10)?,
-            ra: word(11)?,
-            sp: word(12)?,
-            known: (word(14)? == word(0)?).then(|| word(13)).flatten().map(|k| k as u32),
-        })
-    }
 }
 
 /// The trampoline page's code, assembled.
@@ -755,6 +683,12 @@ pub fn branch_target(insn_bytes: &[u8], addr: u64) -> Option<u64> {
 
 #[path = "trampoline_alloc.rs"]
 mod alloc_path;
+#[path = "trampoline_slot.rs"]
+mod slot;
+#[path = "trampoline_trap.rs"]
+mod trap;
+pub use slot::Slot;
+use trap::{TRAP_CALL, TRAP_HELPER, trap_call};
 #[path = "trampoline_known.rs"]
 mod known_path;
 use alloc_path::alloc_stub;

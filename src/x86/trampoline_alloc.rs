@@ -37,6 +37,16 @@ enum Label {
     Count,
 }
 
+/// A rel32 to fill: its offset in the code and its target.
+type Fix = Vec<(usize, Label)>;
+
+/// `op` followed by a rel32 to `label`, filled at the end.
+fn rel(code: &mut Vec<u8>, op: &[u8], label: Label, fix: &mut Fix) {
+    code.extend_from_slice(op);
+    fix.push((code.len(), label));
+    code.extend_from_slice(&[0, 0, 0, 0]);
+}
+
 /// Emits the stub of one allocation function at the end of `a.code`. `hooks`, `calls`: offsets of the rel32s that
 /// call the sampler and the known-stack matcher (filled once their places are known); `flag`: the offset of the
 /// byte that turns sampling off. `known`: a sampled call asks the matcher before it stops, as a match path does.
@@ -51,88 +61,24 @@ pub(super) fn alloc_stub(
     (f, moved, free_site, internal): (AllocFn, &[Moved], usize, Option<(u64, u64)>),
     (fsgsbase, known): (bool, bool),
 ) -> Option<()> {
-    let start = a.code.len();
-    let mut fix: Vec<(usize, Label)> = Vec::new();
+    let mut fix = Fix::new();
+    let free = f == AllocFn::Free;
     let code = &mut a.code;
-    let at = |code: &Vec<u8>| page + code.len() as u64;
-    let rel = |code: &mut Vec<u8>, op: &[u8], label: Label, fix: &mut Vec<(usize, Label)>| {
-        code.extend_from_slice(op);
-        fix.push((code.len(), label));
-        code.extend_from_slice(&[0, 0, 0, 0]);
-    };
     // cmpb $0xcc,flag(%rip) (the immediate after the rel32) ; jne miss
     rel(code, &[0x80, 0x3d], Label::Flag, &mut fix);
     code.push(0xcc);
     rel(code, &[0x0f, 0x85], Label::Miss, &mut fix);
-    if let Some((lo, hi)) = internal {
-        // A call from the allocator's own code (its posix_memalign calling its memalign): counted once, by the
-        // outer call. mov (%rsp),%r11 ; movabs $lo,%r10 ; sub %r10,%r11 ; cmp $len,%r11 ; jb miss
-        code.extend_from_slice(&[0x4c, 0x8b, 0x1c, 0x24, 0x49, 0xba]);
-        code.extend_from_slice(&lo.to_le_bytes());
-        code.extend_from_slice(&[0x4d, 0x29, 0xd3, 0x49, 0x81, 0xfb]);
-        code.extend_from_slice(&u32::try_from(hi.checked_sub(lo)?).ok().filter(|&l| l < 1 << 31)?.to_le_bytes());
-        rel(code, &[0x0f, 0x82], Label::Miss, &mut fix);
+    if let Some(range) = internal {
+        skip_internal(code, &mut fix, range)?;
     }
-    let free = f == AllocFn::Free;
-    let frees = matches!(f, AllocFn::Free | AllocFn::Realloc | AllocFn::Reallocarray);
-    let (table, threads) = (page + crate::x86::alloc::TABLE, page + crate::x86::alloc::THREADS);
-    let k = crate::x86::alloc::K.to_le_bytes();
-    if frees {
-        // The block's bucket (rdi): empty, it is no sampled block. test %rdi,%rdi ; je count (free: miss) ;
-        // mov %rdi,%r10 ; shr $4,%r10 ; movabs $K,%r11 ; imul %r11,%r10 ; shr $50,%r10 ; shl $5,%r10 ;
-        // lea table(%rip),%rax ; mov (%rax,%r10),%r11 ; or 8/16/24(%rax,%r10),%r11 ; jne slow
-        code.extend_from_slice(&[0x48, 0x85, 0xff]);
-        rel(code, &[0x0f, 0x84], if free { Label::Miss } else { Label::Count }, &mut fix);
-        code.extend_from_slice(&[0x49, 0x89, 0xfa, 0x49, 0xc1, 0xea, 0x04, 0x49, 0xbb]);
-        code.extend_from_slice(&k);
-        code.extend_from_slice(&[0x4d, 0x0f, 0xaf, 0xd3]);
-        code.extend_from_slice(&[0x49, 0xc1, 0xea, crate::x86::alloc::BUCKET_SHIFT, 0x49, 0xc1, 0xe2, 0x05]);
-        riprel(code, page, &[0x48, 0x8d, 0x05], table)?;
-        code.extend_from_slice(&[0x4e, 0x8b, 0x1c, 0x10]);
-        for off in [8, 16, 24] {
-            code.extend_from_slice(&[0x4e, 0x0b, 0x5c, 0x10, off]);
-        }
-        rel(code, &[0x0f, 0x85], Label::Slow, &mut fix);
+    if matches!(f, AllocFn::Free | AllocFn::Realloc | AllocFn::Reallocarray) {
+        bucket_check(code, &mut fix, page, free)?;
     }
     let count = code.len();
     if free {
         rel(code, &[0xe9], Label::Miss, &mut fix);
     } else if f != AllocFn::Pvalloc {
-        // The thread's count in its home slot, if it is there and does not run out: rdfsbase %r11 ;
-        // mov %r11,%r10 ; shr $12,%r10 ; movabs $K,%rax ; imul %rax,%r10 ; shr $54,%r10 ; shl $5,%r10 ;
-        // lea threads(%rip),%rax ; cmp %r11,(%rax,%r10) ; jne slow ; r11 = count - size ; jle slow ;
-        // mov %r11,8(%rax,%r10) ; jmp miss
-        code.extend_from_slice(&[0xf3, 0x49, 0x0f, 0xae, 0xc3, 0x4d, 0x89, 0xda, 0x49, 0xc1, 0xea, 0x0c]);
-        code.extend_from_slice(&[0x48, 0xb8]);
-        code.extend_from_slice(&k);
-        code.extend_from_slice(&[0x4c, 0x0f, 0xaf, 0xd0]);
-        code.extend_from_slice(&[0x49, 0xc1, 0xea, crate::x86::alloc::THREAD_SHIFT, 0x49, 0xc1, 0xe2, 0x05]);
-        riprel(code, page, &[0x48, 0x8d, 0x05], threads)?;
-        code.extend_from_slice(&[0x4e, 0x39, 0x1c, 0x10]);
-        rel(code, &[0x0f, 0x85], Label::Slow, &mut fix);
-        let product = |code: &mut Vec<u8>, fix: &mut Vec<(usize, Label)>, mov: [u8; 3], imul: [u8; 4]| {
-            // r11 = a * b (overflow: slow) ; neg %r11 ; add 8(%rax,%r10),%r11
-            code.extend_from_slice(&mov);
-            code.extend_from_slice(&imul);
-            rel(code, &[0x0f, 0x80], Label::Slow, fix);
-            code.extend_from_slice(&[0x49, 0xf7, 0xdb, 0x4e, 0x03, 0x5c, 0x10, 0x08]);
-        };
-        match f {
-            AllocFn::Calloc => product(code, &mut fix, [0x49, 0x89, 0xfb], [0x4c, 0x0f, 0xaf, 0xde]),
-            AllocFn::Reallocarray => product(code, &mut fix, [0x49, 0x89, 0xf3], [0x4c, 0x0f, 0xaf, 0xda]),
-            _ => {
-                // mov 8(%rax,%r10),%r11 ; sub %SIZE,%r11 (rdi, rsi or rdx)
-                code.extend_from_slice(&[0x4e, 0x8b, 0x5c, 0x10, 0x08, 0x49, 0x29]);
-                code.push(match f {
-                    AllocFn::Realloc | AllocFn::AlignedAlloc => 0xf3,
-                    AllocFn::PosixMemalign => 0xd3,
-                    _ => 0xfb,
-                });
-            }
-        }
-        rel(code, &[0x0f, 0x8e], Label::Slow, &mut fix);
-        code.extend_from_slice(&[0x4e, 0x89, 0x5c, 0x10, 0x08]);
-        rel(code, &[0xe9], Label::Miss, &mut fix);
+        count_down(code, &mut fix, page, f)?;
     }
     let slow = code.len();
     let phase = if free { P_FREE } else { P_ENTER };
@@ -144,47 +90,9 @@ pub(super) fn alloc_stub(
     }
     rel(code, &[0x0f, 0x88], Label::FreeFull, &mut fix);
     if free {
-        rel(code, &[0xe9], Label::Miss, &mut fix);
+        rel(&mut a.code, &[0xe9], Label::Miss, &mut fix);
     } else {
-        // push rdx, rsi, rdi ; movabs $cookie,%r11 ; push %r11 ; push %r11 ; call miss ; add $16,%rsp
-        // (the cookie, the return address xor COOKIE, twice: how an unwinder of a stack inside the function
-        // steps over this frame, see `crate::analysis::unwind`)
-        code.extend_from_slice(&[0x52, 0x56, 0x57, 0x49, 0xbb]);
-        let ret = at(code) + 8 + 4 + 5;
-        code.extend_from_slice(&(COOKIE ^ ret).to_le_bytes());
-        code.extend_from_slice(&[0x41, 0x53, 0x41, 0x53]);
-        rel(code, &[0xe8], Label::Miss, &mut fix);
-        debug_assert_eq!(at(code), ret);
-        code.extend_from_slice(&[0x48, 0x83, 0xc4, 0x10]);
-        // push %rax ; sub $8,%rsp
-        code.extend_from_slice(&[0x50, 0x48, 0x83, 0xec, 0x08]);
-        hook_call(code, hooks, page, P_AFTER | f.kind() << 4, free_site, true)?;
-        // add $8,%rsp ; pop %r10 ; pop rdi, rsi, rdx ; test %rax,%rax ; je done
-        code.extend_from_slice(&[0x48, 0x83, 0xc4, 0x08, 0x41, 0x5a, 0x5f, 0x5e, 0x5a, 0x48, 0x85, 0xc0]);
-        rel(code, &[0x0f, 0x84], Label::Done, &mut fix);
-        let int3 = at(code) + if known { (RECORD_HEAD + KNOWN_CODE) as u64 } else { RECORD_CODE };
-        record_head(code, int3, fsgsbase);
-        if known {
-            // A stack unwound before: written into the ring by the matcher, and back to `done` (just past the
-            // int3) without a stop.
-            known_call(code, calls, page, (0, si as u64), int3 + 1, int3)?;
-            trap_call(code, &mut a.traps);
-            a.known_int3s.push(int3);
-            a.ring_writes.push((int3 - (KNOWN_CODE - 38) as u64, int3 + 1));
-        } else {
-            // mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
-            code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0]);
-            riprel(code, page, &[0xf0, 0x4c, 0x0f, 0xc1, 0x1d], page + COUNTER)?;
-            code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
-            store(code, 1, 3, AT_SEQ);
-            trap_call(code, &mut a.traps);
-            // From its number (just past the counter's `lock xadd`) to its int3.
-            a.ring_writes.push((int3 - 9 - TRAP_CALL as u64, int3 + 1));
-        }
-        debug_assert_eq!(at(code), int3);
-        code.push(0xcc);
-        a.int3s.insert(int3, 0);
-        a.int3_sites.insert(int3, si);
+        sampled_call(a, (hooks, calls), &mut fix, page, (f, si, free_site), (fsgsbase, known))?;
     }
     let code = &mut a.code;
     let done = code.len();
@@ -211,18 +119,139 @@ pub(super) fn alloc_stub(
     riprel(code, page, &[0xe9], plan.at + plan.orig.len() as u64)?;
     for (pos, label) in fix {
         let to = match label {
-            Label::Miss => page + miss as u64,
-            Label::FreeFull => page + freefull as u64,
-            Label::Done => page + done as u64,
-            Label::Flag => page + flag as u64,
-            Label::Slow => page + slow as u64,
-            Label::Count => page + count as u64,
+            Label::Miss => miss,
+            Label::FreeFull => freefull,
+            Label::Done => done,
+            Label::Flag => flag,
+            Label::Slow => slow,
+            Label::Count => count,
         };
         // The flag's rel32 is followed by its immediate byte: the instruction ends one byte later.
-        let end = page + pos as u64 + 4 + u64::from(matches!(label, Label::Flag));
-        code[pos..pos + 4].copy_from_slice(&i32::try_from(to as i128 - end as i128).ok()?.to_le_bytes());
+        let end = pos + 4 + usize::from(matches!(label, Label::Flag));
+        code[pos..pos + 4].copy_from_slice(&i32::try_from(to as i64 - end as i64).ok()?.to_le_bytes());
     }
-    debug_assert!(code.len() > start);
+    Some(())
+}
+
+/// A call from the allocator's own code (its posix_memalign calling its memalign) goes on unsampled: counted once,
+/// by the outer call. mov (%rsp),%r11 ; movabs $lo,%r10 ; sub %r10,%r11 ; cmp $len,%r11 ; jb miss
+fn skip_internal(code: &mut Vec<u8>, fix: &mut Fix, (lo, hi): (u64, u64)) -> Option<()> {
+    code.extend_from_slice(&[0x4c, 0x8b, 0x1c, 0x24, 0x49, 0xba]);
+    code.extend_from_slice(&lo.to_le_bytes());
+    code.extend_from_slice(&[0x4d, 0x29, 0xd3, 0x49, 0x81, 0xfb]);
+    code.extend_from_slice(&u32::try_from(hi.checked_sub(lo)?).ok().filter(|&l| l < 1 << 31)?.to_le_bytes());
+    rel(code, &[0x0f, 0x82], Label::Miss, fix);
+    Some(())
+}
+
+/// The freed block's bucket (rdi): empty, it is no sampled block. test %rdi,%rdi ; je count (free: miss) ;
+/// mov %rdi,%r10 ; shr $4,%r10 ; movabs $K,%r11 ; imul %r11,%r10 ; shr $50,%r10 ; shl $5,%r10 ;
+/// lea table(%rip),%rax ; mov (%rax,%r10),%r11 ; or 8/16/24(%rax,%r10),%r11 ; jne slow
+fn bucket_check(code: &mut Vec<u8>, fix: &mut Fix, page: u64, free: bool) -> Option<()> {
+    code.extend_from_slice(&[0x48, 0x85, 0xff]);
+    rel(code, &[0x0f, 0x84], if free { Label::Miss } else { Label::Count }, fix);
+    code.extend_from_slice(&[0x49, 0x89, 0xfa, 0x49, 0xc1, 0xea, 0x04, 0x49, 0xbb]);
+    code.extend_from_slice(&crate::x86::alloc::K.to_le_bytes());
+    code.extend_from_slice(&[0x4d, 0x0f, 0xaf, 0xd3]);
+    code.extend_from_slice(&[0x49, 0xc1, 0xea, crate::x86::alloc::BUCKET_SHIFT, 0x49, 0xc1, 0xe2, 0x05]);
+    riprel(code, page, &[0x48, 0x8d, 0x05], page + crate::x86::alloc::TABLE)?;
+    code.extend_from_slice(&[0x4e, 0x8b, 0x1c, 0x10]);
+    for off in [8, 16, 24] {
+        code.extend_from_slice(&[0x4e, 0x0b, 0x5c, 0x10, off]);
+    }
+    rel(code, &[0x0f, 0x85], Label::Slow, fix);
+    Some(())
+}
+
+/// The thread's count in its home slot, if it is there and does not run out: rdfsbase %r11 ; mov %r11,%r10 ;
+/// shr $12,%r10 ; movabs $K,%rax ; imul %rax,%r10 ; shr $54,%r10 ; shl $5,%r10 ; lea threads(%rip),%rax ;
+/// cmp %r11,(%rax,%r10) ; jne slow ; r11 = count - size ; jle slow ; mov %r11,8(%rax,%r10) ; jmp miss
+fn count_down(code: &mut Vec<u8>, fix: &mut Fix, page: u64, f: AllocFn) -> Option<()> {
+    code.extend_from_slice(&[0xf3, 0x49, 0x0f, 0xae, 0xc3, 0x4d, 0x89, 0xda, 0x49, 0xc1, 0xea, 0x0c]);
+    code.extend_from_slice(&[0x48, 0xb8]);
+    code.extend_from_slice(&crate::x86::alloc::K.to_le_bytes());
+    code.extend_from_slice(&[0x4c, 0x0f, 0xaf, 0xd0]);
+    code.extend_from_slice(&[0x49, 0xc1, 0xea, crate::x86::alloc::THREAD_SHIFT, 0x49, 0xc1, 0xe2, 0x05]);
+    riprel(code, page, &[0x48, 0x8d, 0x05], page + crate::x86::alloc::THREADS)?;
+    code.extend_from_slice(&[0x4e, 0x39, 0x1c, 0x10]);
+    rel(code, &[0x0f, 0x85], Label::Slow, fix);
+    let mut product = |mov: [u8; 3], imul: [u8; 4]| {
+        // r11 = a * b (overflow: slow) ; neg %r11 ; add 8(%rax,%r10),%r11
+        code.extend_from_slice(&mov);
+        code.extend_from_slice(&imul);
+        rel(code, &[0x0f, 0x80], Label::Slow, fix);
+        code.extend_from_slice(&[0x49, 0xf7, 0xdb, 0x4e, 0x03, 0x5c, 0x10, 0x08]);
+    };
+    match f {
+        AllocFn::Calloc => product([0x49, 0x89, 0xfb], [0x4c, 0x0f, 0xaf, 0xde]),
+        AllocFn::Reallocarray => product([0x49, 0x89, 0xf3], [0x4c, 0x0f, 0xaf, 0xda]),
+        _ => {
+            // mov 8(%rax,%r10),%r11 ; sub %SIZE,%r11 (rdi, rsi or rdx)
+            code.extend_from_slice(&[0x4e, 0x8b, 0x5c, 0x10, 0x08, 0x49, 0x29]);
+            code.push(match f {
+                AllocFn::Realloc | AllocFn::AlignedAlloc => 0xf3,
+                AllocFn::PosixMemalign => 0xd3,
+                _ => 0xfb,
+            });
+        }
+    }
+    rel(code, &[0x0f, 0x8e], Label::Slow, fix);
+    code.extend_from_slice(&[0x4e, 0x89, 0x5c, 0x10, 0x08]);
+    rel(code, &[0xe9], Label::Miss, fix);
+    Some(())
+}
+
+/// A sampled call: the function called from here, its block remembered (`hook(AFTER)`), then the record as a match
+/// path writes it, the known-stack matcher (`known`) or the counter, and the int3 (preceded by the trap helper).
+fn sampled_call(
+    a: &mut Assembled,
+    (hooks, calls): (&mut Vec<usize>, &mut Vec<usize>),
+    fix: &mut Fix,
+    page: u64,
+    (f, si, free_site): (AllocFn, usize, usize),
+    (fsgsbase, known): (bool, bool),
+) -> Option<()> {
+    let code = &mut a.code;
+    let at = |code: &Vec<u8>| page + code.len() as u64;
+    // push rdx, rsi, rdi ; movabs $cookie,%r11 ; push %r11 ; push %r11 ; call miss ; add $16,%rsp (the cookie, the
+    // return address xor COOKIE, twice: how an unwinder of a stack inside the function steps over this frame, see
+    // `crate::analysis::unwind`)
+    code.extend_from_slice(&[0x52, 0x56, 0x57, 0x49, 0xbb]);
+    let ret = at(code) + 8 + 4 + 5;
+    code.extend_from_slice(&(COOKIE ^ ret).to_le_bytes());
+    code.extend_from_slice(&[0x41, 0x53, 0x41, 0x53]);
+    rel(code, &[0xe8], Label::Miss, fix);
+    debug_assert_eq!(at(code), ret);
+    code.extend_from_slice(&[0x48, 0x83, 0xc4, 0x10]);
+    // push %rax ; sub $8,%rsp
+    code.extend_from_slice(&[0x50, 0x48, 0x83, 0xec, 0x08]);
+    hook_call(code, hooks, page, P_AFTER | f.kind() << 4, free_site, true)?;
+    // add $8,%rsp ; pop %r10 ; pop rdi, rsi, rdx ; test %rax,%rax ; je done
+    code.extend_from_slice(&[0x48, 0x83, 0xc4, 0x08, 0x41, 0x5a, 0x5f, 0x5e, 0x5a, 0x48, 0x85, 0xc0]);
+    rel(code, &[0x0f, 0x84], Label::Done, fix);
+    let int3 = at(code) + if known { (RECORD_HEAD + KNOWN_CODE) as u64 } else { RECORD_CODE };
+    record_head(code, int3, fsgsbase);
+    if known {
+        // A stack unwound before: written into the ring by the matcher, and back to `done` (just past the int3)
+        // without a stop.
+        known_call(code, calls, page, (0, si as u64), int3 + 1, int3)?;
+        trap_call(code, &mut a.traps);
+        a.known_int3s.push(int3);
+        a.ring_writes.push((int3 - (KNOWN_CODE - 38) as u64, int3 + 1));
+    } else {
+        // mov $1,%r11d ; lock xadd %r11,counter(%rip) ; lea 1(%r11),%r11 ; mov %r11,seq(%rsp)
+        code.extend_from_slice(&[0x41, 0xbb, 1, 0, 0, 0]);
+        riprel(code, page, &[0xf0, 0x4c, 0x0f, 0xc1, 0x1d], page + COUNTER)?;
+        code.extend_from_slice(&[0x4d, 0x8d, 0x5b, 0x01]);
+        store(code, 1, 3, AT_SEQ);
+        trap_call(code, &mut a.traps);
+        // From its number (just past the counter's `lock xadd`) to its int3.
+        a.ring_writes.push((int3 - 9 - TRAP_CALL as u64, int3 + 1));
+    }
+    debug_assert_eq!(page + a.code.len() as u64, int3);
+    a.code.push(0xcc);
+    a.int3s.insert(int3, 0);
+    a.int3_sites.insert(int3, si);
     Some(())
 }
 

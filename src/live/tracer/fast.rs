@@ -238,31 +238,9 @@ impl Tracer<'_> {
         let fsgsbase = crate::os::user_fsgsbase();
         let mut ring: Vec<u64> =
             if fsgsbase { ring.iter().copied().filter(|n| numbers.contains(n)).collect() } else { vec![] };
-        let mut sites =
-            vec![Site { plan: plan.clone(), kind: Kind::Wrapper { numbers: numbers.to_vec(), ring: ring.clone() } }];
-        let mut patches = vec![Patch { plan: plan.clone(), jump: Vec::new(), entry, label: None }];
-        // `--malloc` needs free patched (a sampled block's free is found there) and rdfsbase (threads' counts).
-        let free_site = fixed.iter().position(|(_, _, k)| matches!(k, Err(((AllocFn::Free, _), _)))).map(|i| i + 1);
-        let allocs = fixed.iter().any(|(_, _, k)| k.is_err());
-        if allocs && (free_site.is_none() || !fsgsbase) {
-            self.summary.warnings.push(if fsgsbase {
-                "--malloc: free could not be patched, so no allocation is sampled".to_string()
-            } else {
-                "--malloc needs the rdfsbase instruction (Linux 5.9 and a CPU that has it): no allocation is sampled"
-                    .to_string()
-            });
-        }
-        for (f, p, planned) in fixed {
-            let kind = match planned {
-                Ok(nr) => Kind::Fixed { nr: *nr, ring: f.ring && fsgsbase },
-                Err((a, moved)) => match free_site.filter(|_| fsgsbase) {
-                    Some(free_site) => Kind::Alloc { f: a.0, moved: moved.clone(), free_site, internal: a.1 },
-                    None => continue,
-                },
-            };
-            sites.push(Site { plan: p.clone(), kind });
-            patches.push(Patch { plan: p.clone(), jump: Vec::new(), entry: f.addr, label: Some(f.label.clone()) });
-        }
+        let wrapper =
+            Site { plan: plan.clone(), kind: Kind::Wrapper { numbers: numbers.to_vec(), ring: ring.clone() } };
+        let (mut sites, mut patches) = self.sites((wrapper, entry), fixed, fsgsbase);
         let mut threads = HashMap::new();
         let mut template = None;
         for (&t, _) in self.threads.iter() {
@@ -496,6 +474,42 @@ impl Tracer<'_> {
         Ok(patched)
     }
 
+    /// The patched places, the wrapper's (`wrapper` at `entry`) first, and their patches, in the same order. The
+    /// allocation functions of `--malloc` need free among them (a sampled block's free is found there) and
+    /// rdfsbase (the threads' counts): without either, they are left out and the summary says so.
+    fn sites(
+        &mut self,
+        (wrapper, entry): (trampoline::Site, u64),
+        fixed: &[(FastFunction, PatchPlan, Planned)],
+        fsgsbase: bool,
+    ) -> (Vec<trampoline::Site>, Vec<Patch>) {
+        use trampoline::{Kind, Site};
+        let mut patches = vec![Patch { plan: wrapper.plan.clone(), jump: Vec::new(), entry, label: None }];
+        let mut sites = vec![wrapper];
+        let free_site = fixed.iter().position(|(_, _, k)| matches!(k, Err(((AllocFn::Free, _), _)))).map(|i| i + 1);
+        let allocs = fixed.iter().any(|(_, _, k)| k.is_err());
+        if allocs && (free_site.is_none() || !fsgsbase) {
+            self.summary.warnings.push(if fsgsbase {
+                "--malloc: free could not be patched, so no allocation is sampled".to_string()
+            } else {
+                "--malloc needs the rdfsbase instruction (Linux 5.9 and a CPU that has it): no allocation is sampled"
+                    .to_string()
+            });
+        }
+        for (f, p, planned) in fixed {
+            let kind = match planned {
+                Ok(nr) => Kind::Fixed { nr: *nr, ring: f.ring && fsgsbase },
+                Err((a, moved)) => match free_site.filter(|_| fsgsbase) {
+                    Some(free_site) => Kind::Alloc { f: a.0, moved: moved.clone(), free_site, internal: a.1 },
+                    None => continue,
+                },
+            };
+            sites.push(Site { plan: p.clone(), kind });
+            patches.push(Patch { plan: p.clone(), jump: Vec::new(), entry: f.addr, label: Some(f.label.clone()) });
+        }
+        (sites, patches)
+    }
+
     /// A SIGTRAP stop of a thread whose last stop was a trampoline event at stack pointer `sp`: reads the record
     /// below `sp` with the stack in one copy. If the record is this stop's (newer than any seen from the thread),
     /// the event is complete without `PTRACE_GETREGS`: reported, and the thread resumed. Otherwise the copy is
@@ -697,77 +711,6 @@ impl Tracer<'_> {
     /// Whether `addr` is one of the trampoline's int3s (never rewound: the page stays valid after detach).
     pub(super) fn fast_int3(&self, addr: u64) -> bool {
         self.fast.as_ref().is_some_and(|f| f.int3s.contains_key(&addr))
-    }
-
-    /// Puts the wrapper's bytes back (only if our jump is still there) and turns the page's int3s into nops, so a
-    /// thread still inside the page, or returning into it from a signal handler, runs on and jumps back.
-    pub(super) fn unpatch(&mut self) {
-        let Some(fast) = self.fast.take() else { return };
-        for p in &fast.patches {
-            let mut now = vec![0u8; p.jump.len()];
-            match self.mem.read_exact(p.plan.at, &mut now) {
-                Ok(()) if now == p.jump => {
-                    if let Err(e) = self.mem.write_all(p.plan.at, &p.plan.orig) {
-                        self.summary.warnings.push(format!("could not restore the code at {:#x}: {e}", p.plan.at));
-                    }
-                }
-                Ok(()) => self.summary.warnings.push(format!(
-                    "the patched bytes at {:#x} were changed by someone else; left as they are",
-                    p.plan.at
-                )),
-                Err(_) => {}
-            }
-        }
-        for &a in fast.int3s.keys().chain(&fast.flags) {
-            let _ = self.mem.write_all(a, &[0x90]);
-        }
-        if !fast.flags.is_empty() {
-            self.sampler_counts(fast.page);
-        }
-        // Said only while the process lives (a process that exited has no page left to speak of).
-        if self.mem.read_exact(fast.page, &mut [0u8; 1]).is_err() {
-            return;
-        }
-        self.summary.notes.push(format!(
-            "--fast left its trampoline page mapped at {:#x} ({} KiB with its counter's page{}, by design: a thread \
-             may still return into it)",
-            fast.page,
-            fast.len / 1024,
-            if fast.ring.is_some() { " and its ring" } else { "" }
-        ));
-    }
-
-    /// `--malloc`'s draws (for a mean of `every` bytes) and its seed, into the sampler's pages at `page`.
-    fn sampler_tables(&self, page: u64, every: u64) -> std::io::Result<()> {
-        use crate::x86::alloc;
-        self.mem.write_all(page + alloc::DRAWS, &alloc::draws(every))?;
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
-            ^ u64::from(self.cfg.pid as u32) << 32;
-        self.mem.write_all(page + alloc::ALLOC + alloc::C_SEED * 8, &seed.to_le_bytes())?;
-        self.mem.write_all(page + alloc::ALLOC + alloc::C_SHARED_LEFT * 8, &every.to_le_bytes())?;
-        self.mem.write_all(page + alloc::ALLOC + alloc::C_SHARED_RNG * 8, &(seed | 1).to_le_bytes())
-    }
-
-    /// What `--malloc`'s sampler counted, into the summary (read at detach, its flag off).
-    fn sampler_counts(&mut self, page: u64) {
-        use crate::x86::alloc;
-        let word = |t: &Self, w: u64| t.mem.read_u64(page + alloc::ALLOC + w * 8).unwrap_or(0);
-        let (sampled, table_full, shared) =
-            (word(self, alloc::C_SAMPLED), word(self, alloc::C_TABLE_FULL), word(self, alloc::C_THREADS_FULL));
-        self.summary.malloc_sampled = sampled;
-        if table_full > 0 {
-            self.summary.warnings.push(format!(
-                "--malloc: {table_full} sampled block(s) had no room in the table of sampled blocks: their frees \
-                 were not seen, so in-use bytes may be overestimated (raise --malloc-every)"
-            ));
-        }
-        if shared > 0 {
-            self.summary.notes.push(format!(
-                "--malloc: {shared} call(s) counted on the shared count (more than 1024 threads allocated)"
-            ));
-        }
     }
 
     /// The original bytes a fork child must get back, and nops for the page's int3s: a child forked by a

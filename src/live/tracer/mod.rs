@@ -24,6 +24,7 @@ mod kernel;
 mod known;
 mod pad;
 mod ring;
+mod sampler;
 #[cfg(test)]
 mod script;
 mod spec;
