@@ -6,6 +6,22 @@ use crate::common::*;
 use serde_json::Value;
 use std::collections::HashMap;
 
+/// Traces target `t` (which waits for "go", prints its truth and "done", then waits for a line and exits 0) with
+/// `--malloc --json` and `more`: the attach line, the target's lines up to "done", and syscatch's JSON lines.
+fn malloc_run(mut t: Target, more: &[&str]) -> (String, Vec<String>, Vec<Value>) {
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&[&["--pid", pid.as_str(), "--malloc", "--json"], more].concat());
+    let attached = sc.err.until(|l| l.contains("attached to")).pop().unwrap();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+    (attached, lines, json_lines(&out))
+}
+
 fn functions(v: &Value) -> Vec<String> {
     v["stack"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str().map(str::to_string)).collect()
 }
@@ -63,18 +79,9 @@ fn preloaded_allocators_are_the_ones_sampled() {
 /// Runs `--malloc` (and `more` arguments) over testprogs/heap_samples.c (started as `t`) and checks its estimates
 /// against its truth; the sampled functions are those of module `lib` (its file name starts so). Returns the
 /// `heap_sample` lines.
-fn check_heap_samples(mut t: Target, lib: &str, more: &[&str]) -> Vec<Value> {
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&[&["--pid", pid.as_str(), "--malloc", "--json"], more].concat());
-    let attached = sc.err.until(|l| l.contains("attached to")).pop().unwrap();
+fn check_heap_samples(t: Target, lib: &str, more: &[&str]) -> Vec<Value> {
+    let (attached, lines, values) = malloc_run(t, more);
     assert!(attached.contains(&format!(" in {lib}")), "{lib}: {attached}");
-    t.send("go");
-    let lines = t.out.until(|l| l == "done");
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    t.send("bye");
-    assert_eq!(t.wait().code(), Some(0));
     let truth: HashMap<String, (u64, u64, u64)> = lines
         .iter()
         .filter_map(|l| {
@@ -84,7 +91,6 @@ fn check_heap_samples(mut t: Target, lib: &str, more: &[&str]) -> Vec<Value> {
         })
         .collect();
     assert_eq!(truth.len(), 6, "{lines:?}");
-    let values = json_lines(&out);
     let samples: Vec<&Value> = values.iter().filter(|v| v["type"] == "heap_sample").map(|v| &v["data"]).collect();
     // Samples whose stack window was dropped (the analysis behind on a loaded machine: the target is not made to
     // wait) are in no function's figure: a function may be short of the truth by at most what they hold.
@@ -154,23 +160,13 @@ fn check_heap_samples(mut t: Target, lib: &str, more: &[&str]) -> Vec<Value> {
 fn a_python_line_that_leaks_through_an_extension_is_named() {
     require_ptrace();
     let script = repo().join("testprogs/py_malloc.py");
-    let mut t = Target::start(std::path::Path::new("python3"), &[script.to_str().unwrap()]);
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--malloc", "--json"]);
-    sc.wait_attached();
-    t.send("go");
-    let lines = t.out.until(|l| l == "done");
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    t.send("bye");
-    assert_eq!(t.wait().code(), Some(0));
+    let t = Target::start(std::path::Path::new("python3"), &[script.to_str().unwrap()]);
+    let (_, lines, values) = malloc_run(t, &[]);
     let truth = lines.iter().find_map(|l| l.strip_prefix("live leak_blocks ")).unwrap();
     let (live, line): (u64, u64) = {
         let mut w = truth.split(' ').map(|v| v.parse().unwrap());
         (w.next().unwrap(), w.next().unwrap())
     };
-    let values = json_lines(&out);
     let samples: Vec<&Value> = values.iter().filter(|v| v["type"] == "heap_sample").map(|v| &v["data"]).collect();
     let python = |s: &Value, name: &str| {
         s["stack"].as_array().unwrap().iter().any(|f| f["kind"] == "python" && f["function"] == name)
@@ -263,21 +259,12 @@ fn a_threaded_server_endpoint_that_keeps_memory_tops_the_heap() {
 fn a_recording_reports_the_live_runs_samples() {
     require_ptrace();
     let rec = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("heap_samples.rec");
-    let mut t = Target::start(&testprog("heap_samples"), &[]);
-    let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--malloc", "--json", "--record", rec.to_str().unwrap()]);
-    sc.wait_attached();
-    t.send("go");
-    t.out.until(|l| l == "done");
-    sc.signal(libc::SIGINT);
-    let (status, out, err) = sc.finish();
-    assert!(status.success(), "{err:#?}");
-    t.send("bye");
-    assert_eq!(t.wait().code(), Some(0));
+    let t = Target::start(&testprog("heap_samples"), &[]);
+    let (_, _, values) = malloc_run(t, &["--record", rec.to_str().unwrap()]);
     let heap = |lines: &[Value]| -> Vec<Value> {
         lines.iter().filter(|v| v["type"] == "heap_sample").map(|v| v["data"].clone()).collect()
     };
-    let live = heap(&json_lines(&out));
+    let live = heap(&values);
     assert!(live.len() >= 4, "{live:#?}");
     let (code, report, err) = run_syscatch(&["report", rec.to_str().unwrap(), "--leaks", "--json"]);
     assert_eq!(code, 0, "{err}");
