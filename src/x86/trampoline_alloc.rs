@@ -2,12 +2,12 @@
 //!
 //! An allocation function's stub, for kind `k` (the sampler is `alloc.c`'s `alloc_hook`):
 //! ```text
-//! stub:     cmpb $0xcc,flag(%rip) ; jne miss                 (flag: made a nop at detach or our death: off)
-//!           [jemalloc and the others: a call from the allocator's own code: jmp miss]
+//! stub:     [jemalloc and the others: a call from the allocator's own code: jmp miss]
 //!           [free, realloc: the block's bucket in the table of sampled blocks; empty: count (free: miss)]
 //! count:    rdfsbase ; the thread's home slot: if it is this thread's and its count minus the size stays above 0,
 //!           store it and jmp miss                              (the unsampled call: no other work)
-//! slow:     push rax, rcx, r8, r9, rdx, rsi, rdi ; hook(ENTER|k, args at rsp, 0, free site, page)
+//! slow:     cmpb $0xcc,flag(%rip) ; jne miss                 (flag: made a nop at detach or our death: off)
+//!           push rax, rcx, r8, r9, rdx, rsi, rdi ; hook(ENTER|k, args at rsp, 0, free site, page)
 //!           mov %rax,%r11 ; pop them ; test %r11,%r11 ; je miss ; js freefull
 //!           push rdx, rsi, rdi, cookie, cookie ; call miss ; add $16,%rsp   (the function, returning here)
 //!           push rax ; sub $8,%rsp ; hook(AFTER|k, args, rax, free site, page) ; add $8,%rsp
@@ -64,10 +64,6 @@ pub(super) fn alloc_stub(
     let mut fix = Fix::new();
     let free = f == AllocFn::Free;
     let code = &mut a.code;
-    // cmpb $0xcc,flag(%rip) (the immediate after the rel32) ; jne miss
-    rel(code, &[0x80, 0x3d], Label::Flag, &mut fix);
-    code.push(0xcc);
-    rel(code, &[0x0f, 0x85], Label::Miss, &mut fix);
     if let Some(range) = internal {
         skip_internal(code, &mut fix, range)?;
     }
@@ -81,6 +77,11 @@ pub(super) fn alloc_stub(
         count_down(code, &mut fix, page, f)?;
     }
     let slow = code.len();
+    // cmpb $0xcc,flag(%rip) (the immediate after the rel32) ; jne miss: sampling off (at our death the counts may
+    // still run down, but nothing more is sampled or written)
+    rel(code, &[0x80, 0x3d], Label::Flag, &mut fix);
+    code.push(0xcc);
+    rel(code, &[0x0f, 0x85], Label::Miss, &mut fix);
     let phase = if free { P_FREE } else { P_ENTER };
     hook_call(code, hooks, page, phase | f.kind() << 4, free_site, false)?;
     // mov %rax,%r11 ; pop rdi, rsi, rdx, r9, r8, rcx, rax ; test %r11,%r11
