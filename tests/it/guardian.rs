@@ -531,13 +531,20 @@ fn a_thread_on_a_nearly_full_stack_is_not_sent_through_the_gate() {
 /// for the whole process and unblock SIGTRAP in that thread: the trap pad's handler would be gone (a SIGKILL of
 /// syscatch while a thread sits in a trap would kill the target) and the thread's mask changed. syscatch puts both
 /// back at the trap: the thread sees SIGTRAP still blocked and a handler (the pad's) installed, after 20 of its
-/// mmaps stopped at the trampoline.
+/// mmaps stopped at the trampoline (whose trap helper unblocks SIGTRAP before its int3: no reset), or at a
+/// breakpoint (`--no-fast`: reset, and the pad's action put back).
 #[test]
 fn a_trap_in_a_thread_that_blocks_every_signal_leaves_its_mask_and_the_pad() {
+    for how in ["--no-known-stacks", "--no-fast"] {
+        trap_in_a_blocked_thread(how);
+    }
+}
+
+fn trap_in_a_blocked_thread(how: &str) {
     require_ptrace();
     let mut t = Target::start(&testprog("blocked_trap"), &[]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", "--no-known-stacks", "--json"]);
+    let mut sc = Syscatch::start(&["--pid", &pid, "--syscall", "mmap", how, "--json"]);
     sc.wait_attached();
     t.send("go");
     let lines = t.out.until(|l| l == "done");
@@ -546,8 +553,14 @@ fn a_trap_in_a_thread_that_blocks_every_signal_leaves_its_mask_and_the_pad() {
     assert!(status.success(), "{err:#?}");
     t.send("bye");
     assert_eq!(t.wait().code(), Some(0));
-    let events = json_lines(&out).iter().filter(|v| v["type"] == "event").count();
-    assert!(events >= 20, "the worker's mmaps stopped: {events} events");
-    assert!(lines.contains(&"mask full".to_string()), "{lines:?}");
-    assert!(lines.contains(&"action handler".to_string()), "{lines:?}");
+    let values = json_lines(&out);
+    let events = values.iter().filter(|v| v["type"] == "event").count();
+    assert!(events >= 20, "{how}: the worker's mmaps stopped: {events} events");
+    assert!(lines.contains(&"mask full".to_string()), "{how}: {lines:?}");
+    assert!(lines.contains(&"action handler".to_string()), "{how}: {lines:?}");
+    let restored = values.iter().find(|v| v["type"] == "summary").and_then(|s| s["data"]["pad_restored"].as_u64());
+    match how {
+        "--no-fast" => assert!(restored > Some(0), "{how}: the breakpoints' traps reset the action: {restored:?}"),
+        _ => assert_eq!(restored, Some(0), "{how}: the trampoline's traps reset nothing"),
+    }
 }

@@ -10,7 +10,8 @@ impl Tracer<'_> {
     /// `guess`: the stack pointer of the thread's last trampoline event and the stack read there, if nothing has
     /// stopped the thread since.
     pub(super) fn on_trap(&mut self, tid: Tid, seen: Instant, guess: Option<(u64, usize)>) {
-        self.keep_pad(tid);
+        // (The trampoline's int3s unblock SIGTRAP first: the pad's action is checked at the others only.)
+        let masked = self.reblock_sigtrap(tid);
         // Not with the known-stack matcher: its own frame, below a match path's record, can leave words there
         // that pass for a record at a guessed stack pointer (found: a stop read with the matcher's registers).
         let guess = guess.filter(|_| self.fast.as_ref().is_none_or(|f| f.known.is_none()));
@@ -20,6 +21,9 @@ impl Tracer<'_> {
             None => None,
         };
         let Ok(mut regs) = self.k.get_regs(tid) else { return };
+        if masked && !self.fast_int3(regs.ip().wrapping_sub(1)) {
+            self.restore_pad(tid);
+        }
         if let Some(Thread { state: State::Stepping { after, entry, .. }, .. }) = self.threads.get(&tid) {
             let (after, start) = (*after, entry.ip());
             if regs.ip() == after {

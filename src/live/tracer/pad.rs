@@ -200,13 +200,14 @@ impl Tracer<'_> {
     /// the whole process and unblock it in that thread (`force_sig_info`): the pad's handler would be gone, and a
     /// SIGKILL of syscatch while any thread sits in one of our traps would then kill the target. The trampoline's
     /// int3s are preceded by its trap helper, which unblocks SIGTRAP first (no reset); a breakpoint's cannot be. At
-    /// each trap of a thread that blocks signals (`PTRACE_GETSIGMASK`: one call), the pad's action is checked
-    /// (`/proc/PID/status`) and put back if it was reset (an injected `rt_sigaction`), and SIGTRAP is blocked again
-    /// in a thread whose mask blocks every other signal (it was blocked with them: `sigfillset`).
-    pub(super) fn keep_pad(&mut self, tid: Tid) {
-        let Ok(mask) = self.k.sigmask(tid) else { return };
+    /// each trap of a thread that blocks signals (`PTRACE_GETSIGMASK`: one call), SIGTRAP is blocked again in a
+    /// thread whose mask blocks every other signal (it was blocked with them: `sigfillset`), and at a trap not of
+    /// the trampoline the pad's action is checked (`/proc/PID/status`) and put back if it was reset (an injected
+    /// `rt_sigaction`: [`Tracer::restore_pad`]). Returns whether the thread blocks signals.
+    pub(super) fn reblock_sigtrap(&mut self, tid: Tid) -> bool {
+        let Ok(mask) = self.k.sigmask(tid) else { return false };
         if mask == 0 {
-            return;
+            return false;
         }
         // Every signal but SIGKILL and SIGSTOP (which the kernel never blocks): a full mask (but for glibc's two
         // internal signals, 32 and 33, which its pthread_sigmask never blocks).
@@ -215,6 +216,11 @@ impl Tracer<'_> {
         if mask & SIGTRAP_BIT == 0 && mask | SIGTRAP_BIT | GLIBC_INTERNAL == FULL {
             let _ = self.k.set_sigmask(tid, mask | SIGTRAP_BIT);
         }
+        true
+    }
+
+    /// The pad's SIGTRAP action put back if a trap reset it (see [`Tracer::reblock_sigtrap`]).
+    pub(super) fn restore_pad(&mut self, tid: Tid) {
         let Some(pad) = self.pad.as_ref() else { return };
         let (syscall_at, act) = (pad.syscall_at, pad.page + trappad::DATA + 48);
         let Ok(status) = self.k.read_status(self.cfg.pid).map(|s| status::parse_status(&s)) else { return };
