@@ -241,10 +241,13 @@ fn begin(session: &Session, who: Chosen, joined: f64) -> Result<Traced> {
     let mem = open_mem(pid)?;
     let site = syscall_site(pid, &mem)?;
     drop(mem);
-    let plan = match out.report {
+    let mut plan = match out.report {
         true => crate::app::plans::leak_plan(pid, numbers.clone(), asked, site, !args.no_fast)?,
         false => crate::app::plans::trace_plan(pid, numbers.clone(), site, !args.no_fast, args.only_syscall_wrapper)?,
     };
+    if args.malloc {
+        crate::app::plans::add_allocators(pid, &mut plan, args.malloc_every)?;
+    }
     let streamed = crate::app::outputs::render_events(out);
     let part = out.record.as_deref().map(|f| crate::app::session_files::part_path(f, pid, joined));
     let member = Member { events: streamed.then(|| (pid, events.clone())), part: part.clone(), ..Member::default() };

@@ -230,8 +230,10 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
         (false, true) => {
             let chosen = crate::app::choose::choose(&args.select)?;
             let ([one], false) = (chosen.processes.as_slice(), args.select.tree) else {
-                if args.malloc || args.heap_pprof.is_some() {
-                    return Err(usage("--malloc samples one process for now: give one --pid, without --tree"));
+                if args.heap_pprof.is_some() {
+                    return Err(usage(
+                        "--heap-pprof writes one process's heap profile for now: give one --pid, without --tree",
+                    ));
                 }
                 return crate::app::session::trace(args, &out, chosen, numbers, &asked);
             };

@@ -271,3 +271,47 @@ fn a_recording_reports_the_live_runs_samples() {
     let report = heap(&json_lines(&report.lines().map(str::to_string).collect::<Vec<_>>()));
     assert_eq!(report, live);
 }
+
+/// Several processes at once (`--pid A --pid B`, as `--tree` gives a server's): each is sampled in its own
+/// trampoline, and each process's report has its own `heap_sample` lines (with its pid) that find keep_big's
+/// 16 MiB within 4 standard errors.
+#[test]
+fn several_processes_are_sampled_each_in_its_report() {
+    require_ptrace();
+    let mut targets: Vec<Target> = (0..2).map(|_| Target::start(&testprog("heap_samples"), &[])).collect();
+    let pids: Vec<i32> = targets.iter().map(|t| t.pid).collect();
+    let (a, b) = (pids[0].to_string(), pids[1].to_string());
+    let mut sc = Syscatch::start(&["--pid", &a, "--pid", &b, "--malloc", "--json"]);
+    let mut left = pids.clone();
+    while !left.is_empty() {
+        let l = sc.err.next();
+        left.retain(|p| !(l.contains("attached to") && l.contains(&format!(" of process {p};"))));
+    }
+    for t in targets.iter_mut() {
+        t.send("go");
+    }
+    for t in targets.iter_mut() {
+        t.out.until(|l| l == "done");
+    }
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    for mut t in targets {
+        t.send("bye");
+        assert_eq!(t.wait().code(), Some(0));
+    }
+    let values = json_lines(&out);
+    let (size, every) = ((1u64 << 20) as f64, 512.0 * 1024.0);
+    let p = -(-size / every).exp_m1();
+    let se = (16.0 * size * size * (1.0 - p) / p).sqrt();
+    for pid in pids {
+        let big: u64 = values
+            .iter()
+            .filter(|v| v["type"] == "heap_sample" && v["data"]["pid"] == pid)
+            .map(|v| &v["data"])
+            .filter(|s| functions(s).iter().any(|f| f == "keep_big"))
+            .map(|s| s["in_use"].as_u64().unwrap())
+            .sum();
+        assert!((big as f64 - (16u64 << 20) as f64).abs() <= 4.0 * se, "process {pid}: keep_big {big} (error {se})");
+    }
+}
