@@ -163,14 +163,7 @@ impl LeakReport<'_> {
                     .collect::<String>(),
                 s.failed
             )?;
-            if let Some(stack) = self.stack(*id) {
-                for f in stack.frames.iter().take(12) {
-                    writeln!(w, "      {}", frame_line(f))?;
-                }
-                if stack.frames.len() > 12 {
-                    writeln!(w, "      ... {} more frames", stack.frames.len() - 12)?;
-                }
-            }
+            self.write_frames(*id, w)?;
         }
         let churn = self.churned();
         if !churn.is_empty() {
@@ -191,6 +184,18 @@ impl LeakReport<'_> {
         }
         if let Some(h) = self.samples {
             self.write_samples_text(h, w)?;
+        }
+        Ok(())
+    }
+
+    /// A stack's first 12 frames, a line each, and how many more.
+    fn write_frames(&self, id: StackId, w: &mut dyn Write) -> io::Result<()> {
+        let Some(stack) = self.stack(id) else { return Ok(()) };
+        for f in stack.frames.iter().take(12) {
+            writeln!(w, "      {}", frame_line(f))?;
+        }
+        if stack.frames.len() > 12 {
+            writeln!(w, "      ... {} more frames", stack.frames.len() - 12)?;
         }
         Ok(())
     }
@@ -224,14 +229,7 @@ impl LeakReport<'_> {
                 est(t.allocated, t.allocated_err()),
                 t.samples
             )?;
-            if let Some(stack) = self.stack(*id) {
-                for f in stack.frames.iter().take(12) {
-                    writeln!(w, "      {}", frame_line(f))?;
-                }
-                if stack.frames.len() > 12 {
-                    writeln!(w, "      ... {} more frames", stack.frames.len() - 12)?;
-                }
-            }
+            self.write_frames(*id, w)?;
         }
         if holding.len() > shown {
             writeln!(w, "  ... and {} more stacks in --json", holding.len() - shown)?;
