@@ -23,7 +23,7 @@ rates_of() { # secs in-fds out-fds
 # (attach, arm, the symbol prefetch), then measured for WORKER_SECS. A share is a worker's steps/s in a mode over its
 # own untraced steps/s of the same turn.
 bench_tree_workers() {
-    local ids=(tree_untraced tree_one tree_four) id want_any=0 turn j m r i ok=0 settle
+    local ids=(tree_untraced tree_one tree_four tree_four_sum tree_four_each) id want_any=0 turn j m r i ok=0 settle
     for id in "${ids[@]}"; do want "$id" && want_any=1; done
     if ((!want_any)); then
         for id in "${ids[@]}"; do skip "$id" "four workers" x; done
@@ -48,7 +48,9 @@ bench_tree_workers() {
         echo "${pids[*]}"
     )
     settle=$(calc "$WORKER_SECS / 2")
-    local modes=(untraced one four) untraced_sum=() one=() four=() four_min=() bad=""
+    local modes=(untraced one four) untraced_sum=() one=() four=() four_min=() four_sum=() bad=""
+    # Each worker's steps/s summed over the turns, untraced and traced together: its share over the whole run.
+    local run_u=(0 0 0 0) run_f=(0 0 0 0)
     rates_of "$WORKER_SECS" "${ins[*]}" "${outs[*]}" >/dev/null || ok=1 # warm-up
     for ((turn = 0; turn < RUNS && ok == 0; turn++)); do
         local -A got=()
@@ -79,7 +81,9 @@ bench_tree_workers() {
         untraced_sum+=("$(calc "${u[0]} + ${u[1]} + ${u[2]} + ${u[3]}")")
         one+=("$(calc "${o[0]} / ${u[0]}")")
         local shares=() least=0
+        four_sum+=("$(calc "(${f[0]} + ${f[1]} + ${f[2]} + ${f[3]}) / (${u[0]} + ${u[1]} + ${u[2]} + ${u[3]})")")
         for ((i = 0; i < 4; i++)); do
+            run_u[i]=$(calc "${run_u[i]} + ${u[i]}") run_f[i]=$(calc "${run_f[i]} + ${f[i]}")
             shares+=("$(calc "${f[i]} / ${u[i]}")")
             awk "BEGIN {exit !(${shares[i]} < ${shares[least]})}" && least=$i
         done
@@ -104,6 +108,14 @@ bench_tree_workers() {
     row_values tree_one "  one traced alone (--leaks), share it keeps" x "" "the other three untraced" "${one[@]}"
     row_values tree_four "  the four traced together (--pid A,B,C,D --leaks), share each keeps (goal >= 0.90)" x "" \
         "median of the four per turn; the least kept per turn: ${four_min[*]}" "${four[@]}"
+    row_values tree_four_sum "  the four traced together: their summed steps/s over the untraced sum" x "" \
+        "per turn" "${four_sum[@]}"
+    # A worker's share over every turn: the window-to-window swings of four workers on two CPUs average out.
+    local each=() least_run
+    for ((i = 0; i < 4; i++)); do each+=("$(calc "${run_f[i]} / ${run_u[i]}")"); done
+    least_run=$(printf '%s\n' "${each[@]}" | sort -g | head -1)
+    row_values tree_four_each "  the four traced together: the least any worker keeps over the whole run (goal >= 0.90)" \
+        x "" "each worker's summed steps/s traced over untraced, w0..w3: ${each[*]}" "$least_run"
 }
 
 # syscatch --leaks --for 2s on N idle Python processes: its peak RSS (GNU time's maximum resident set size) and its
