@@ -11,7 +11,13 @@ pad:
     ja 1f
     andq $~0x100, 176(%rdx)         /* clear TF in the saved flags */
     ret
-1:  cmpl $0x80, %ecx                /* SI_KERNEL: an int3 */
+1:  cmpl $6, %ecx                   /* TRAP_PERF: a page-fault sample's signal, sent before its tracer died */
+    jne 4f
+    movabsq $0x5359534341544348, %rax /* si_perf_data: syscatch's cookie ("SYSCATCH"); another is the target's */
+    cmpq %rax, 24(%rsi)
+    jne foreign
+    ret
+4:  cmpl $0x80, %ecx                /* SI_KERNEL: an int3 */
     jne foreign
     movq 168(%rdx), %r8
     decq %r8                        /* the int3's address */

@@ -156,6 +156,14 @@ pub struct TraceArgs {
     /// With --malloc: the mean bytes allocated between two samples (each byte is sampled with probability 1/BYTES).
     #[arg(long, value_parser = parse_size, value_name = "BYTES", default_value = "512KiB")]
     pub malloc_every: u64,
+    /// Also sample page faults, one in --fault-every of each thread, with their stacks, and charge the growth no
+    /// call explains (pages first touched in memory mapped or committed before the trace) to them (implies
+    /// --leaks).
+    #[arg(long)]
+    pub faults: bool,
+    /// With --faults: sample one page fault in this many, per thread (each sample stops its thread once).
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub fault_every: u64,
     /// With --leaks: how often to sample the target's regions (/proc/PID/maps, and pagemap for the regions that
     /// changed or hold traced calls; the whole /proc/PID/smaps is read before and after the trace).
     #[arg(long, value_parser = parse_duration, default_value = "1s")]

@@ -152,6 +152,8 @@ pub struct LeakTracker {
     recorded_ids: HashMap<u32, StackId>,
     /// `--malloc`'s sampled allocations (empty without it).
     pub samples: crate::analysis::samples::HeapSamples,
+    /// `--faults`' sampled page faults (empty without it).
+    pub faults: crate::analysis::faults::FaultSamples,
 }
 
 /// Pagemap bits (Documentation/admin-guide/mm/pagemap.rst).
@@ -200,6 +202,14 @@ impl LeakTracker {
     /// Returns the number of the call's stack when the call was counted.
     pub fn event(&mut self, ev: &Event, stack: Option<&Stack>) -> Option<StackId> {
         if self.after_window(ev.time) {
+            return None;
+        }
+        if ev.func.as_deref() == Some(crate::model::watch::PAGE_FAULT) {
+            if self.faults.every > 0 && ev.time >= self.from {
+                self.reach(ev.time);
+                let id = self.stacks.intern(stack);
+                self.faults.event(ev.args[0], id);
+            }
             return None;
         }
         if let Some(f) = crate::analysis::samples::alloc_fn(ev) {
@@ -407,6 +417,7 @@ impl LeakTracker {
             quiet,
             stacks: &self.stacks,
             samples: (self.samples.every > 0).then_some(&self.samples),
+            faults: (self.faults.every > 0).then(|| (&self.faults, self.traced_ranges())),
             diagnosis: None,
             resident,
             region_resident,
@@ -466,6 +477,8 @@ pub struct LeakReport<'a> {
     stacks: &'a Stacks,
     /// `--malloc`'s sampled allocations.
     pub samples: Option<&'a crate::analysis::samples::HeapSamples>,
+    /// `--faults`' sampled page faults, and the ranges traced calls mapped (see [`LeakReport::charged`]).
+    pub faults: Option<(&'a crate::analysis::faults::FaultSamples, Vec<(u64, u64)>)>,
     /// The findings (report mode), shown first.
     pub diagnosis: Option<crate::analysis::findings::Diagnosis>,
     /// Resident bytes (present or swapped, exclusively mapped) still mapped by each stack.
@@ -545,6 +558,19 @@ impl LeakReport<'_> {
         let growth = self.growing.get(i).map_or(0, |g| g.growth_kb);
         let traced = self.region_resident.get(i).copied().unwrap_or(0) / 1024;
         (traced, growth.saturating_sub(traced))
+    }
+
+    /// `--faults`: each growing region's growth that no traced call explains (all of it when residency was not
+    /// read), charged to the stacks of the page faults sampled there.
+    pub fn charged(&self) -> Option<crate::analysis::faults::Charged> {
+        let (samples, traced) = self.faults.as_ref()?;
+        let regions: Vec<(u64, u64, u64)> = (0..self.growing.len())
+            .map(|i| {
+                let g = &self.growing[i];
+                (g.start, g.end, if self.weighed { self.region_split(i).1 } else { g.growth_kb })
+            })
+            .collect();
+        Some(samples.charge(&regions, traced))
     }
 
     /// Of a growing region's remainder (KiB), the pages resident in ranges madvise had given back: they came

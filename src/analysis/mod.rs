@@ -3,6 +3,7 @@
 //! of the target comes in as values or through traits. Uses `model` only.
 
 pub mod correlate;
+pub mod faults;
 pub mod findings;
 pub mod growth;
 pub mod known;

@@ -48,6 +48,8 @@ pub struct Config {
     pub calls_for: Option<f64>,
     /// `--malloc-every` (0: no `--malloc`): the sampled allocations' estimates need it.
     pub malloc_every: u64,
+    /// `--fault-every` (0: no `--faults`).
+    pub fault_every: u64,
 }
 
 pub type Interim = dyn FnMut(&LeakTracker, f64) + Send;
@@ -336,6 +338,7 @@ pub fn run(rx: Receiver<Queued>, mut renderer: Box<dyn Renderer + Send>, cfg: Co
     let mut tracker = cfg.leaks.then(|| {
         let mut t = LeakTracker::window(cfg.window.0, cfg.window.1);
         t.samples = crate::analysis::samples::HeapSamples::new(cfg.malloc_every);
+        t.faults = crate::analysis::faults::FaultSamples::new(cfg.fault_every);
         t
     });
     let mut seen_twice = SeenTwice::default();

@@ -47,6 +47,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<i32> {
         record: args.record.clone(),
         smaps_every: script.settings.smaps_every.unwrap_or(std::time::Duration::from_secs(1)),
         stop_every_call: args.no_known_stacks,
+        faults: None,
         every: None,
         metrics: None,
         member: None,

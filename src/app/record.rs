@@ -121,6 +121,9 @@ pub enum Record {
         /// `--malloc-every` (0 or absent: no `--malloc`): the report weighs the recorded samples with it.
         #[serde(default, skip_serializing_if = "is_zero")]
         malloc_every: u64,
+        /// `--fault-every` (0 or absent: no `--faults`).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        fault_every: u64,
     },
     Facts(Box<ProcessFacts>),
     Summary(Box<Summary>),
@@ -392,6 +395,8 @@ pub struct Reader {
     pub plan: Option<(BTreeMap<String, usize>, Watched)>,
     /// The trace's `--malloc-every` (0: no `--malloc`).
     pub malloc_every: u64,
+    /// The trace's `--fault-every` (0: no `--faults`).
+    pub fault_every: u64,
     pub facts: Option<ProcessFacts>,
     pub summary: Option<Summary>,
     pub events: u64,
@@ -496,6 +501,7 @@ impl Reader {
             residency: HashMap::new(),
             plan: None,
             malloc_every: 0,
+            fault_every: 0,
             facts: None,
             summary: None,
             events: 0,
@@ -517,9 +523,10 @@ impl Reader {
             Record::Residency { start, end, max, pages, resident } => {
                 self.residency.insert((start, end, max), (pages, resident));
             }
-            Record::Plan { depths, watched, malloc_every } => {
+            Record::Plan { depths, watched, malloc_every, fault_every } => {
                 self.plan = Some((depths, watched));
                 self.malloc_every = malloc_every;
+                self.fault_every = fault_every;
             }
             Record::Facts(f) => self.facts = Some(*f),
             Record::Summary(s) => self.summary = Some(*s),

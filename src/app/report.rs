@@ -73,6 +73,7 @@ fn output(args: &ReportArgs, leaks: bool, window: (f64, Option<f64>), label: Str
         record: None,
         smaps_every: std::time::Duration::ZERO,
         stop_every_call: false,
+        faults: None,
         every: None,
         metrics: None,
         member: None,
@@ -201,6 +202,7 @@ fn replay(rec: &Reader, out: &Output, renderer: Box<dyn Renderer + Send>) -> Res
         interim: None,
         calls_for: None,
         malloc_every: rec.malloc_every,
+        fault_every: rec.fault_every,
     };
     let (tx, rx) = crossbeam_channel::bounded(analysis::QUEUED_RECORDS);
     let worker = std::thread::Builder::new()

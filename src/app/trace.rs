@@ -141,6 +141,8 @@ pub struct Output {
     pub smaps_every: Duration,
     /// `--no-known-stacks`: with `--fast`, every matching call stops, even one whose stack is known.
     pub stop_every_call: bool,
+    /// `--faults`: sample one page fault in this many per thread.
+    pub faults: Option<u64>,
     /// `--every`: the report's files of the trace so far, written this often.
     pub every: Option<Duration>,
     /// `--metrics ADDR`: the trace's figures for Prometheus, and its pprof profile, served there.
@@ -153,6 +155,7 @@ pub struct Output {
 impl Output {
     fn from_trace(args: &TraceArgs) -> Result<Output> {
         let leaks = args.leaks
+            || args.faults
             || args.malloc
             || args.heap_pprof.is_some()
             || args.folded.is_some()
@@ -202,6 +205,7 @@ impl Output {
             record: args.record.clone(),
             smaps_every: args.smaps_every,
             stop_every_call: args.no_known_stacks,
+            faults: args.faults.then_some(args.fault_every),
             every: args.every,
             metrics: args.metrics.clone(),
             member: None,
@@ -385,7 +389,8 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     let mut source = crate::live::modules::LiveModules::boxed(pid);
     if let Some(rec) = &recorder {
         let depths = plan.depths.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        rec.write(&Record::Plan { depths, watched: watched.clone(), malloc_every: plan.malloc_every });
+        let fault_every = out.faults.unwrap_or(0);
+        rec.write(&Record::Plan { depths, watched: watched.clone(), malloc_every: plan.malloc_every, fault_every });
         source = Box::new(Recording { inner: source, rec: rec.clone() });
     }
     // Time zero until every site is armed (then the tracer's `armed_at`, of events and samples alike).
@@ -420,6 +425,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
             .then(|| outputs::interim(out, pid, &files, &own_ranges, server)),
         calls_for: (out.leaks.is_some() && recorder.is_some()).then(crate::app::record::calls_for),
         malloc_every: plan.malloc_every,
+        fault_every: out.faults.unwrap_or(0),
     };
     // A panic here (a parser fed by the target, a renderer) asks the tracer to end the trace and detach.
     let away = cpus_away_from(pid);
@@ -449,6 +455,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         restorers: crate::live::sigstack::read_restorers(pid),
         known: known_rx,
         ended: ended.clone(),
+        fault_every: out.faults,
     };
     // The tick also paces the reading of `--fast`'s ring when no stop comes (512 slots: 51,200 calls a second
     // before its writers fall back to stops).

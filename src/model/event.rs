@@ -105,6 +105,9 @@ pub struct Summary {
     /// Traps taken with SIGTRAP blocked, after which the trap pad's handler was put back (see `Tracer::keep_pad`).
     #[serde(default)]
     pub pad_restored: u64,
+    /// `--faults`: page faults sampled (each stopped its thread once).
+    #[serde(default)]
+    pub fault_samples: u64,
     /// `--malloc`: allocations the sampler chose (each stopped once), as it counted them.
     #[serde(default)]
     pub malloc_sampled: u64,

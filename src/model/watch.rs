@@ -18,6 +18,9 @@ pub const FUNCTIONS: [(&str, &str); 7] = [
     ("madvise", "madvise"),
 ];
 
+/// The label of a sampled page fault's event (`--faults`): its address is the first argument.
+pub const PAGE_FAULT: &str = "page fault";
+
 /// Whether an event's location label is libc's `sbrk` (`libc.so.6:sbrk`).
 pub fn is_sbrk(label: &str) -> bool {
     label.rsplit_once(':').is_some_and(|(module, func)| func == "sbrk" && crate::model::modules::is_libc(module))

@@ -6,6 +6,7 @@ pub mod filemap;
 pub mod guard;
 pub mod mem;
 pub mod pagemap;
+pub mod perf;
 pub mod procfs;
 pub mod ptrace;
 pub mod sched;

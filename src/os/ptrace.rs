@@ -104,10 +104,15 @@ pub fn set_sigmask(tid: Tid, mask: u64) -> Result<(), Errno> {
 
 /// The `si_code` of the signal behind a signal-delivery-stop.
 pub fn sig_code(tid: Tid) -> Result<i32, Errno> {
+    Ok(siginfo(tid)?.si_code)
+}
+
+/// The siginfo of the signal behind a signal-delivery-stop.
+pub fn siginfo(tid: Tid) -> Result<libc::siginfo_t, Errno> {
     // SAFETY: siginfo_t is plain data; all-zero is valid, and GETSIGINFO fills at most its size.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     raw(libc::PTRACE_GETSIGINFO, tid, 0, &mut info as *mut _ as usize)?;
-    Ok(info.si_code)
+    Ok(info)
 }
 
 /// Whether `tid` is stopped at a ptrace event reported from inside a system call (clone, fork, vfork, vfork done,

@@ -238,6 +238,7 @@ impl<W: Write> Renderer for Json<W> {
                 "ring_full_stops": s.ring_full_stops,
                 "malloc_sampled": s.malloc_sampled,
                 "pad_restored": s.pad_restored,
+                "fault_samples": s.fault_samples,
                 "forks_cleaned": s.forks_cleaned,
                 "signals_forwarded": s.signals_forwarded,
                 "warnings": s.warnings,

@@ -75,6 +75,7 @@ impl LeakReport<'_> {
                 rest
             )?;
         }
+        let charged = self.charged();
         for (i, g) in self.growing.iter().enumerate().take(shown_regions) {
             let how = if g.new { "new" } else { "grew" };
             writeln!(
@@ -117,6 +118,9 @@ impl LeakReport<'_> {
             }
             if g.created_before_trace() {
                 writeln!(w, "      mapped before the trace started (or by a call that was not traced)")?;
+            }
+            if let Some(n) = charged.as_ref().and_then(|c| c.region_samples.get(i)).filter(|&&n| n > 0) {
+                writeln!(w, "      {n} page faults sampled there, outside traced ranges (see Page faults below)")?;
             }
             for s in &g.stacks {
                 writeln!(
@@ -182,8 +186,35 @@ impl LeakReport<'_> {
                 writeln!(w, "  ... and {} more in --json", churn.len() - TEXT_CHURN)?;
             }
         }
+        if let Some(c) = &charged {
+            self.write_faults_text(c, w)?;
+        }
         if let Some(h) = self.samples {
             self.write_samples_text(h, w)?;
+        }
+        Ok(())
+    }
+
+    /// `--faults`' section: the stacks the growth no call explains is charged to.
+    fn write_faults_text(&self, c: &crate::analysis::faults::Charged, w: &mut dyn Write) -> io::Result<()> {
+        let every = self.faults.as_ref().map_or(0, |f| f.0.every);
+        writeln!(
+            w,
+            "\nPage faults (one in {every} of each thread's, sampled with its stack; the growth of a region that no \
+             traced call explains is shared among the stacks of the samples that fell in it, by their number): {} \
+             samples, {} of them in growing regions outside traced ranges",
+            c.samples, c.charging
+        )?;
+        if c.stacks.is_empty() {
+            writeln!(w, "  none charged (no sample fell in growth that no call explains)")?;
+        }
+        let shown = if self.diagnosis.is_some() { TEXT_LEAKS } else { usize::MAX };
+        for (rank, s) in c.stacks.iter().take(shown).enumerate() {
+            writeln!(w, "  #{} about {} KiB of growth, from {} samples", rank + 1, s.kb, s.samples)?;
+            self.write_frames(s.id, w)?;
+        }
+        if c.stacks.len() > shown {
+            writeln!(w, "  ... and {} more stacks in --json", c.stacks.len() - shown)?;
         }
         Ok(())
     }
@@ -326,6 +357,19 @@ impl LeakReport<'_> {
                         "allocated_err": t.allocated_err().round() as u64, "samples": t.samples,
                         "live_samples": t.live_samples, "sampled_bytes": t.sampled_bytes, "live_bytes": t.live_bytes,
                         "stack": frames(id),
+                    }),
+                )?;
+            }
+        }
+        if let Some(c) = self.charged() {
+            let every = self.faults.as_ref().map_or(0, |f| f.0.every);
+            for s in &c.stacks {
+                line(
+                    &mut &mut *w,
+                    "fault_stack",
+                    json!({
+                        "stack_id": s.id.0, "every": every, "samples": s.samples, "charged_kb": s.kb,
+                        "stack": frames(s.id),
                     }),
                 )?;
             }

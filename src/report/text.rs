@@ -178,6 +178,13 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
         if !s.watched.is_empty() {
             writeln!(self.err, "syscatch: watched {}", s.watched.join("; "))?;
         }
+        if s.fault_samples > 0 {
+            writeln!(
+                self.err,
+                "syscatch: {} page faults sampled (--faults: each stopped its thread once, like a matching call)",
+                s.fault_samples
+            )?;
+        }
         if s.nested > 0 {
             writeln!(
                 self.err,

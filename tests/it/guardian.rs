@@ -564,3 +564,41 @@ fn trap_in_a_blocked_thread(how: &str) {
         _ => assert_eq!(restored, Some(0), "{how}: the trampoline's traps reset nothing"),
     }
 }
+
+/// `--faults`: a page-fault sample's signal is sent to the thread by the kernel (a perf event's `sigtrap`). While
+/// syscatch lives it takes each one; a clean detach closes the samplers and takes any still on their way before it
+/// puts SIGTRAP's action back; after its SIGKILL the samplers close with it and a signal already sent is dropped by
+/// the trap pad (it knows syscatch's cookie). Either way the target, touching and giving back 64 MiB round after
+/// round, runs on.
+#[test]
+fn page_fault_samples_never_reach_the_target_after_a_detach_or_a_sigkill() {
+    require_ptrace();
+    let mut rng = Rng::new();
+    for round in 0..kill_rounds(4) {
+        let mut t = Target::start(&testprog("touch"), &[]);
+        let pid = t.pid.to_string();
+        t.send("go");
+        t.out.until(|l| l == "done");
+        let mut sc = Syscatch::start(&["--pid", &pid, "--faults", "--fault-every", "8", "--for", "60s"]);
+        sc.wait_attached();
+        t.send("churn");
+        t.out.until(|l| l == "churning");
+        // Long enough for samples to be taken (and some in flight), whatever the load.
+        std::thread::sleep(std::time::Duration::from_millis(50 + rng.below(250)));
+        if round % 2 == 0 {
+            kill(sc);
+        } else {
+            sc.signal(libc::SIGINT);
+            let (status, _, err) = sc.finish();
+            assert!(status.success(), "{err:#?}");
+            assert!(err.iter().any(|l| l.contains("page faults sampled")), "round {round}: {err:#?}");
+            assert!(!sigtrap_caught(t.pid), "round {round}: the default SIGTRAP action is back");
+        }
+        // The churn goes on untraced for a while: a signal left pending would be taken by now.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        t.send("stop");
+        let rounds = t.out.until(|l| l.starts_with("rounds ")).pop().unwrap();
+        t.send("exit");
+        assert_eq!(t.wait().code(), Some(0), "round {round} ({rounds})");
+    }
+}

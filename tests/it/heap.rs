@@ -188,3 +188,42 @@ fn memory_regrown_where_madvise_gave_it_back_is_named() {
     let regrown = r["regrown_kb"].as_u64().unwrap() as f64 * 1024.0;
     assert!((regrown - wrote).abs() <= wrote / 10.0, "{regrown} regrown of {wrote} written again: {r:#}");
 }
+
+/// `--faults`: memory mapped before the trace and first touched during it makes no call at all; the page faults
+/// sampled there carry the stacks that touched it. testprogs/touch.c touches the first 48 MiB of its region from its
+/// main thread (touch_a) and the last 16 MiB from a thread started during the trace (its sampler opened when the
+/// thread appears): the region's growth that no call explains is charged to the two stacks by their samples, 3 to 1
+/// within 2% (every 32nd fault of each thread, whatever the order the two threads run in).
+#[test]
+fn growth_with_no_call_is_charged_to_the_page_faults_sampled_there() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("touch"), &[]);
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--faults", "--fault-every", "32", "--json"]);
+    sc.wait_attached();
+    t.send("go");
+    let lines = t.out.until(|l| l == "done");
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0));
+    let touched: Vec<u64> =
+        lines.iter().find_map(|l| l.strip_prefix("touched ")).unwrap().split(' ').map(|v| v.parse().unwrap()).collect();
+    let values = json_lines(&out);
+    let faults = of_type(&values, "fault_stack");
+    let charged = |f: &str| -> u64 {
+        let of = faults.iter().filter(|v| functions(v).first().is_some_and(|g| g.starts_with(f)));
+        of.map(|v| v["charged_kb"].as_u64().unwrap() * 1024).sum()
+    };
+    let (a, b) = (charged("touch_a"), charged("touch_b"));
+    let within = |got: u64, want: u64| (got as f64 - want as f64).abs() <= want as f64 * 0.02;
+    assert!(within(a, touched[0]) && within(b, touched[1]), "{a} {b} for {touched:?}: {faults:#?}");
+    // The rest of the stacks (a fault in libc's data, the new thread's start) hold next to nothing.
+    let all: u64 = faults.iter().map(|v| v["charged_kb"].as_u64().unwrap() * 1024).sum();
+    assert!(all - a - b < (1 << 20), "{faults:#?}");
+    let summary = &of_type(&values, "summary")[0];
+    let samples = summary["fault_samples"].as_u64().unwrap();
+    assert!(samples >= (touched[0] + touched[1]) / 4096 / 32, "{summary:#?}");
+    assert!(faults.iter().all(|v| v["every"] == 32 && v["samples"].as_u64().unwrap() > 0), "{faults:#?}");
+}

@@ -104,6 +104,7 @@ impl<'a> Tracer<'a> {
         );
         if !shared_child {
             self.summary.threads_seen += 1;
+            self.sample_faults_of(tid);
         }
     }
 }

@@ -33,6 +33,7 @@ impl Tracer<'_> {
         self.deferred = Some(Vec::new());
         let started = Instant::now();
         self.k.stop_timer();
+        self.stop_faults();
         self.adopt_interrupted();
         let mut stuck = self.hold_all(None);
         let mut tids: Vec<Tid> = self.threads.keys().copied().filter(|t| !stuck.iter().any(|(s, _)| s == t)).collect();
@@ -240,7 +241,16 @@ impl Tracer<'_> {
     /// no longer held, and its next stop is handled as any stop while holding.
     fn drain_traps(&mut self, tid: Tid) -> Result<(), Stuck> {
         for _ in 0..4 {
-            if !self.sigtrap_pending(tid) || self.k.cont(tid, 0).is_err() {
+            if !self.sigtrap_pending(tid) {
+                return Ok(());
+            }
+            if self.k.sigmask(tid).is_ok_and(|m| m & super::pad::SIGTRAP_BIT != 0) {
+                // Blocked (a page-fault sample's signal sent while the thread blocked SIGTRAP, or the target's own):
+                // it cannot be taken now. The pad stays to take it (ours is dropped; another does what it would).
+                self.trap_left_pending = true;
+                return Ok(());
+            }
+            if self.k.cont(tid, 0).is_err() {
                 return Ok(());
             }
             let stop = match self.wait_bounded(tid, HOLD_LIMIT) {
@@ -264,6 +274,8 @@ impl Tracer<'_> {
                     self.gone(tid, End::Killed(sig));
                     return Ok(());
                 }
+                // A page-fault sample of ours, sent before the samplers were closed: dropped.
+                Stop::Signal(libc::SIGTRAP) if self.our_fault_sample(tid).is_some() => continue,
                 Stop::Signal(libc::SIGTRAP) => {
                     let Ok(mut r) = self.k.get_regs(tid) else { return Ok(()) };
                     if self.fast_int3(r.ip().wrapping_sub(1)) {

@@ -10,6 +10,9 @@ impl Tracer<'_> {
     /// `guess`: the stack pointer of the thread's last trampoline event and the stack read there, if nothing has
     /// stopped the thread since.
     pub(super) fn on_trap(&mut self, tid: Tid, seen: Instant, guess: Option<(u64, usize)>) {
+        if self.on_fault_sample(tid, seen) {
+            return;
+        }
         // (The trampoline's int3s unblock SIGTRAP first: the pad's action is checked at the others only.)
         let masked = self.reblock_sigtrap(tid);
         // Not with the known-stack matcher: its own frame, below a match path's record, can leave words there

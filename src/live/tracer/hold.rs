@@ -220,6 +220,8 @@ impl Tracer<'_> {
         match stop {
             Stop::Exited(code) => return self.gone(tid, End::Exited(code)),
             Stop::Killed(s) => return self.gone(tid, End::Killed(s)),
+            // A page-fault sample of ours while holding: dropped (a step it interrupted goes on when let go).
+            Stop::Signal(libc::SIGTRAP) if self.our_fault_sample(tid).is_some() => {}
             Stop::Signal(libc::SIGTRAP) => {
                 let after = match self.threads.get(&tid).map(|t| &t.state) {
                     Some(State::Stepping { after, .. }) => Some(*after),

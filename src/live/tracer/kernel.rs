@@ -71,6 +71,14 @@ pub(crate) trait Kernel {
     fn sig_code(&self, tid: Tid) -> Result<i32, Errno>;
     /// Whether `tid` is stopped at an event reported from inside a system call (see `os::ptrace`).
     fn in_syscall_event(&self, tid: Tid) -> bool;
+    /// Of the signal-delivery-stop `tid` is in: `si_code`, `si_addr` and `si_perf_data` (see `os::perf`).
+    fn sample_info(&self, tid: Tid) -> Result<(i32, u64, u64), Errno> {
+        self.sig_code(tid).map(|c| (c, 0, 0))
+    }
+    /// A page-fault sampler on thread `tid` (see `os::perf::fault_sampler`).
+    fn fault_sampler(&self, _tid: Tid, _period: u64, _cookie: u64) -> io::Result<std::os::fd::OwnedFd> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
     /// The next stop of any traced thread. `Ok(None)`: interrupted, or nothing yet with `nohang`.
     fn wait_any(&self, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno>;
     fn wait_for(&self, tid: Tid, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno>;
@@ -177,6 +185,12 @@ impl Kernel for Live {
     }
     fn in_syscall_event(&self, tid: Tid) -> bool {
         ptrace::in_syscall_event(tid)
+    }
+    fn sample_info(&self, tid: Tid) -> Result<(i32, u64, u64), Errno> {
+        crate::os::perf::sample_info(tid)
+    }
+    fn fault_sampler(&self, tid: Tid, period: u64, cookie: u64) -> io::Result<std::os::fd::OwnedFd> {
+        crate::os::perf::fault_sampler(tid, period, cookie)
     }
     fn wait_any(&self, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno> {
         ptrace::wait_any(nohang)

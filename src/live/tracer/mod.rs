@@ -17,6 +17,7 @@ mod children;
 mod detach;
 mod error;
 mod fast;
+mod faults;
 mod hit;
 mod hold;
 mod inject;
@@ -144,6 +145,10 @@ pub struct Tracer<'a> {
     no_guard: Option<crate::live::guardian::StartError>,
     /// The SIGTRAP handler placed in the target for the same case.
     pad: Option<pad::Pad>,
+    /// `--faults`: the page-fault samplers of the threads, once started.
+    faults: Option<faults::Faults>,
+    /// A thread kept a SIGTRAP pending with the signal blocked at detach: the pad stays to take it.
+    trap_left_pending: bool,
     /// Where injected system calls run.
     gate: inject::Gate,
     /// The thread whose stop is being handled.
@@ -308,6 +313,8 @@ impl<'a> Tracer<'a> {
             guard,
             no_guard,
             pad: None,
+            faults: None,
+            trap_left_pending: false,
             gate: inject::Gate::Untried,
             current: None,
             late: HashMap::new(),
@@ -362,6 +369,7 @@ impl<'a> Tracer<'a> {
 
     pub fn run(&mut self) -> End {
         // Attaching left every thread held; the breakpoints are armed now.
+        self.start_faults();
         self.release_all();
         let mut last_status = Instant::now();
         let end = loop {
@@ -537,6 +545,7 @@ impl<'a> Tracer<'a> {
     }
 
     fn gone(&mut self, tid: Tid, how: End) {
+        self.forget_faults_of(tid);
         // Its tid may be reused by a new thread: what was remembered about its Python frames goes.
         if let Some(p) = self.cfg.python.as_mut() {
             p.forget_thread(tid);

@@ -261,6 +261,14 @@ impl Tracer<'_> {
             // The target has exited (or exec'd): nothing left to restore.
             return;
         }
+        if self.trap_left_pending {
+            self.summary.warnings.push(format!(
+                "the trap pad stays at {:#x}: a thread blocks SIGTRAP with one pending (the pad drops a page-fault \
+                 sample's, and does what the default would with any other)",
+                p.page
+            ));
+            return;
+        }
         let Some(tid) = self.injectable(false) else {
             self.summary
                 .warnings

@@ -108,4 +108,6 @@ pub struct Config {
     pub known: Option<crossbeam_channel::Receiver<crate::model::known::Proposal>>,
     /// Set once the trace ends, before detaching: the periodic samples of the regions stop there.
     pub ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// `--faults`: sample every this many page faults of each thread (see `os::perf`).
+    pub fault_every: Option<u64>,
 }

@@ -53,6 +53,7 @@ fn tracer<'a>(s: &Script, sink: &'a mut Vec<Event>) -> Tracer<'a> {
         restorers: Vec::new(),
         known: None,
         ended: Default::default(),
+        fault_every: None,
     };
     let wrapper = Probe::new(None, None, Box::new(Numbers([9, 59].into())));
     let func = Probe::new(Some("f".into()), Some("libc.so.6:f".into()), Box::new(Numbers([1].into())));
@@ -524,6 +525,7 @@ fn a_site_that_cannot_be_decoded_or_is_no_wrapper_is_named() {
         restorers: Vec::new(),
         known: None,
         ended: Default::default(),
+        fault_every: None,
     };
     let k: Rc<dyn Kernel> = Rc::new(s.clone());
     let cases = [
