@@ -8,6 +8,9 @@
  *   "heap T ADDR"    each distinct heap holding one of the thread's kept non-main blocks
  * then "ready", with every worker thread asleep (blocked) and its blocks kept. Commands on stdin:
  *   "grow"  maps and touches 32 MiB of anonymous memory, prints "grown ADDR"
+ *   "spill" every worker frees the blocks it kept, then mallocs and writes 4 MiB in 64 KiB blocks, mallocs one
+ *           small block above them and frees the 4 MiB: its arena is mostly free and still resident (what seed
+ *           case 001's arenas held); prints "spilled" once all are asleep again
  *   anything else or end of input: the threads are released and the program exits 0. */
 #include "common.h"
 #include <pthread.h>
@@ -23,7 +26,7 @@ static int report = 1;
 static pthread_barrier_t start, reported;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t release_cv = PTHREAD_COND_INITIALIZER;
-static int released;
+static int released, spill, spilled;
 static pid_t tids[256];
 
 /* Is thread TID asleep (state S: blocked in a system call)? */
@@ -82,7 +85,27 @@ static void *worker(void *arg) {
     }
     pthread_barrier_wait(&reported);
     pthread_mutex_lock(&lock);
-    while (!released) pthread_cond_wait(&release_cv, &lock);
+    int spilt = 0;
+    while (!released) {
+        if (spill && !spilt) {
+            pthread_mutex_unlock(&lock);
+            for (int i = 0; i < nkept; i++) free(kept[i]);
+            nkept = 0;
+            char *blocks[64];
+            for (int i = 0; i < 64; i++) {
+                blocks[i] = malloc(64 << 10);
+                memset(blocks[i], 1, 64 << 10);
+            }
+            kept[nkept++] = malloc(64); /* above them: the freed 4 MiB cannot be trimmed */
+            for (int i = 0; i < 64; i++) free(blocks[i]);
+            spilt = 1;
+            pthread_mutex_lock(&lock);
+            spilled++;
+            pthread_cond_broadcast(&release_cv);
+            continue;
+        }
+        pthread_cond_wait(&release_cv, &lock);
+    }
     pthread_mutex_unlock(&lock);
     for (int i = 0; i < nkept; i++) free(kept[i]);
     return NULL;
@@ -103,7 +126,18 @@ int main(int argc, char **argv) {
         while (!asleep(tids[i])) sched_yield();
     say("ready\n");
     char buf[64];
-    while (wait_line(buf, sizeof buf) && strncmp(buf, "grow", 4) == 0) {
+    while (wait_line(buf, sizeof buf) && (strncmp(buf, "grow", 4) == 0 || strncmp(buf, "spill", 5) == 0)) {
+        if (buf[0] == 's') {
+            pthread_mutex_lock(&lock);
+            spill = 1;
+            pthread_cond_broadcast(&release_cv);
+            while (spilled < threads) pthread_cond_wait(&release_cv, &lock);
+            pthread_mutex_unlock(&lock);
+            for (long i = 0; i < threads; i++)
+                while (!asleep(tids[i])) sched_yield();
+            say("spilled\n");
+            continue;
+        }
         size_t len = (size_t)32 << 20;
         char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) { perror("mmap"); return 3; }

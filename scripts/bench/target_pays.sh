@@ -243,7 +243,7 @@ bpftrace_stop() {
 # the same turn.
 # (Not scripts/probes/libc-mmap.probe: the worker's hook patched libc's munmap entry, and `run` refuses to plant
 # there.)
-WORKER_TOOLS=(untraced leaks leaks_nofast mmap mmap_nofast run_raw malloc bpftrace)
+WORKER_TOOLS=(untraced leaks leaks_nofast mmap mmap_nofast run_raw malloc faults bpftrace)
 bench_worker() {
     local t i j k r turn line libc ok=0 secs=$WORKER_SECS settle
     local -A CMD NAME SHARE RATE NOTE BAD
@@ -268,10 +268,12 @@ bench_worker() {
         [mmap_nofast]="worker under syscatch --syscall mmap --no-fast"
         [run_raw]="worker under syscatch run scripts/probes/raw-mmap.probe"
         [malloc]="worker under syscatch --malloc (its allocations sampled, every 512 KiB)"
+        [faults]="worker under syscatch --faults (one page fault in 64 sampled)"
         [bpftrace]="worker under bpftrace uprobe+uretprobe+ustack")
     CMD=([leaks]="$SC --pid $T_PID --leaks" [leaks_nofast]="$SC --pid $T_PID --leaks --no-fast"
         [mmap]="$SC --pid $T_PID --syscall mmap" [mmap_nofast]="$SC --pid $T_PID --syscall mmap --no-fast"
-        [run_raw]="$SC run $ROOT/scripts/probes/raw-mmap.probe --pid $T_PID" [malloc]="$SC --pid $T_PID --malloc")
+        [run_raw]="$SC run $ROOT/scripts/probes/raw-mmap.probe --pid $T_PID" [malloc]="$SC --pid $T_PID --malloc"
+        [faults]="$SC --pid $T_PID --faults")
     if ! command -v bpftrace >/dev/null; then
         BAD[bpftrace]="not_installed:bpftrace not installed (Debian package bpftrace)"
     elif [[ -z $libc ]]; then

@@ -65,6 +65,14 @@ pub struct ArenaReading {
     /// Of its regions: Rss and Private_Dirty, kB.
     pub rss_kb: u64,
     pub dirty_kb: u64,
+    /// The threads whose `thread_arena` is this arena (read with a trace: their thread pointers; empty when not
+    /// read, see [`HeapReading::threads_note`]).
+    #[serde(default)]
+    pub tids: Vec<i32>,
+    /// Bytes in those threads' tcaches (free for them, held for the arena: counted in `in_use`); `None` when not
+    /// read.
+    #[serde(default)]
+    pub tcache: Option<u64>,
 }
 
 impl ArenaReading {
@@ -84,6 +92,75 @@ pub struct HeapReading {
     pub arenas: Vec<ArenaReading>,
     /// Why the list is missing or cut short.
     pub problem: Option<String>,
+    /// Why the threads' arenas and tcaches were not read, when they were not.
+    #[serde(default)]
+    pub threads_note: Option<String>,
+    /// The names (`comm`) of the threads in the arenas' `tids`.
+    #[serde(default)]
+    pub thread_names: std::collections::BTreeMap<i32, String>,
+}
+
+impl HeapReading {
+    /// An arena's threads for a report line: `used by 2 threads: 1234 (python3), 1240 (worker); their tcaches hold
+    /// 1.2 KiB`; `None` when they were not read.
+    pub fn threads_line(&self, a: &ArenaReading) -> Option<String> {
+        if a.tids.is_empty() && a.tcache.is_none() {
+            return None;
+        }
+        const SHOWN: usize = 8;
+        let names: Vec<String> = a
+            .tids
+            .iter()
+            .take(SHOWN)
+            .map(|t| match self.thread_names.get(t) {
+                Some(n) => format!("{t} ({n})"),
+                None => t.to_string(),
+            })
+            .collect();
+        let more = match a.tids.len().saturating_sub(SHOWN) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        let who = match a.tids.len() {
+            0 => "used by no thread now".to_string(),
+            1 => format!("used by 1 thread: {}", names.join(", ")),
+            n => format!("used by {n} threads: {}{more}", names.join(", ")),
+        };
+        let cache = a.tcache.map(|b| format!("; their tcaches hold {:.1} KiB", b as f64 / 1024.0)).unwrap_or_default();
+        Some(format!("{who}{cache}"))
+    }
+}
+
+/// Where libc's static TLS block lies below the thread pointer (its `l_tls_offset`, x86_64's TLS variant II: a
+/// variable of libc's block at offset `v` is at `fs_base - block + v`), from libc's own R_X86_64_TPOFF64 GOT slots as
+/// ld.so filled them: each holds `v - block` for its variable `v` (the relocation's symbol value plus addend).
+/// `slots`: (file address of the slot, v); `read`: a slot's value in the process. `None` unless every slot read
+/// gives the same block (up to 32 looked at).
+pub fn tls_block(slots: &[(u64, u64)], read: &mut dyn FnMut(u64) -> Option<u64>) -> Option<u64> {
+    let mut block = None;
+    for &(at, v) in slots.iter().take(32) {
+        let b = v.wrapping_sub(read(at)?);
+        if block.is_some_and(|x| x != b) || b == 0 || b > 1 << 30 {
+            return None;
+        }
+        block = Some(b);
+    }
+    block
+}
+
+/// The bytes a glibc 2.30-2.41 tcache holds (`struct tcache_perthread_struct`: 64 `uint16_t` counts, then 64 entry
+/// pointers): each bin `i` holds chunks of `32 + 16 i` bytes. `None` for a count past glibc's limit (65535 is the
+/// tunable's maximum; more than 4096 in one bin is taken for a torn or foreign read).
+pub fn tcache_bytes(counts: &[u8; 128]) -> Option<u64> {
+    let mut bytes = 0;
+    for (i, c) in counts.chunks_exact(2).enumerate() {
+        let n = u16::from_le_bytes([c[0], c[1]]) as u64;
+        if n > 4096 {
+            return None;
+        }
+        bytes += n * (32 + 16 * i as u64);
+    }
+    Some(bytes)
 }
 
 impl HeapReading {
@@ -244,6 +321,30 @@ pub fn glibc_version(libc: &[u8]) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn libcs_tls_block_is_where_every_slot_agrees() {
+        // Slots for variables at 0x48 and 0x58 of a block 0x90 below the thread pointer hold -0x48 and -0x38.
+        let slots = [(0x1000, 0x48), (0x1008, 0x58)];
+        let mut mem =
+            |at: u64| Some(if at == 0x1000 { 0x48u64.wrapping_sub(0x90) } else { 0x58u64.wrapping_sub(0x90) });
+        assert_eq!(tls_block(&slots, &mut mem), Some(0x90));
+        // A slot that disagrees (not filled by ld.so as read, or another module's): nothing is trusted.
+        let mut torn = |at: u64| Some(if at == 0x1000 { 0x48u64.wrapping_sub(0x90) } else { 0 });
+        assert_eq!(tls_block(&slots, &mut torn), None);
+        assert_eq!(tls_block(&slots, &mut |_| None), None);
+        assert_eq!(tls_block(&[], &mut mem), None);
+    }
+
+    #[test]
+    fn a_tcache_holds_its_counts_times_its_bins_sizes() {
+        let mut counts = [0u8; 128];
+        counts[0] = 7; // 7 chunks of 32 bytes
+        counts[2 * 3] = 2; // 2 of 80
+        assert_eq!(tcache_bytes(&counts), Some(7 * 32 + 2 * 80));
+        counts[2 * 63 + 1] = 0x20; // 8192 in the last bin: not a tcache
+        assert_eq!(tcache_bytes(&counts), None);
+    }
     use std::collections::BTreeMap;
 
     /// A sparse memory of words.

@@ -87,11 +87,22 @@ pub struct HeapCondition {
     pub in_use_growth_max_share: Option<f64>,
     /// Free bytes still resident in the arena (its resident bytes less those in use), at least this (KiB).
     pub free_resident_min_kb: Option<u64>,
+    /// Free bytes still resident are at least this share of the arena's resident bytes: mostly free.
+    pub free_share_min: Option<f64>,
+    /// At least this many arenas meet the rest (default 1).
+    pub min_arenas: Option<usize>,
+    /// The condition holds when the arenas could not be read (an unknown glibc, no access): a rule that can
+    /// fire on other evidence alone, made more precise where the arenas are known.
+    #[serde(default)]
+    pub unread_passes: bool,
 }
 
 /// The arenas that meet `c`: the bytes they show (the free growth, else the free resident bytes) and a line each.
 fn heap_matches(c: &HeapCondition, p: &ProcessFacts) -> Option<(u64, Vec<String>)> {
-    let heap = p.heap.as_ref()?;
+    let read = p.heap.as_ref().filter(|h| !h.arenas.is_empty());
+    let Some(heap) = read else {
+        return c.unread_passes.then(|| (0, vec!["(the arenas could not be read: this rests on the rest)".into()]));
+    };
     let (mut bytes, mut ev) = (0, Vec::new());
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
     let signed = |b: i64| format!("{}{:.1} MiB", if b < 0 { "-" } else { "+" }, b.unsigned_abs() as f64 / 1048576.0);
@@ -102,7 +113,8 @@ fn heap_matches(c: &HeapCondition, p: &ProcessFacts) -> Option<(u64, Vec<String>
         let use_growth = a.arena.in_use() as i64 - before.map_or(0, |b| b.in_use() as i64);
         let ok = c.free_growth_min_kb.is_none_or(|kb| free_growth >= (kb * 1024) as i64)
             && c.in_use_growth_max_share.is_none_or(|s| (use_growth as f64) <= s * free_growth.max(0) as f64)
-            && c.free_resident_min_kb.is_none_or(|kb| a.free_resident() >= kb * 1024);
+            && c.free_resident_min_kb.is_none_or(|kb| a.free_resident() >= kb * 1024)
+            && c.free_share_min.is_none_or(|s| a.free_resident() as f64 >= s * (a.rss_kb * 1024) as f64);
         if !ok {
             continue;
         }
@@ -118,7 +130,7 @@ fn heap_matches(c: &HeapCondition, p: &ProcessFacts) -> Option<(u64, Vec<String>
             mib(a.rss_kb * 1024)
         ));
     }
-    (!ev.is_empty()).then_some((bytes, ev))
+    (ev.len() >= c.min_arenas.unwrap_or(1).max(1)).then_some((bytes, ev))
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -617,6 +629,27 @@ mod tests {
         assert!(found.iter().any(|f| f.rule == "glibc-arenas"), "{found:#?}");
         facts.process.arenas = 2;
         assert!(!evaluate(&rules, &facts).iter().any(|f| f.rule == "glibc-arenas"));
+        // Where the arenas are read, at least three must be mostly free (free bytes still resident).
+        facts.process.arenas = 12;
+        let arena = |addr: u64, in_use_mib: u64| crate::analysis::mstate::ArenaReading {
+            arena: crate::analysis::mstate::Arena {
+                addr,
+                system_mem: 8 << 20,
+                top: (8 - in_use_mib) << 20,
+                ..Default::default()
+            },
+            rss_kb: 6 << 10,
+            ..Default::default()
+        };
+        let read = |in_use: &[u64]| crate::analysis::mstate::HeapReading {
+            arenas: in_use.iter().enumerate().map(|(i, &u)| arena(0x1000 * i as u64, u)).collect(),
+            ..Default::default()
+        };
+        let fires = |facts: &Facts| evaluate(&rules, facts).iter().any(|f| f.rule == "glibc-arenas");
+        facts.process.heap = Some(read(&[1, 1, 1, 7]));
+        assert!(fires(&facts), "three of four mostly free");
+        facts.process.heap = Some(read(&[1, 1, 7, 7]));
+        assert!(!fires(&facts), "two mostly free: in use is what they hold");
         assert_eq!(
             parse_tunables("glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=0"),
             [

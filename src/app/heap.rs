@@ -38,6 +38,9 @@ pub fn lines(h: &HeapReading) -> Vec<String> {
             mib(a.fastbins),
             a.chunks
         ));
+        if let Some(t) = h.threads_line(v) {
+            out.push(format!("      {t}"));
+        }
     }
     if let Some(p) = &h.problem {
         out.push(format!("  ({p})"));
@@ -60,6 +63,7 @@ pub fn json(h: &HeapReading) -> Value {
                 "rss_kb": v.rss_kb,
                 "dirty_kb": v.dirty_kb, "system_mem": a.system_mem, "in_use": a.in_use(), "free": a.free(),
                 "top": a.top, "bins": a.bins, "fastbins": a.fastbins, "free_chunks": a.chunks,
+                "tids": v.tids, "tcache": v.tcache,
             })
         })
         .collect();
@@ -67,5 +71,6 @@ pub fn json(h: &HeapReading) -> Value {
         "glibc": h.glibc.map(|(a, b)| format!("{a}.{b}")),
         "arenas": arenas,
         "problem": h.problem,
+        "threads_note": h.threads_note,
     })
 }

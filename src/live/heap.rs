@@ -8,8 +8,16 @@ use crate::live::memory::Sample;
 use crate::model::smaps::SmapsRegion;
 use crate::os::{Tid, mem::ProcMem};
 
-/// Reads every arena of glibc malloc in process `pid`; `None` when its allocator is not glibc's.
-pub fn read(pid: Tid, mem: Option<&ProcMem>, s: &Sample, alloc: &Allocator) -> Option<HeapReading> {
+/// Reads every arena of glibc malloc in process `pid`; `None` when its allocator is not glibc's. `threads`: each
+/// thread's thread pointer (fs base), known to a trace: which thread uses which arena, and their tcaches, are read
+/// too (see [`name_threads`]).
+pub fn read(
+    pid: Tid,
+    mem: Option<&ProcMem>,
+    s: &Sample,
+    alloc: &Allocator,
+    threads: &[(Tid, u64)],
+) -> Option<HeapReading> {
     if alloc.name != "glibc" {
         return None;
     }
@@ -78,11 +86,83 @@ pub fn read(pid: Tid, mem: Option<&ProcMem>, s: &Sample, alloc: &Allocator) -> O
         let heaps = if main { mine.len() } else { mine.iter().filter(|r| r.map.perms.starts_with("rw")).count() };
         let rss_kb = mine.iter().map(|r| r.rss).sum();
         let dirty_kb = mine.iter().map(|r| r.private_dirty).sum();
-        heap.arenas.push(ArenaReading { arena: a, main, heaps, rss_kb, dirty_kb });
+        heap.arenas.push(ArenaReading { arena: a, main, heaps, rss_kb, dirty_kb, tids: Vec::new(), tcache: None });
     }
     // The main arena first, then the thread arenas by address.
     heap.arenas.sort_by_key(|v| (!v.main, v.arena.addr));
+    heap.threads_note = match threads.is_empty() {
+        true => Some(
+            "which thread uses which arena is read during a trace (--leaks): it needs their thread pointers".into(),
+        ),
+        false => name_threads(&libc, mem, threads, &mut heap).err(),
+    };
     Some(heap)
+}
+
+/// Which thread uses which arena, and the bytes in each thread's tcache: libc's TLS variables `thread_arena` and
+/// `tcache` of each thread, at `fs_base - block + v` (`v`: the variable's offset in libc's TLS block, from libc's
+/// debug symbols; `block`: where that block lies, from libc's TPOFF64 GOT slots, see [`mstate::tls_block`]). A
+/// thread whose arena pointer is not an arena read here (none yet: it never called malloc) is left out; tcaches
+/// are read on glibc 2.30-2.41 only (2.42 changed their layout). Err: why nothing could be read.
+fn name_threads(
+    libc: &crate::model::modules::Module,
+    mem: &ProcMem,
+    threads: &[(Tid, u64)],
+    heap: &mut HeapReading,
+) -> Result<(), String> {
+    use object::{Object, ObjectSymbol, ObjectSymbolTable};
+    let file = object::File::parse(&*libc.data).map_err(|e| format!("libc: {e}"))?;
+    let mut slots = Vec::new();
+    for (at, r) in file.dynamic_relocations().into_iter().flatten() {
+        // R_X86_64_TPOFF64
+        if r.flags() != (object::RelocationFlags::Elf { r_type: object::elf::R_X86_64_TPOFF64 }) {
+            continue;
+        }
+        let v: u64 = match r.target() {
+            // A dynamic relocation's symbol is of the dynamic symbol table.
+            object::RelocationTarget::Symbol(i) => {
+                let dynsym = file.dynamic_symbol_table();
+                dynsym.and_then(|t| t.symbol_by_index(i).ok()).map_or(0, |s| s.address())
+            }
+            _ => 0,
+        };
+        slots.push((at, v.wrapping_add(r.addend() as u64)));
+    }
+    let block = mstate::tls_block(&slots, &mut |at| mem.read_u64(libc.bias.wrapping_add(at)).ok())
+        .ok_or("libc's TLS block was not found (no TPOFF64 slot, or slots that disagree)")?;
+    let read = |p: &str| crate::os::filemap::read_file(p).ok();
+    let (_, debug) = crate::analysis::symbolize::find_debug_file("", &libc.map.path, &libc.data, read)
+        .ok_or("libc's debug symbols are not installed (libc6-dbg): its thread_arena and tcache cannot be found")?;
+    let dfile = object::File::parse(&*debug).map_err(|e| format!("libc's debug file: {e}"))?;
+    let tls = |name: &str| {
+        dfile.symbols().find(|s| s.name() == Ok(name) && s.kind() == object::SymbolKind::Tls).map(|s| s.address())
+    };
+    let arena_at = tls("thread_arena").ok_or("libc's debug symbols have no thread_arena")?;
+    let tcache_at = tls("tcache").filter(|_| heap.glibc.is_some_and(|v| ((2, 30)..=(2, 41)).contains(&v)));
+    for a in &mut heap.arenas {
+        a.tids.clear();
+        a.tcache = tcache_at.map(|_| 0);
+    }
+    for &(tid, fs) in threads {
+        let var = |v: u64| fs.wrapping_sub(block).wrapping_add(v);
+        let Ok(arena) = mem.read_u64(var(arena_at)) else { continue };
+        let Some(a) = heap.arenas.iter_mut().find(|a| a.arena.addr == arena && arena != 0) else { continue };
+        a.tids.push(tid);
+        let cache = tcache_at.and_then(|v| mem.read_u64(var(v)).ok()).filter(|&p| p != 0 && p & 0xf == 0);
+        let mut counts = [0u8; 128];
+        let bytes = cache.and_then(|p| mem.read_exact(p, &mut counts).ok()).and_then(|_| mstate::tcache_bytes(&counts));
+        if let (Some(t), Some(b)) = (a.tcache.as_mut(), bytes) {
+            *t += b;
+        }
+    }
+    for a in &mut heap.arenas {
+        a.tids.sort_unstable();
+        for &t in &a.tids {
+            let comm = std::fs::read_to_string(format!("/proc/{t}/comm")).unwrap_or_default();
+            heap.thread_names.insert(t, comm.trim().to_string());
+        }
+    }
+    Ok(())
 }
 
 /// The main arena's address from libc's symbols, or its debug file's.

@@ -25,17 +25,17 @@ pub type ClassFacts = (BTreeMap<String, i64>, usize, String, Option<crate::analy
 
 /// [`ClassFacts`] as the process is now; `None` when it cannot be read.
 pub fn read_class_facts(pid: Tid) -> Option<ClassFacts> {
-    read_class_facts_of(pid, read_regions(pid).ok()?)
+    read_class_facts_of(pid, read_regions(pid).ok()?, &[])
 }
 
 /// [`ClassFacts`] of regions read just before (by [`read_regions`]), reading only the heaps' first words, the
-/// threads' stack pointers and glibc malloc's arenas.
-pub fn read_class_facts_of(pid: Tid, regions: Vec<SmapsRegion>) -> Option<ClassFacts> {
+/// threads' stack pointers and glibc malloc's arenas (with `threads`' thread pointers: which thread uses which).
+pub fn read_class_facts_of(pid: Tid, regions: Vec<SmapsRegion>, threads: &[(Tid, u64)]) -> Option<ClassFacts> {
     let mem = ProcMem::open(pid).ok();
     let s = sample_of(pid, regions, mem.as_ref(), 0.0).ok()?;
     let alloc = memclass::detect_allocator(&s.regions);
     let kb = s.by_class.iter().map(|(c, t)| (c.name().to_string(), t.rss_swap() as i64)).collect();
-    let heap = crate::live::heap::read(pid, mem.as_ref(), &s, &alloc);
+    let heap = crate::live::heap::read(pid, mem.as_ref(), &s, &alloc, threads);
     Some((kb, s.arenas.arenas.len().max(usize::from(s.arenas.unread > 0)), alloc.name.to_string(), heap))
 }
 

@@ -108,6 +108,10 @@ pub struct Summary {
     /// `--faults`: page faults sampled (each stopped its thread once).
     #[serde(default)]
     pub fault_samples: u64,
+    /// Each thread's thread pointer (fs base) as read at detach: where the facts read after the trace find the
+    /// threads' TLS (glibc's `thread_arena`, `tcache`). Not recorded.
+    #[serde(skip)]
+    pub thread_bases: Vec<(Tid, u64)>,
     /// `--malloc`: allocations the sampler chose (each stopped once), as it counted them.
     #[serde(default)]
     pub malloc_sampled: u64,

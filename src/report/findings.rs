@@ -152,9 +152,17 @@ fn weight(f: &Finding, report: &LeakReport) -> u64 {
 fn headline(d: &Diagnosis, report: &LeakReport) -> String {
     let (_, change, _) = growth_and_traced(report);
     let on_traced = change_traced(report);
+    // `--faults`: the growth no call explains, charged to sampled page faults.
+    let faulted = match report.charged() {
+        Some(c) => {
+            let kb: u64 = c.stacks.iter().map(|s| s.kb).sum();
+            format!(", {} on sampled page faults", kib(kb * 1024))
+        }
+        None => String::new(),
+    };
     format!(
         "Findings ({} rules checked; {:.2}s traced; anonymous memory {}, {}{} from start to end, {} of that on \
-         traced stacks):",
+         traced stacks{faulted}):",
         d.rules_checked,
         report.window.len(),
         grows(report.rate),
@@ -245,9 +253,15 @@ fn heap_lines(d: &Diagnosis) -> Vec<String> {
             mib(a.arena.top),
             mib(a.arena.bins + a.arena.fastbins),
         ));
+        if let Some(t) = h.threads_line(a) {
+            out.push(format!("      {t}"));
+        }
     }
     if let Some(p) = &h.problem {
         out.push(format!("  ({p})"));
+    }
+    if let Some(n) = &h.threads_note {
+        out.push(format!("  (threads: {n})"));
     }
     out
 }
@@ -439,11 +453,17 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
                 json!({
                     "addr": crate::report::json::hex(a.arena.addr), "main": a.main, "heaps": a.heaps,
                     "threads": a.arena.threads, "after": figures(a), "before": b.map(figures),
+                    "tids": a.tids, "tcache": a.tcache,
                 })
             })
             .collect();
         let glibc = h.glibc.map(|(a, b)| format!("{a}.{b}"));
-        line(&mut &mut *w, "heap", json!({"glibc": glibc, "arenas": arenas, "problem": h.problem}))?;
+        let note = &h.threads_note;
+        line(
+            &mut &mut *w,
+            "heap",
+            json!({"glibc": glibc, "arenas": arenas, "problem": h.problem, "threads_note": note}),
+        )?;
     }
     Ok(())
 }

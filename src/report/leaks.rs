@@ -296,6 +296,7 @@ impl LeakReport<'_> {
     /// `region` and `leak` lines, in the same JSON Lines envelope as events.
     pub fn write_json(&self, w: &mut dyn Write) -> io::Result<()> {
         let frames = |id: StackId| self.stack(id).map(|s| s.frames.iter().map(frame_json).collect::<Vec<_>>());
+        let charged = self.charged();
         for (i, g) in self.growing.iter().enumerate() {
             let (traced, rest) = self.region_split(i);
             let stacks: Vec<_> = g
@@ -314,6 +315,7 @@ impl LeakReport<'_> {
                     "traced_resident_kb": self.weighed.then_some(traced),
                     "remainder_kb": self.weighed.then_some(rest),
                     "regrown_kb": self.weighed.then(|| self.region_regrown_kb(i)),
+                    "fault_samples": charged.as_ref().map(|c| c.region_samples.get(i).copied().unwrap_or(0)),
                 }),
             )?;
         }
@@ -361,7 +363,7 @@ impl LeakReport<'_> {
                 )?;
             }
         }
-        if let Some(c) = self.charged() {
+        if let Some(c) = charged {
             let every = self.faults.as_ref().map_or(0, |f| f.0.every);
             for s in &c.stacks {
                 line(

@@ -227,3 +227,65 @@ fn growth_with_no_call_is_charged_to_the_page_faults_sampled_there() {
     assert!(samples >= (touched[0] + touched[1]) / 4096 / 32, "{summary:#?}");
     assert!(faults.iter().all(|v| v["every"] == 32 && v["samples"].as_u64().unwrap() > 0), "{faults:#?}");
 }
+
+/// Seed case 001's shape with `--faults`: a pool of four Python worker threads, each with its own glibc arena,
+/// warmed before the trace (each arena committed 24 MB with mprotect and trimmed it with madvise, keeping the
+/// commitment), so during the trace every arena grows back with no call at all. The arenas' growth is charged to
+/// the sampled page faults, and at least 90% of what the workers kept is charged to stacks whose Python frames
+/// hold the endpoint's line (a fault is taken in glibc's malloc or in the copy of a list's resize, under it).
+#[test]
+fn a_thread_pools_arenas_that_regrow_with_no_call_are_charged_to_the_endpoints_line() {
+    require_ptrace();
+    let script = repo().join("testprogs/py_pool.py");
+    let mut t = Target::start(std::path::Path::new("python3"), &[script.to_str().unwrap()]);
+    let main_tid = t.pid as u64;
+    t.send("warm");
+    t.out.until(|l| l == "warm");
+    let pid = t.pid.to_string();
+    let mut sc = Syscatch::start(&["--pid", &pid, "--faults", "--json"]);
+    sc.wait_attached();
+    t.send("keep");
+    let lines = t.out.until(|l| l.starts_with("line "));
+    sc.signal(libc::SIGINT);
+    let (status, out, err) = sc.finish();
+    assert!(status.success(), "{err:#?}");
+    t.send("quit");
+    assert_eq!(t.wait().code(), Some(0));
+    let kept: u64 = lines.iter().find_map(|l| l.strip_prefix("kept ")).unwrap().parse().unwrap();
+    let line: u64 = lines.iter().find_map(|l| l.strip_prefix("line ")).unwrap().parse().unwrap();
+    let values = json_lines(&out);
+    let faults = of_type(&values, "fault_stack");
+    let at_line = |v: &Value| {
+        v["stack"].as_array().unwrap().iter().any(|f| {
+            f["kind"] == "python" && f["line"] == line && f["file"].as_str().is_some_and(|p| p.ends_with("py_pool.py"))
+        })
+    };
+    let charged = |v: &&&Value| v["charged_kb"].as_u64().unwrap() * 1024;
+    let on_line: u64 = faults.iter().filter(|v| at_line(v)).map(|v| charged(&v)).sum();
+    assert!(on_line as f64 >= 0.9 * kept as f64, "{on_line} of {kept} on line {line}: {faults:#?}");
+    // The arenas' regions grew with no call: what they grew is explained by the samples there.
+    let regions = of_type(&values, "region");
+    let sampled: Vec<&&Value> = regions.iter().filter(|r| r["fault_samples"].as_u64().unwrap() > 0).collect();
+    assert!(sampled.len() >= 4, "an arena per worker: {regions:#?}");
+    assert!(sampled.iter().all(|r| r["stacks"].as_array().unwrap().is_empty()), "{sampled:#?}");
+    // The heap section names each arena's threads (their thread_arena, read with the thread pointers the trace
+    // saw): each worker in a thread arena of its own, the main thread in the main arena; their tcaches are read.
+    let workers: Vec<u64> =
+        lines.iter().find_map(|l| l.strip_prefix("tids ")).unwrap().split(' ').map(|t| t.parse().unwrap()).collect();
+    let heap = of_type(&values, "heap")[0];
+    let arenas = heap["arenas"].as_array().unwrap();
+    let tids = |a: &Value| -> Vec<u64> { a["tids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect() };
+    let main = arenas.iter().find(|a| a["main"] == true).unwrap_or_else(|| panic!("{heap:#}"));
+    assert!(tids(main).contains(&main_tid), "{heap:#}");
+    let mut theirs: Vec<String> = Vec::new();
+    for w in &workers {
+        let a = arenas.iter().find(|a| tids(a).contains(w)).unwrap_or_else(|| panic!("worker {w}: {heap:#}"));
+        assert_eq!(a["main"], false, "{heap:#}");
+        theirs.push(a["addr"].as_str().unwrap().to_string());
+        let tcache = a["tcache"].as_u64().unwrap_or_else(|| panic!("{heap:#}"));
+        assert!(tcache < 1 << 20, "{heap:#}");
+    }
+    theirs.sort();
+    theirs.dedup();
+    assert_eq!(theirs.len(), workers.len(), "an arena each: {heap:#}");
+}

@@ -100,7 +100,9 @@ fn counts_the_thread_arenas_the_threads_report() {
 
 #[test]
 fn arena_advice_comes_from_the_findings_rules() {
-    let (t, _) = start_arenas(&["12"], &[]);
+    let (mut t, _) = start_arenas(&["12"], &[]);
+    t.send("spill");
+    t.out.until(|l| l == "spilled");
     let d = mem_json(t.pid);
     let advice: Vec<&str> = d["advice"].as_array().unwrap().iter().filter_map(|a| a.as_str()).collect();
     let arenas = advice.iter().find(|a| a.ends_with("[rule glibc-arenas]")).unwrap_or_else(|| panic!("{d}"));

@@ -51,6 +51,12 @@ impl Tracer<'_> {
             stuck.push((tid, super::error::Stuck::NoStop { ms: HOLD_LIMIT.as_millis() }));
         }
         tids.retain(|t| !stuck.iter().any(|(s, _)| s == t));
+        // Every thread is held: their thread pointers, for what is read of their TLS after the trace.
+        self.summary.thread_bases = tids
+            .iter()
+            .filter(|&&t| self.threads.get(&t).is_some_and(|t| !t.shared_child))
+            .filter_map(|&t| Some((t, self.k.get_regs(t).ok()?.0.fs_base)))
+            .collect();
         self.drain_ring(true);
         // Before the loop below marks threads that were stepping a call as running: the pad's system call must
         // run on a thread that was really running when it was held.
