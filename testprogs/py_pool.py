@@ -3,7 +3,9 @@
 # commits the pages with mprotect, then trims them with madvise, keeping the commitment), so during the trace
 # the arenas grow back with no call at all. Prints "pid N"; on stdin "warm" runs the warm-up on every worker
 # and prints "warm"; "keep" makes each worker keep 16 MB of 2,000-byte objects in its endpoint (the KEEP LINE) and
-# prints "kept BYTES", "tids T1 T2 T3 T4" (the workers' thread ids) and "line N"; "quit" or the end of input stops it.
+# prints "kept BYTES", "tids T1 T2 T3 T4" (the workers' thread ids) and "line N"; "spill" drops 15 of every 16 kept
+# objects (each arena is then mostly free, its pages still resident between the objects left: seed case 001's
+# arenas) and prints "spilled"; "quit" or the end of input stops it.
 import concurrent.futures
 import os
 import sys
@@ -37,15 +39,17 @@ for line in sys.stdin:
             f.result()
         print("warm", flush=True)
     elif cmd == "keep":
-        tids = []
-        for f in [POOL.submit(endpoint) for _ in range(WORKERS)]:
-            tid, kept = f.result()
-            tids.append(tid)
-            KEPT.append(kept)
+        results = [f.result() for f in [POOL.submit(endpoint) for _ in range(WORKERS)]]
+        tids = [tid for tid, _ in results]
+        KEPT.extend(kept for _, kept in results)
         keep = next(i for i, l in enumerate(open(__file__), 1) if l.rstrip().endswith("# KEEP LINE"))
         print("kept", WORKERS * 8000 * 2000, flush=True)
         print("tids", *tids, flush=True)
         print("line", keep, flush=True)
+    elif cmd == "spill":
+        for kept in KEPT:
+            kept[:] = kept[::16]  # in place: whoever else holds the list
+        print("spilled", flush=True)
     else:
         break
 POOL.shutdown()

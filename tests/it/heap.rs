@@ -289,3 +289,42 @@ fn a_thread_pools_arenas_that_regrow_with_no_call_are_charged_to_the_endpoints_l
     theirs.dedup();
     assert_eq!(theirs.len(), workers.len(), "an arena each: {heap:#}");
 }
+
+/// The same pool once each worker's objects are mostly dropped (15 of every 16): four arenas mostly free, their
+/// pages resident between the objects left, seed case 001's picture. `--leaks` tells to cap the arenas
+/// (`glibc-arenas`, MALLOC_ARENA_MAX=2), with each mostly free arena in its evidence; with MALLOC_ARENA_MAX=2 the
+/// workers share two arenas and the advice is not given.
+#[test]
+fn a_thread_pools_spilled_arenas_are_told_to_cap_the_arenas() {
+    require_ptrace();
+    let script = repo().join("testprogs/py_pool.py");
+    for cap in [None, Some("2")] {
+        let mut cmd = std::process::Command::new("python3");
+        cmd.arg(&script).env_remove("MALLOC_ARENA_MAX").env_remove("GLIBC_TUNABLES");
+        if let Some(n) = cap {
+            cmd.env("MALLOC_ARENA_MAX", n);
+        }
+        let mut t = Target::start_cmd(&mut cmd);
+        t.send("keep");
+        t.out.until(|l| l.starts_with("line "));
+        t.send("spill");
+        t.out.until(|l| l == "spilled");
+        let (code, out, err) = run_syscatch(&["--pid", &t.pid.to_string(), "--leaks", "--for", "300ms", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        t.send("quit");
+        assert_eq!(t.wait().code(), Some(0));
+        let lines: Vec<String> = out.lines().map(str::to_string).collect();
+        let values = json_lines(&lines);
+        let findings = of_type(&values, "finding");
+        let arenas = findings.iter().find(|f| f["rule"] == "glibc-arenas");
+        match cap {
+            None => {
+                let f = arenas.unwrap_or_else(|| panic!("{findings:#?}"));
+                let ev: Vec<&str> = f["evidence"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+                assert!(ev.iter().filter(|e| e.starts_with("arena 0x")).count() >= 4, "an arena per worker: {ev:#?}");
+                assert!(f.to_string().contains("MALLOC_ARENA_MAX=2"), "{f:#}");
+            }
+            Some(_) => assert!(arenas.is_none(), "capped: {findings:#?}"),
+        }
+    }
+}
