@@ -95,9 +95,10 @@ pub struct HeapReading {
     /// Why the threads' arenas and tcaches were not read, when they were not.
     #[serde(default)]
     pub threads_note: Option<String>,
-    /// The names (`comm`) of the threads in the arenas' `tids`.
+    /// The names (`comm`) of the threads in the arenas' `tids`, by tid. (A list: a recording's facts are read
+    /// through an internally tagged enum, where a map with number keys does not deserialize.)
     #[serde(default)]
-    pub thread_names: std::collections::BTreeMap<i32, String>,
+    pub thread_names: Vec<(i32, String)>,
 }
 
 impl HeapReading {
@@ -112,7 +113,7 @@ impl HeapReading {
             .tids
             .iter()
             .take(SHOWN)
-            .map(|t| match self.thread_names.get(t) {
+            .map(|t| match self.thread_names.iter().find(|(n, _)| n == t).map(|(_, name)| name) {
                 Some(n) => format!("{t} ({n})"),
                 None => t.to_string(),
             })

@@ -159,7 +159,7 @@ fn name_threads(
         a.tids.sort_unstable();
         for &t in &a.tids {
             let comm = std::fs::read_to_string(format!("/proc/{t}/comm")).unwrap_or_default();
-            heap.thread_names.insert(t, comm.trim().to_string());
+            heap.thread_names.push((t, comm.trim().to_string()));
         }
     }
     Ok(())

@@ -199,7 +199,17 @@ fn growth_with_no_call_is_charged_to_the_page_faults_sampled_there() {
     require_ptrace();
     let mut t = Target::start(&testprog("touch"), &[]);
     let pid = t.pid.to_string();
-    let mut sc = Syscatch::start(&["--pid", &pid, "--faults", "--fault-every", "32", "--json"]);
+    let rec = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("faults.rec");
+    let mut sc = Syscatch::start(&[
+        "--pid",
+        &pid,
+        "--faults",
+        "--fault-every",
+        "32",
+        "--json",
+        "--record",
+        rec.to_str().unwrap(),
+    ]);
     sc.wait_attached();
     t.send("go");
     let lines = t.out.until(|l| l == "done");
@@ -226,6 +236,13 @@ fn growth_with_no_call_is_charged_to_the_page_faults_sampled_there() {
     let samples = summary["fault_samples"].as_u64().unwrap();
     assert!(samples >= (touched[0] + touched[1]) / 4096 / 32, "{summary:#?}");
     assert!(faults.iter().all(|v| v["every"] == 32 && v["samples"].as_u64().unwrap() > 0), "{faults:#?}");
+    // The recording keeps the samples (and the heap section's threads): the report of it is the live one's.
+    let (code, replay, err) = run_syscatch(&["report", rec.to_str().unwrap(), "--leaks", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let replay = json_lines(&replay.lines().map(str::to_string).collect::<Vec<_>>());
+    for kind in ["fault_stack", "heap"] {
+        assert_eq!(of_type(&replay, kind), of_type(&values, kind), "{kind}");
+    }
 }
 
 /// Seed case 001's shape with `--faults`: a pool of four Python worker threads, each with its own glibc arena,
