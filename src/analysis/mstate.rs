@@ -149,6 +149,45 @@ pub fn tls_block(slots: &[(u64, u64)], read: &mut dyn FnMut(u64) -> Option<u64>)
     block
 }
 
+/// Most threads followed through glibc's thread lists.
+pub const MAX_THREADS: usize = 65536;
+
+/// Every thread glibc knows, as (tid, thread pointer), without stopping any: the lists `_dl_stack_used` and
+/// `_dl_stack_user` of ld.so's `_rtld_global` (`heads`: their addresses) link each thread's `struct pthread`
+/// through its `list` member (at `list_off`); that struct starts at the thread's thread pointer (x86_64: the TCB),
+/// and holds its tid at `tid_off`. The offsets are what glibc publishes for libthread_db (`_thread_db_*`). A list
+/// that does not come back to its head within [`MAX_THREADS`], or a pointer that cannot be read, ends the walk
+/// with what was found, as does an element seen before (`None` when nothing could be read at all).
+pub fn thread_pointers(read: &mut Read, heads: &[u64], list_off: u64, tid_off: u64) -> Option<Vec<(i32, u64)>> {
+    let mut word = |addr: u64| {
+        let mut b = [0u8; 8];
+        read(addr, &mut b).then(|| u64::from_le_bytes(b))
+    };
+    let mut out = Vec::new();
+    let mut any = false;
+    let mut seen = std::collections::HashSet::new();
+    for &head in heads {
+        let mut at = word(head)?;
+        any = true;
+        for _ in 0..MAX_THREADS {
+            // A loop that does not pass its head again (torn, or corrupt) ends where it repeats.
+            if at == head || at == 0 || !seen.insert(at) {
+                break;
+            }
+            let tcb = at.wrapping_sub(list_off);
+            let Some(tid) = word(tcb.wrapping_add(tid_off)) else { break };
+            // A thread not started yet, or exited and cached for reuse, has tid 0 or less.
+            let tid = tid as u32 as i32;
+            if tid > 0 {
+                out.push((tid, tcb));
+            }
+            let Some(next) = word(at) else { break };
+            at = next;
+        }
+    }
+    any.then_some(out)
+}
+
 /// The bytes a glibc 2.30-2.41 tcache holds (`struct tcache_perthread_struct`: 64 `uint16_t` counts, then 64 entry
 /// pointers): each bin `i` holds chunks of `32 + 16 i` bytes. `None` for a count past glibc's limit (65535 is the
 /// tunable's maximum; more than 4096 in one bin is taken for a torn or foreign read).
@@ -322,6 +361,42 @@ pub fn glibc_version(libc: &[u8]) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn glibcs_thread_lists_give_each_threads_tid_and_thread_pointer() {
+        // Two struct pthreads at 0x1000 and 0x2000 (list member at +0x10, tid at +0x20) on the list at 0x100;
+        // an empty list at 0x200; one cached thread (tid 0) skipped.
+        let mut words = std::collections::HashMap::new();
+        words.insert(0x100u64, 0x1010u64);
+        words.insert(0x1010, 0x2010);
+        words.insert(0x2010, 0x3010);
+        words.insert(0x3010, 0x100);
+        words.insert(0x1020, 41);
+        words.insert(0x2020, 42);
+        words.insert(0x3020, 0);
+        words.insert(0x200, 0x200);
+        let mut read = |addr: u64, buf: &mut [u8]| match words.get(&addr) {
+            Some(w) => {
+                buf.copy_from_slice(&w.to_le_bytes());
+                true
+            }
+            None => false,
+        };
+        let got = thread_pointers(&mut read, &[0x100, 0x200], 0x10, 0x20);
+        assert_eq!(got, Some(vec![(41, 0x1000), (42, 0x2000)]));
+        // A loop that never comes back to its head ends, bounded.
+        words.insert(0x3010, 0x1010);
+        let mut read = |addr: u64, buf: &mut [u8]| match words.get(&addr) {
+            Some(w) => {
+                buf.copy_from_slice(&w.to_le_bytes());
+                true
+            }
+            None => false,
+        };
+        let got = thread_pointers(&mut read, &[0x100], 0x10, 0x20);
+        assert_eq!(got, Some(vec![(41, 0x1000), (42, 0x2000)]));
+        assert_eq!(thread_pointers(&mut |_, _| false, &[0x100], 0x10, 0x20), None);
+    }
 
     #[test]
     fn libcs_tls_block_is_where_every_slot_agrees() {

@@ -90,13 +90,64 @@ pub fn read(
     }
     // The main arena first, then the thread arenas by address.
     heap.arenas.sort_by_key(|v| (!v.main, v.arena.addr));
-    heap.threads_note = match threads.is_empty() {
-        true => Some(
-            "which thread uses which arena is read during a trace (--leaks): it needs their thread pointers".into(),
-        ),
-        false => name_threads(&libc, mem, threads, &mut heap).err(),
+    // The thread pointers a trace saw, else glibc's own lists of its threads (no stop).
+    let listed;
+    let threads = match threads.is_empty() {
+        true => match glibc_threads(pid, &libc, mem) {
+            Ok(t) => {
+                listed = t;
+                &listed[..]
+            }
+            Err(why) => {
+                heap.threads_note = Some(why);
+                return Some(heap);
+            }
+        },
+        false => threads,
     };
+    heap.threads_note = name_threads(&libc, mem, threads, &mut heap).err();
     Some(heap)
+}
+
+/// Every live thread of the process with its thread pointer, from glibc's lists of its threads (see
+/// [`mstate::thread_pointers`]): the lists' heads in ld.so's `_rtld_global` and the offsets glibc publishes for
+/// libthread_db (`_thread_db_*` descriptors: three 32-bit words, the field's offset the third), read from libc's
+/// debug symbols and the target's memory. Only tids that are threads of the process now are kept.
+fn glibc_threads(pid: Tid, libc: &crate::model::modules::Module, mem: &ProcMem) -> Result<Vec<(Tid, u64)>, String> {
+    use object::{Object, ObjectSymbol};
+    let maps = crate::live::resolve::read_maps(pid).map_err(|e| e.to_string())?;
+    let ld = crate::model::modules::group_modules(&maps)
+        .into_iter()
+        .find(|m| m.path.rsplit('/').next().is_some_and(|n| n.starts_with("ld-linux")))
+        .ok_or("no ld-linux mapped (a static program: its threads cannot be listed)")?;
+    let ld = crate::live::resolve::read_module(pid, &ld, Some(mem)).map_err(|e| e.to_string())?;
+    let (rtld, _) = ld.find_symbol("_rtld_global").ok_or("ld.so has no _rtld_global")?;
+    let read = |p: &str| crate::os::filemap::read_file(p).ok();
+    let (_, debug) = crate::analysis::symbolize::find_debug_file("", &libc.map.path, &libc.data, read)
+        .ok_or("libc's debug symbols are not installed (libc6-dbg): its thread lists cannot be found")?;
+    let dfile = object::File::parse(&*debug).map_err(|e| format!("libc's debug file: {e}"))?;
+    let field = |name: &str| -> Option<u64> {
+        let sym = dfile.symbols().find(|s| s.name() == Ok(name))?;
+        let mut d = [0u8; 12];
+        mem.read_exact(libc.bias.wrapping_add(sym.address()), &mut d).ok()?;
+        Some(u32::from_le_bytes([d[8], d[9], d[10], d[11]]) as u64)
+    };
+    let names = [
+        "_thread_db_rtld_global__dl_stack_used",
+        "_thread_db_rtld_global__dl_stack_user",
+        "_thread_db_pthread_list",
+        "_thread_db_pthread_tid",
+    ];
+    let got: Vec<Option<u64>> = names.iter().map(|n| field(n)).collect();
+    let [Some(used), Some(user), Some(list), Some(tid)] = got[..] else {
+        return Err("libc's debug symbols lack glibc's thread descriptors (_thread_db_*)".into());
+    };
+    let mut read = |addr: u64, buf: &mut [u8]| mem.read_exact(addr, buf).is_ok();
+    let heads = [rtld.wrapping_add(used), rtld.wrapping_add(user)];
+    let all = mstate::thread_pointers(&mut read, &heads, list, tid).ok_or("glibc's thread lists could not be read")?;
+    let live: std::collections::HashSet<Tid> =
+        crate::os::procfs::list_tasks(pid).map_err(|e| e.to_string())?.into_iter().collect();
+    Ok(all.into_iter().filter(|(t, _)| live.contains(t)).collect())
 }
 
 /// Which thread uses which arena, and the bytes in each thread's tcache: libc's TLS variables `thread_arena` and

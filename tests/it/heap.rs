@@ -266,6 +266,9 @@ fn a_thread_pools_arenas_that_regrow_with_no_call_are_charged_to_the_endpoints_l
     sc.signal(libc::SIGINT);
     let (status, out, err) = sc.finish();
     assert!(status.success(), "{err:#?}");
+    // `mem` reads the same without a trace (glibc's own lists of its threads give their thread pointers).
+    let (code, mem_out, mem_err) = run_syscatch(&["mem", "--pid", &pid, "--json"]);
+    assert_eq!(code, 0, "{mem_err}");
     t.send("quit");
     assert_eq!(t.wait().code(), Some(0));
     let kept: u64 = lines.iter().find_map(|l| l.strip_prefix("kept ")).unwrap().parse().unwrap();
@@ -305,6 +308,12 @@ fn a_thread_pools_arenas_that_regrow_with_no_call_are_charged_to_the_endpoints_l
     theirs.sort();
     theirs.dedup();
     assert_eq!(theirs.len(), workers.len(), "an arena each: {heap:#}");
+    let mem = json_lines(&mem_out.lines().map(str::to_string).collect::<Vec<_>>());
+    let mem_heap = &mem[0]["data"]["heap"];
+    let by_arena = |arenas: &[Value]| -> Vec<(String, Vec<u64>)> {
+        arenas.iter().map(|a| (a["addr"].as_str().unwrap().to_string(), tids(a))).collect()
+    };
+    assert_eq!(by_arena(mem_heap["arenas"].as_array().unwrap()), by_arena(arenas), "{mem_heap:#}");
 }
 
 /// The same pool once each worker's objects are mostly dropped (15 of every 16): four arenas mostly free, their
