@@ -208,7 +208,7 @@ impl LeakTracker {
             if self.faults.every > 0 && ev.time >= self.from {
                 self.reach(ev.time);
                 let id = self.stacks.intern(stack);
-                self.faults.event(ev.args[0], id);
+                self.faults.event(ev.args[0], id, ev.args[1]);
             }
             return None;
         }

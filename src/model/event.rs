@@ -108,6 +108,9 @@ pub struct Summary {
     /// `--faults`: page faults sampled (each stopped its thread once).
     #[serde(default)]
     pub fault_samples: u64,
+    /// `--faults`: the highest sampling period the rate bound raised it to (0: never raised).
+    #[serde(default)]
+    pub fault_period_max: u64,
     /// Each thread's thread pointer (fs base) as read at detach: where the facts read after the trace find the
     /// threads' TLS (glibc's `thread_arena`, `tcache`). Not recorded.
     #[serde(skip)]

@@ -74,6 +74,29 @@ pub fn fault_sampler(tid: Tid, period: u64, cookie: u64) -> io::Result<OwnedFd> 
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// The faults a sampler counted since it was opened.
+pub fn count(fd: &OwnedFd) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    let mut v: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a live local u64; the descriptor is ours.
+    let n = unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+    match n {
+        8 => Ok(v),
+        n if n < 0 => Err(io::Error::last_os_error()),
+        _ => Err(io::ErrorKind::UnexpectedEof.into()),
+    }
+}
+
+/// Sets a sampler's period (`PERF_EVENT_IOC_PERIOD`).
+pub fn set_period(fd: &OwnedFd, period: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
+    let p = period.max(1);
+    // SAFETY: the ioctl reads one u64 from a live local; the descriptor is ours.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_PERIOD, &p as *const u64) };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 /// The siginfo of a signal-delivery-stop, as far as a perf sample's needs: its code, address and `si_perf_data`.
 pub fn sample_info(tid: Tid) -> Result<(i32, u64, u64), nix::errno::Errno> {
     let info = crate::os::ptrace::siginfo(tid)?;

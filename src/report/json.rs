@@ -239,6 +239,7 @@ impl<W: Write> Renderer for Json<W> {
                 "malloc_sampled": s.malloc_sampled,
                 "pad_restored": s.pad_restored,
                 "fault_samples": s.fault_samples,
+                "fault_period_max": s.fault_period_max,
                 "forks_cleaned": s.forks_cleaned,
                 "signals_forwarded": s.signals_forwarded,
                 "warnings": s.warnings,

@@ -200,9 +200,9 @@ impl LeakReport<'_> {
         let every = self.faults.as_ref().map_or(0, |f| f.0.every);
         writeln!(
             w,
-            "\nPage faults (one in {every} of each thread's, sampled with its stack; the growth of a region that no \
-             traced call explains is shared among the stacks of the samples that fell in it, by their number): {} \
-             samples, {} of them in growing regions outside traced ranges",
+            "\nPage faults (one in {every} or more of each thread's, sampled with its stack; the growth of a region that \
+             no traced call explains is shared among the stacks of the samples that fell in it, by the faults they \
+             stand for): {} samples, {} of them in growing regions outside traced ranges",
             c.samples, c.charging
         )?;
         if c.stacks.is_empty() {

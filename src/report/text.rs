@@ -179,9 +179,13 @@ impl<W: Write, E: Write> Renderer for Text<W, E> {
             writeln!(self.err, "syscatch: watched {}", s.watched.join("; "))?;
         }
         if s.fault_samples > 0 {
+            let raised = match s.fault_period_max {
+                0 => String::new(),
+                p => format!("; faults were many: the period rose up to one in {p}, to stop for at most 100 a second"),
+            };
             writeln!(
                 self.err,
-                "syscatch: {} page faults sampled (--faults: each stopped its thread once, like a matching call)",
+                "syscatch: {} page faults sampled (--faults: each stopped its thread once, like a matching call{raised})",
                 s.fault_samples
             )?;
         }

@@ -227,14 +227,19 @@ fn growth_with_no_call_is_charged_to_the_page_faults_sampled_there() {
         of.map(|v| v["charged_kb"].as_u64().unwrap() * 1024).sum()
     };
     let (a, b) = (charged("touch_a"), charged("touch_b"));
-    let within = |got: u64, want: u64| (got as f64 - want as f64).abs() <= want as f64 * 0.02;
-    assert!(within(a, touched[0]) && within(b, touched[1]), "{a} {b} for {touched:?}: {faults:#?}");
+    let summary = &of_type(&values, "summary")[0];
+    // Within 2%, or within the faults a thread takes after its last sample (none stands for them): two periods of
+    // pages, where the rate bound raised the period on a slow machine.
+    let period = summary["fault_period_max"].as_u64().unwrap().max(32);
+    let within =
+        |got: u64, want: u64| (got as f64 - want as f64).abs() <= (want as f64 * 0.02).max((period * 8192) as f64);
+    assert!(within(a, touched[0]) && within(b, touched[1]), "{a} {b} for {touched:?}: {faults:#?} {summary:#?}");
     // The rest of the stacks (a fault in libc's data, the new thread's start) hold next to nothing.
     let all: u64 = faults.iter().map(|v| v["charged_kb"].as_u64().unwrap() * 1024).sum();
     assert!(all - a - b < (1 << 20), "{faults:#?}");
-    let summary = &of_type(&values, "summary")[0];
+    // At one in 32, or fewer where the rate bound raised the period (the charges above stand for the faults).
     let samples = summary["fault_samples"].as_u64().unwrap();
-    assert!(samples >= (touched[0] + touched[1]) / 4096 / 32, "{summary:#?}");
+    assert!(samples >= (touched[0] + touched[1]) / 4096 / period, "{summary:#?}");
     assert!(faults.iter().all(|v| v["every"] == 32 && v["samples"].as_u64().unwrap() > 0), "{faults:#?}");
     // The recording keeps the samples (and the heap section's threads): the report of it is the live one's.
     let (code, replay, err) = run_syscatch(&["report", rec.to_str().unwrap(), "--leaks", "--json"]);

@@ -4,6 +4,12 @@
 //! as at a matching breakpoint (registers, a stack window, its Python frames), the event goes to the sink as
 //! `page fault`, and the signal is suppressed. Only with the trap pad in place: a sample's signal that our death
 //! leaves pending is dropped by the pad (it knows our cookie), never delivered to the target.
+//!
+//! Each sample stands for the faults its thread took since its previous one (the sampler's count, read at the
+//! stop: `args[1]` of the event), so the period may change: when a process takes samples faster than [`MAX_RATE`]
+//! a second (a worker that faults 80,000 times a second in memory it maps and unmaps), every sampler's period is
+//! raised at once to what brings them to half of that, and it halves again (down to `--fault-every`) when they fall
+//! below a quarter of it. Looked at four times a second.
 
 use super::Tracer;
 use crate::model::event::{Event, StackCapture};
@@ -19,11 +25,20 @@ use std::time::Instant;
 
 use crate::model::watch::PAGE_FAULT as LABEL;
 
+/// Most samples a second a process is stopped for (each costs its thread a stop and a stack copy).
+pub const MAX_RATE: u64 = 100;
+
 /// The samplers of the traced threads.
 pub(super) struct Faults {
+    /// `--fault-every`, and the period now.
+    base: u64,
     period: u64,
-    fds: HashMap<Tid, OwnedFd>,
+    /// Each thread's sampler and its count at its last sample.
+    fds: HashMap<Tid, (OwnedFd, u64)>,
     label: Arc<str>,
+    /// Samples since the last look at the rate, and when that was.
+    recent: u64,
+    looked: Instant,
 }
 
 impl Tracer<'_> {
@@ -37,7 +52,9 @@ impl Tracer<'_> {
                 .push("page faults were not sampled: --faults needs the trap pad in the target (see above)".into());
             return;
         }
-        self.faults = Some(Faults { period, fds: HashMap::new(), label: Arc::from(LABEL) });
+        let looked = Instant::now();
+        self.faults =
+            Some(Faults { base: period, period, fds: HashMap::new(), label: Arc::from(LABEL), recent: 0, looked });
         let tids: Vec<Tid> = self.threads.keys().copied().collect();
         for tid in tids {
             self.sample_faults_of(tid);
@@ -52,7 +69,7 @@ impl Tracer<'_> {
         }
         match self.k.fault_sampler(tid, f.period, PERF_COOKIE) {
             Ok(fd) => {
-                f.fds.insert(tid, fd);
+                f.fds.insert(tid, (fd, 0));
             }
             // The thread is gone already.
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
@@ -80,6 +97,35 @@ impl Tracer<'_> {
         }
     }
 
+    /// Keeps the samples under [`MAX_RATE`] a second (looked at every 250 ms): above it the period is raised to
+    /// what brings them to half of it, below a quarter of it the period halves (never under `--fault-every`). The
+    /// highest period is in the summary.
+    pub(super) fn pace_faults(&mut self) {
+        let Some(f) = self.faults.as_mut() else { return };
+        let secs = f.looked.elapsed().as_secs_f64();
+        if secs < 0.25 {
+            return;
+        }
+        let rate = f.recent as f64 / secs;
+        let period = if rate > MAX_RATE as f64 {
+            let times = (2.0 * rate / MAX_RATE as f64).ceil() as u64;
+            f.period.saturating_mul(times).min(1 << 24)
+        } else if rate < MAX_RATE as f64 / 4.0 {
+            (f.period / 2).max(f.base)
+        } else {
+            f.period
+        };
+        (f.recent, f.looked) = (0, Instant::now());
+        if period == f.period {
+            return;
+        }
+        f.period = period;
+        for (fd, _) in f.fds.values() {
+            let _ = self.k.fault_period(fd, period);
+        }
+        self.summary.fault_period_max = self.summary.fault_period_max.max(period);
+    }
+
     /// Whether `tid`'s SIGTRAP stop is one of our page-fault samples: its faulting address.
     pub(super) fn our_fault_sample(&self, tid: Tid) -> Option<u64> {
         self.cfg.fault_every?;
@@ -95,6 +141,16 @@ impl Tracer<'_> {
         let Some(addr) = self.our_fault_sample(tid) else { return false };
         let Ok(regs) = self.k.get_regs(tid) else { return true };
         self.summary.fault_samples += 1;
+        // The faults this sample stands for: its thread's since its previous sample.
+        let mut weight = 0;
+        if let Some(f) = self.faults.as_mut() {
+            f.recent += 1;
+            if let Some((fd, last)) = f.fds.get_mut(&tid) {
+                let now = self.k.fault_count(fd).unwrap_or(*last + f.period);
+                weight = now.saturating_sub(*last);
+                *last = now;
+            }
+        }
         let label = self.faults.as_ref().map_or_else(|| Arc::from(LABEL), |f| f.label.clone());
         let capture = self.fault_capture(tid, &regs);
         let ev = Event {
@@ -103,7 +159,7 @@ impl Tracer<'_> {
             probe: None,
             func: Some(label),
             nr: 0,
-            args: [addr, 0, 0, 0, 0, 0],
+            args: [addr, weight, 0, 0, 0, 0],
             regs: Vec::new(),
             ret: None,
             ret_missing: None,

@@ -79,6 +79,14 @@ pub(crate) trait Kernel {
     fn fault_sampler(&self, _tid: Tid, _period: u64, _cookie: u64) -> io::Result<std::os::fd::OwnedFd> {
         Err(io::ErrorKind::Unsupported.into())
     }
+    /// The faults a sampler counted (see `os::perf::count`).
+    fn fault_count(&self, _fd: &std::os::fd::OwnedFd) -> io::Result<u64> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// Sets a sampler's period (see `os::perf::set_period`).
+    fn fault_period(&self, _fd: &std::os::fd::OwnedFd, _period: u64) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
     /// The next stop of any traced thread. `Ok(None)`: interrupted, or nothing yet with `nohang`.
     fn wait_any(&self, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno>;
     fn wait_for(&self, tid: Tid, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno>;
@@ -191,6 +199,12 @@ impl Kernel for Live {
     }
     fn fault_sampler(&self, tid: Tid, period: u64, cookie: u64) -> io::Result<std::os::fd::OwnedFd> {
         crate::os::perf::fault_sampler(tid, period, cookie)
+    }
+    fn fault_count(&self, fd: &std::os::fd::OwnedFd) -> io::Result<u64> {
+        crate::os::perf::count(fd)
+    }
+    fn fault_period(&self, fd: &std::os::fd::OwnedFd, period: u64) -> io::Result<()> {
+        crate::os::perf::set_period(fd, period)
     }
     fn wait_any(&self, nohang: bool) -> Result<Option<(Tid, Stop)>, Errno> {
         ptrace::wait_any(nohang)

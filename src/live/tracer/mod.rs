@@ -395,6 +395,7 @@ impl<'a> Tracer<'a> {
                 }
             }
             self.take_known();
+            self.pace_faults();
             self.drain_ring(false);
             match self.k.wait_any(false) {
                 Ok(None) => continue,
