@@ -95,6 +95,9 @@ pub struct HeapReading {
     /// Why the threads' arenas and tcaches were not read, when they were not.
     #[serde(default)]
     pub threads_note: Option<String>,
+    /// Another allocator than glibc's malloc (`jemalloc`, ...): its figures are not read, `problem` says why.
+    #[serde(default)]
+    pub other: Option<String>,
     /// The names (`comm`) of the threads in the arenas' `tids`, by tid. (A list: a recording's facts are read
     /// through an internally tagged enum, where a map with number keys does not deserialize.)
     #[serde(default)]

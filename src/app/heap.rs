@@ -12,6 +12,9 @@ fn mib(bytes: u64) -> String {
 
 /// The section's lines for the text report.
 pub fn lines(h: &HeapReading) -> Vec<String> {
+    if let (Some(name), Some(why)) = (&h.other, &h.problem) {
+        return vec![format!("heap ({name}): not read: {why}")];
+    }
     let version = h.glibc.map(|(a, b)| format!("glibc {a}.{b}")).unwrap_or_else(|| "glibc".into());
     let mut out = vec![format!(
         "heap ({version} malloc: per arena, what the kernel holds, what malloc holds, what the program holds):"
@@ -72,5 +75,6 @@ pub fn json(h: &HeapReading) -> Value {
         "arenas": arenas,
         "problem": h.problem,
         "threads_note": h.threads_note,
+        "allocator": h.other.as_deref().unwrap_or("glibc"),
     })
 }

@@ -19,7 +19,7 @@ pub fn read(
     threads: &[(Tid, u64)],
 ) -> Option<HeapReading> {
     if alloc.name != "glibc" {
-        return None;
+        return other_allocator(alloc.name);
     }
     let mut heap = HeapReading::default();
     let Some(mem) = mem else {
@@ -107,6 +107,28 @@ pub fn read(
     };
     heap.threads_note = name_threads(&libc, mem, threads, &mut heap).err();
     Some(heap)
+}
+
+/// What is not read of another allocator, said rather than left out (`None`: nothing to say: musl's is said by the
+/// arenas' line, an unknown one has nothing known).
+fn other_allocator(name: &str) -> Option<HeapReading> {
+    let why = match name {
+        "jemalloc" => {
+            "what its arenas hold and how much is in use are its `stats.*`, read through mallctl(), a call inside the \
+             process (syscatch does not call into it); its extents are among the anonymous regions above, and \
+             --malloc samples what its malloc hands out"
+        }
+        "tcmalloc" => {
+            "its figures are MallocExtension's, a call inside the process (syscatch does not call into it); its spans \
+             are among the anonymous regions above, and --malloc samples what its malloc hands out"
+        }
+        "mimalloc" => {
+            "its figures are mi_stats', a call inside the process (syscatch does not call into it); its segments are \
+             among the anonymous regions above, and --malloc samples what its malloc hands out"
+        }
+        _ => return None,
+    };
+    Some(HeapReading { other: Some(name.to_string()), problem: Some(why.to_string()), ..HeapReading::default() })
 }
 
 /// Every live thread of the process with its thread pointer, from glibc's lists of its threads (see

@@ -223,6 +223,9 @@ fn notes(d: &Diagnosis, report: &LeakReport) -> (Vec<String>, Option<String>) {
 /// glibc malloc's arenas after the trace, each with its change since before it: the heap section.
 fn heap_lines(d: &Diagnosis) -> Vec<String> {
     let Some(h) = &d.facts.process.heap else { return Vec::new() };
+    if let (Some(name), Some(why)) = (&h.other, &h.problem) {
+        return vec![format!("Heap ({name}): not read: {why}")];
+    }
     let before = d.facts.process.heap_before.as_ref();
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
     let change = |now: u64, was: Option<u64>| match was {
@@ -323,7 +326,8 @@ pub fn write_text(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
 /// in its arenas (which count blocks from before the trace, but not the large ones it mmaps on their own) and
 /// holds from the kernel (the rest: free memory malloc keeps, fragmentation).
 fn sampled_line(d: &Diagnosis, report: &LeakReport) -> Option<String> {
-    let h = d.facts.process.heap.as_ref()?;
+    // (Another allocator's arenas are not read: nothing to set the samples beside.)
+    let h = d.facts.process.heap.as_ref().filter(|h| h.other.is_none())?;
     let samples = report.samples?;
     let (in_use, err) = samples.in_use();
     let mib = |b: f64| format!("{:.1} MiB", b / 1048576.0);
@@ -462,7 +466,10 @@ pub fn write_json(d: &Diagnosis, report: &LeakReport, w: &mut dyn Write) -> io::
         line(
             &mut &mut *w,
             "heap",
-            json!({"glibc": glibc, "arenas": arenas, "problem": h.problem, "threads_note": note}),
+            json!({
+                "glibc": glibc, "arenas": arenas, "problem": h.problem, "threads_note": note,
+                "allocator": h.other.as_deref().unwrap_or("glibc"),
+            }),
         )?;
     }
     Ok(())

@@ -194,10 +194,17 @@ enum Fate {
     Died(i32),
 }
 
+/// Where a busy round's torture target runs: on the host, or in a root of another Debian release (its glibc).
+type Start<'a> = dyn Fn() -> Target + 'a;
+
+fn on_host() -> Target {
+    Target::start(&testprog("torture"), &[])
+}
+
 /// One round: three threads call syscall(SYS_mmap) in a loop, each result checked by the target itself;
 /// syscatch is killed after a random number of captured calls.
-fn busy_round(rng: &mut Rng, extra: &[&str]) -> Fate {
-    let mut t = Target::start(&testprog("torture"), &[]);
+fn busy_round(rng: &mut Rng, extra: &[&str], start: &Start<'_>) -> Fate {
+    let mut t = start();
     t.send("start 3");
     t.out.until(|l| l == "ok");
     let pid = t.pid.to_string();
@@ -246,12 +253,16 @@ fn busy_round(rng: &mut Rng, extra: &[&str]) -> Fate {
 
 /// Runs `KILL_ROUNDS` busy rounds and prints the figures (`scripts/torture-kill.sh` reads them).
 fn busy_rounds(default: u64, extra: &[&str]) -> (u64, Vec<i32>) {
+    busy_rounds_of(default, extra, &on_host)
+}
+
+fn busy_rounds_of(default: u64, extra: &[&str], start: &Start<'_>) -> (u64, Vec<i32>) {
     require_ptrace();
     let mut rng = Rng::new();
     let rounds = kill_rounds(default);
     let mut deaths = Vec::new();
     for _ in 0..rounds {
-        if let Fate::Died(sig) = busy_round(&mut rng, extra) {
+        if let Fate::Died(sig) = busy_round(&mut rng, extra, start) {
             deaths.push(sig);
         }
     }
@@ -276,6 +287,24 @@ fn sigkill_of_syscatch_mid_trace_busy_target() {
 fn sigkill_of_syscatch_mid_trace_busy_target_with_fast() {
     let (rounds, deaths) = busy_rounds(5, &[]);
     assert!(deaths.len() <= 1, "{} of {rounds} busy targets died", deaths.len());
+}
+
+/// The same on glibc 2.41 (trixie) and 2.43 (sid), the target started in their roots: their `syscall()` wrappers
+/// (patched by --fast's trampoline, or an int3) and their libc's code for the trap pad's injected calls.
+#[test]
+fn sigkill_of_syscatch_mid_trace_busy_target_on_glibc_2_41_and_2_43() {
+    for root in [crate::roots::trixie(), crate::roots::sid()] {
+        let start = || crate::roots::start_in(&root, &testprog("torture"), &[]);
+        for extra in [&[][..], &["--no-fast"][..]] {
+            let (rounds, deaths) = busy_rounds_of(3, extra, &start);
+            assert!(
+                deaths.len() <= 1,
+                "{}: {} of {rounds} busy targets died ({extra:?})",
+                root.display(),
+                deaths.len()
+            );
+        }
+    }
 }
 
 /// SIGKILLs a stopped syscatch if the test fails: a failed check must not leave it behind (the suite would wait on

@@ -147,6 +147,9 @@ fn jemalloc_preloaded_is_named_with_its_malloc_conf() {
     assert_eq!(code, 0);
     assert!(out.contains(&format!("allocator: jemalloc ({JEMALLOC})")), "{out}");
     assert!(out.contains(&format!("MALLOC_CONF={conf}")), "{out}");
+    // What is not read of it is said: its figures need a call inside the process.
+    assert!(out.contains("heap (jemalloc): not read: ") && out.contains("mallctl"), "{out}");
+    assert_eq!(d["heap"]["allocator"], "jemalloc", "{d}");
     assert_eq!(t.wait().code(), Some(0));
 }
 
