@@ -22,7 +22,9 @@ pub fn group_modules(maps: &[Mapping]) -> Vec<ModuleMap> {
     let mut out: Vec<ModuleMap> = Vec::new();
     for m in maps.iter().filter(|m| m.is_file()) {
         match out.last_mut() {
-            Some(last) if last.path == m.path && m.start >= last.end.saturating_sub(0) => {
+            // A second mapping at offset 0 is another instance of the file (mapped again to be read, as syscatch
+            // maps the files it reads, or loaded twice): a loader maps a module's offset 0 once.
+            Some(last) if last.path == m.path && m.start >= last.end && !(m.offset == 0 && last.first.offset == 0) => {
                 last.end = last.end.max(m.end);
                 if m.offset < last.first.offset {
                     last.first = m.clone();
@@ -234,6 +236,13 @@ mod tests {
         assert_eq!((g[0].start, g[0].end), (0x1000, 0x3000));
         assert_eq!(g[1].path, "/lib/b.so");
         assert_eq!(file_name(&g[1].path), "b.so");
+        // The same file mapped again right after, from offset 0 (read as data): another instance, not the module.
+        let maps = parse_maps(
+            "1000-2000 r--p 00000000 08:01 5 /lib/a.so\n2000-3000 r-xp 00001000 08:01 5 /lib/a.so\n\
+             3000-9000 r--p 00000000 08:01 5 /lib/a.so\n",
+        );
+        let g = group_modules(&maps);
+        assert_eq!(g.iter().map(|m| (m.start, m.end)).collect::<Vec<_>>(), [(0x1000, 0x3000), (0x3000, 0x9000)]);
     }
 
     #[test]

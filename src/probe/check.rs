@@ -307,6 +307,12 @@ impl Resolver {
                 Err(e) => unreadable.push(e),
             }
         }
+        // A file mapped only to be read (a debug file, a library read as data) runs no code: a symbol of its is not a
+        // place a probe can fire, unless no module that runs code defines it (said then as a data symbol).
+        let runs = |&(_, addr, _): &(usize, u64, u64)| self.maps.iter().any(|m| m.contains(addr) && m.is_exec());
+        if found.iter().any(runs) {
+            found.retain(runs);
+        }
         let mut paths: Vec<&str> = found.iter().map(|&(i, ..)| self.mods[i].path.as_str()).collect();
         paths.sort_unstable();
         paths.dedup();
