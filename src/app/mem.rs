@@ -50,7 +50,7 @@ pub fn run(args: &MemArgs) -> Result<i32> {
     let mut out = out.lock();
 
     let Some(interval) = args.watch else {
-        let heap = crate::live::heap::read(pid, mem.as_ref(), &first, &alloc, &[]);
+        let heap = crate::live::heap::read(pid, mem.as_ref(), &first, &alloc, Some(&[]));
         if args.json {
             let mut v = mem_json(pid, &name, &first, &alloc, &env, &advice, None);
             if let Some(h) = &heap {

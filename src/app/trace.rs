@@ -366,7 +366,7 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
             std::thread::Builder::new().name("syscatch-sample".into()).spawn(move || {
                 let regions = crate::live::memory::read_regions(pid).unwrap_or_default();
                 let spans: Vec<Span> = regions.iter().map(Span::of).collect();
-                let class = if classes { crate::live::memory::read_class_facts_of(pid, regions, &[]) } else { None };
+                let class = if classes { crate::live::memory::read_class_facts_of(pid, regions, None) } else { None };
                 (spans, class.map(|(kb, _, _, heap)| (kb, heap)))
             })
         })
@@ -625,7 +625,8 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
     if let Some(reading) = reading_facts {
         let Ok(mut facts) = reading.join() else { return Err(internal_error("the facts thread")) };
         (facts.class_before, facts.heap_before) = class_before.map_or((None, None), |(kb, heap)| (Some(kb), heap));
-        let class = end_regions.and_then(|r| crate::live::memory::read_class_facts_of(pid, r, &summary.thread_bases));
+        let class =
+            end_regions.and_then(|r| crate::live::memory::read_class_facts_of(pid, r, Some(&summary.thread_bases)));
         crate::live::facts::set_class_facts(&mut facts, class);
         if let Some(r) = &recorder {
             r.write(&Record::Facts(Box::new(facts.clone())));

@@ -9,14 +9,15 @@ use crate::model::smaps::SmapsRegion;
 use crate::os::{Tid, mem::ProcMem};
 
 /// Reads every arena of glibc malloc in process `pid`; `None` when its allocator is not glibc's. `threads`: each
-/// thread's thread pointer (fs base), known to a trace: which thread uses which arena, and their tcaches, are read
-/// too (see [`name_threads`]).
+/// thread's thread pointer (fs base), known to a trace, or empty to find them in glibc's own lists: which thread
+/// uses which arena, and their tcaches, are read too (see [`name_threads`]); `None`: not read (a reading nobody
+/// shows them of, such as the one before a trace).
 pub fn read(
     pid: Tid,
     mem: Option<&ProcMem>,
     s: &Sample,
     alloc: &Allocator,
-    threads: &[(Tid, u64)],
+    threads: Option<&[(Tid, u64)]>,
 ) -> Option<HeapReading> {
     if alloc.name != "glibc" {
         return other_allocator(alloc.name);
@@ -26,9 +27,8 @@ pub fn read(
         heap.problem = Some("its memory could not be opened (root or CAP_SYS_PTRACE reads /proc/PID/mem)".into());
         return Some(heap);
     };
-    let libc = crate::live::resolve::read_maps(pid)
-        .ok()
-        .and_then(|maps| crate::live::resolve::find_libc(&maps))
+    let maps = crate::live::resolve::read_maps(pid).unwrap_or_default();
+    let libc = crate::live::resolve::find_libc(&maps)
         .and_then(|map| crate::live::resolve::read_module(pid, &map, Some(mem)).ok());
     let Some(libc) = libc else {
         heap.problem = Some("its libc could not be read".into());
@@ -90,23 +90,35 @@ pub fn read(
     }
     // The main arena first, then the thread arenas by address.
     heap.arenas.sort_by_key(|v| (!v.main, v.arena.addr));
-    // The thread pointers a trace saw, else glibc's own lists of its threads (no stop).
+    if let Some(threads) = threads {
+        heap.threads_note = read_threads(pid, &maps, &libc, mem, threads, &mut heap).err();
+    }
+    Some(heap)
+}
+
+/// The arenas' threads and tcaches: with the thread pointers a trace saw, else glibc's own lists of its threads (no
+/// stop). Both need libc's debug symbols, parsed once here. Err: why they were not read.
+fn read_threads(
+    pid: Tid,
+    maps: &[crate::model::maps::Mapping],
+    libc: &crate::model::modules::Module,
+    mem: &ProcMem,
+    threads: &[(Tid, u64)],
+    heap: &mut HeapReading,
+) -> Result<(), String> {
+    let read = |p: &str| crate::os::filemap::read_file(p).ok();
+    let (_, debug) = crate::analysis::symbolize::find_debug_file("", &libc.map.path, &libc.data, read)
+        .ok_or("libc's debug symbols are not installed (libc6-dbg): its thread_arena and tcache cannot be found")?;
+    let dfile = object::File::parse(&*debug).map_err(|e| format!("libc's debug file: {e}"))?;
     let listed;
     let threads = match threads.is_empty() {
-        true => match glibc_threads(pid, &libc, mem) {
-            Ok(t) => {
-                listed = t;
-                &listed[..]
-            }
-            Err(why) => {
-                heap.threads_note = Some(why);
-                return Some(heap);
-            }
-        },
+        true => {
+            listed = glibc_threads(pid, maps, libc, &dfile, mem)?;
+            &listed[..]
+        }
         false => threads,
     };
-    heap.threads_note = name_threads(&libc, mem, threads, &mut heap).err();
-    Some(heap)
+    name_threads(libc, &dfile, mem, threads, heap)
 }
 
 /// What is not read of another allocator, said rather than left out (`None`: nothing to say: musl's is said by the
@@ -135,19 +147,20 @@ fn other_allocator(name: &str) -> Option<HeapReading> {
 /// [`mstate::thread_pointers`]): the lists' heads in ld.so's `_rtld_global` and the offsets glibc publishes for
 /// libthread_db (`_thread_db_*` descriptors: three 32-bit words, the field's offset the third), read from libc's
 /// debug symbols and the target's memory. Only tids that are threads of the process now are kept.
-fn glibc_threads(pid: Tid, libc: &crate::model::modules::Module, mem: &ProcMem) -> Result<Vec<(Tid, u64)>, String> {
+fn glibc_threads(
+    pid: Tid,
+    maps: &[crate::model::maps::Mapping],
+    libc: &crate::model::modules::Module,
+    dfile: &object::File<'_>,
+    mem: &ProcMem,
+) -> Result<Vec<(Tid, u64)>, String> {
     use object::{Object, ObjectSymbol};
-    let maps = crate::live::resolve::read_maps(pid).map_err(|e| e.to_string())?;
-    let ld = crate::model::modules::group_modules(&maps)
+    let ld = crate::model::modules::group_modules(maps)
         .into_iter()
         .find(|m| m.path.rsplit('/').next().is_some_and(|n| n.starts_with("ld-linux")))
         .ok_or("no ld-linux mapped (a static program: its threads cannot be listed)")?;
     let ld = crate::live::resolve::read_module(pid, &ld, Some(mem)).map_err(|e| e.to_string())?;
     let (rtld, _) = ld.find_symbol("_rtld_global").ok_or("ld.so has no _rtld_global")?;
-    let read = |p: &str| crate::os::filemap::read_file(p).ok();
-    let (_, debug) = crate::analysis::symbolize::find_debug_file("", &libc.map.path, &libc.data, read)
-        .ok_or("libc's debug symbols are not installed (libc6-dbg): its thread lists cannot be found")?;
-    let dfile = object::File::parse(&*debug).map_err(|e| format!("libc's debug file: {e}"))?;
     let field = |name: &str| -> Option<u64> {
         let sym = dfile.symbols().find(|s| s.name() == Ok(name))?;
         let mut d = [0u8; 12];
@@ -179,6 +192,7 @@ fn glibc_threads(pid: Tid, libc: &crate::model::modules::Module, mem: &ProcMem) 
 /// are read on glibc 2.30-2.41 only (2.42 changed their layout). Err: why nothing could be read.
 fn name_threads(
     libc: &crate::model::modules::Module,
+    dfile: &object::File<'_>,
     mem: &ProcMem,
     threads: &[(Tid, u64)],
     heap: &mut HeapReading,
@@ -203,10 +217,6 @@ fn name_threads(
     }
     let block = mstate::tls_block(&slots, &mut |at| mem.read_u64(libc.bias.wrapping_add(at)).ok())
         .ok_or("libc's TLS block was not found (no TPOFF64 slot, or slots that disagree)")?;
-    let read = |p: &str| crate::os::filemap::read_file(p).ok();
-    let (_, debug) = crate::analysis::symbolize::find_debug_file("", &libc.map.path, &libc.data, read)
-        .ok_or("libc's debug symbols are not installed (libc6-dbg): its thread_arena and tcache cannot be found")?;
-    let dfile = object::File::parse(&*debug).map_err(|e| format!("libc's debug file: {e}"))?;
     let tls = |name: &str| {
         dfile.symbols().find(|s| s.name() == Ok(name) && s.kind() == object::SymbolKind::Tls).map(|s| s.address())
     };

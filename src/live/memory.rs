@@ -25,12 +25,13 @@ pub type ClassFacts = (BTreeMap<String, i64>, usize, String, Option<crate::analy
 
 /// [`ClassFacts`] as the process is now; `None` when it cannot be read.
 pub fn read_class_facts(pid: Tid) -> Option<ClassFacts> {
-    read_class_facts_of(pid, read_regions(pid).ok()?, &[])
+    read_class_facts_of(pid, read_regions(pid).ok()?, None)
 }
 
 /// [`ClassFacts`] of regions read just before (by [`read_regions`]), reading only the heaps' first words, the
-/// threads' stack pointers and glibc malloc's arenas (with `threads`' thread pointers: which thread uses which).
-pub fn read_class_facts_of(pid: Tid, regions: Vec<SmapsRegion>, threads: &[(Tid, u64)]) -> Option<ClassFacts> {
+/// threads' stack pointers and glibc malloc's arenas (with `threads`: which thread uses which, see
+/// `crate::live::heap::read`).
+pub fn read_class_facts_of(pid: Tid, regions: Vec<SmapsRegion>, threads: Option<&[(Tid, u64)]>) -> Option<ClassFacts> {
     let mem = ProcMem::open(pid).ok();
     let s = sample_of(pid, regions, mem.as_ref(), 0.0).ok()?;
     let alloc = memclass::detect_allocator(&s.regions);
