@@ -27,6 +27,8 @@ pub enum Weight {
     Mapped,
     /// Calls (mmap, munmap, mremap, failed).
     Calls,
+    /// `--faults`: the growth no call explains, charged to the stacks of the sampled page faults.
+    Faults,
 }
 
 impl Weight {
@@ -37,6 +39,7 @@ impl Weight {
             Weight::Resident => "resident",
             Weight::Mapped => "mapped",
             Weight::Calls => "calls",
+            Weight::Faults => "faults",
         }
     }
 }

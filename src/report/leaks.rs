@@ -406,23 +406,32 @@ impl LeakReport<'_> {
             Weight::Resident => self.resident_of(c.id),
             Weight::Mapped => c.stats.mapped,
             Weight::Calls => c.stats.calls(),
+            Weight::Faults => 0,
         }
     }
 
-    /// Collapsed stacks (`outer;...;inner weight`), for any flame graph tool.
+    /// Collapsed stacks (`outer;...;inner weight`), for any flame graph tool: the leak candidates by `weight`, or
+    /// with [`Weight::Faults`] the stacks of `--faults`' page faults by the growth charged to them.
     pub fn folded(&self, weight: Weight) -> Vec<String> {
-        let mut lines: Vec<String> = self
-            .leaks
-            .iter()
-            .filter(|c| self.weigh(c, weight) > 0)
-            .map(|c| {
-                let names: Vec<String> = match self.stack(c.id) {
-                    Some(st) if !st.frames.is_empty() => st.frames.iter().rev().map(folded_name).collect(),
-                    _ => vec!["(no stack)".into()],
-                };
-                format!("{} {}", names.join(";"), self.weigh(c, weight))
-            })
-            .collect();
+        let line = |id: StackId, w: u64| {
+            let names: Vec<String> = match self.stack(id) {
+                Some(st) if !st.frames.is_empty() => st.frames.iter().rev().map(folded_name).collect(),
+                _ => vec!["(no stack)".into()],
+            };
+            format!("{} {w}", names.join(";"))
+        };
+        let mut lines: Vec<String> = match weight {
+            Weight::Faults => {
+                let charged = self.charged().unwrap_or_default();
+                charged.stacks.iter().filter(|s| s.kb > 0).map(|s| line(s.id, s.kb * 1024)).collect()
+            }
+            _ => self
+                .leaks
+                .iter()
+                .filter(|c| self.weigh(c, weight) > 0)
+                .map(|c| line(c.id, self.weigh(c, weight)))
+                .collect(),
+        };
         lines.sort();
         lines
     }
@@ -491,6 +500,7 @@ pub fn flamegraph(lines: &[String], w: &mut dyn Write, weight: Weight) -> io::Re
         Weight::Resident => "Resident bytes still mapped, by the stack that mapped them",
         Weight::Mapped => "Bytes mapped during the trace, by stack",
         Weight::Calls => "Calls, by stack",
+        Weight::Faults => "Growth no call explains, by the stacks of the sampled page faults (--faults)",
     }
     .into();
     opts.count_name = if weight == Weight::Calls { "calls" } else { "bytes" }.into();

@@ -200,6 +200,7 @@ fn growth_with_no_call_is_charged_to_the_page_faults_sampled_there() {
     let mut t = Target::start(&testprog("touch"), &[]);
     let pid = t.pid.to_string();
     let rec = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("faults.rec");
+    let folded = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("faults.folded");
     let mut sc = Syscatch::start(&[
         "--pid",
         &pid,
@@ -209,6 +210,10 @@ fn growth_with_no_call_is_charged_to_the_page_faults_sampled_there() {
         "--json",
         "--record",
         rec.to_str().unwrap(),
+        "--folded",
+        folded.to_str().unwrap(),
+        "--weight",
+        "faults",
     ]);
     sc.wait_attached();
     t.send("go");
@@ -237,6 +242,13 @@ fn growth_with_no_call_is_charged_to_the_page_faults_sampled_there() {
     // The rest of the stacks (a fault in libc's data, the new thread's start) hold next to nothing.
     let all: u64 = faults.iter().map(|v| v["charged_kb"].as_u64().unwrap() * 1024).sum();
     assert!(all - a - b < (1 << 20), "{faults:#?}");
+    // `--weight faults`: the same charges as collapsed stacks (a memory growth flame graph), the leaf the toucher.
+    let folded = std::fs::read_to_string(&folded).unwrap();
+    let leaf = |f: &str| -> u64 {
+        let of = folded.lines().filter(|l| l.rsplit_once(' ').unwrap().0.rsplit(';').next().unwrap().starts_with(f));
+        of.map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap()).sum()
+    };
+    assert_eq!((leaf("touch_a"), leaf("touch_b")), (a, b), "{folded}");
     // At one in 32, or fewer where the rate bound raised the period (the charges above stand for the faults).
     let samples = summary["fault_samples"].as_u64().unwrap();
     assert!(samples >= (touched[0] + touched[1]) / 4096 / period, "{summary:#?}");
