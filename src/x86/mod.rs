@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod breakpoints;
+pub mod fixed;
 pub mod gate;
 pub mod known;
 pub mod trampoline;

@@ -31,7 +31,7 @@
 //!           a record implies ; int3 ; jmp syscall+2
 //! ```
 //! The same page serves libc functions that make one system call ([`Kind::Fixed`]: `munmap` to the ring, `mmap`
-//! with a stop), patched at their `mov $nr,%eax` just before `syscall`.
+//! with a stop), patched at each `mov $nr,%eax` before a `syscall` (see [`super::fixed`]).
 //!
 //! The red-zone record ([`Block`]) lets the tracer read a stopped thread's registers and its stack in one
 //! `process_vm_readv` at the stack pointer of the thread's last event, instead of `PTRACE_GETREGS` and then the
@@ -78,8 +78,12 @@ pub enum Refusal {
     NoFixedNumber,
     #[error("its entry's instruction `{0}` cannot be moved")]
     Unmovable(String),
-    #[error("{0} `syscall` instructions (glibc 2.43's mmap retries below 4 GiB): a path not patched would go unseen")]
+    #[error("{0} `syscall` instructions, not all reached from its entry: a path not patched would go unseen")]
     SeveralSyscalls(usize),
+    #[error("a branch targets the middle of an instruction")]
+    MidInstruction,
+    #[error("a path to its `syscall` uses the stack otherwise than by push and pop, or branches out of it")]
+    StackUsed,
 }
 
 /// Bytes of the record below the stack pointer: the x86-64 red zone, which signal frames never touch.
@@ -183,10 +187,17 @@ fn store(code: &mut Vec<u8>, r: u8, reg: u8, off: i8) {
     code.extend_from_slice(&[0x48 | (r << 2), 0x89, 0x44 | (reg << 3), 0x24, off as u8]);
 }
 
-/// Whether the instruction at the start of `after` (the wrapper's, just past `syscall`) writes the flags
-/// without reading them: `cmp` or `test` on rax, as every wrapper this is used on does.
+/// Whether the code at the start of `after` (the wrapper's, just past `syscall`) writes the flags without reading
+/// them: `cmp` or `test` on rax, as every wrapper this is used on does, maybe after a copy of rax into another
+/// register (glibc 2.43's mmap).
 pub fn sets_flags_first(after: &[u8]) -> bool {
-    matches!(after, [0x48, 0x3d, ..] | [0x48, 0x83, 0xf8, ..] | [0x48, 0x85, 0xc0, ..] | [0x3d, ..] | [0x85, 0xc0, ..])
+    match after {
+        [0x48 | 0x49, 0x89, 0xc0..=0xc7, rest @ ..] => sets_flags_first(rest),
+        _ => matches!(
+            after,
+            [0x48, 0x3d, ..] | [0x48, 0x83, 0xf8, ..] | [0x48, 0x85, 0xc0, ..] | [0x3d, ..] | [0x85, 0xc0, ..]
+        ),
+    }
 }
 
 /// Chooses the instruction to replace: one of at least 5 bytes, after rax got the number (`mov %rdi,%rax` first)
@@ -230,59 +241,6 @@ pub fn plan(
         }
     }
     Err(Refusal::NoRoom)
-}
-
-/// Plans the patch of a function that makes one system call (libc's `munmap`, `mmap`): its `mov $nr,%eax`
-/// (5 bytes) just before its `syscall` is replaced by the jump; returns the plan and the number. Refused unless
-/// the instructions before it leave the stack pointer alone (so the stack at the patch is the one at the entry,
-/// and frame 0 unwinds from the entry), nothing branches into the patched bytes, and the instruction after
-/// `syscall` sets the flags without reading them. `code` is the whole function (its symbol's size), from its
-/// entry `entry`: it must make exactly one `syscall`, of number `want` (a second path to the kernel would go
-/// unseen once the entry's int3 is not there).
-pub fn plan_fixed(cs: &capstone::Capstone, entry: u64, code: &[u8], want: u64) -> Result<(PatchPlan, u64), Refusal> {
-    let insns = cs.disasm_all(code, entry).map_err(|_| Refusal::OutsideCode)?;
-    let list: Vec<_> = insns.iter().collect();
-    match list.iter().filter(|i| i.bytes() == [0x0f, 0x05]).count() {
-        0 => return Err(Refusal::NoFixedNumber),
-        1 => {}
-        n => return Err(Refusal::SeveralSyscalls(n)),
-    }
-    let mut targets = Vec::new();
-    for i in &list {
-        let off = (i.address() - entry) as usize;
-        if let Some(t) = code.get(off..).and_then(|b| branch_target(b, i.address())) {
-            targets.push(t);
-        }
-    }
-    for (k, i) in list.iter().enumerate() {
-        let bytes = i.bytes();
-        let next = list.get(k + 1);
-        if bytes.len() == 5 && bytes[0] == 0xb8 && next.is_some_and(|n| n.bytes() == [0x0f, 0x05]) {
-            let at = i.address();
-            let syscall_at = at + 5;
-            let after = code.get((syscall_at + 2 - entry) as usize..).ok_or(Refusal::OutsideCode)?;
-            if !sets_flags_first(after) {
-                return Err(Refusal::FlagsRead);
-            }
-            if targets.iter().any(|&t| t > at && t < at + 5) {
-                return Err(Refusal::BranchIntoPatch);
-            }
-            let nr = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as u64;
-            if nr != want {
-                return Err(Refusal::NoFixedNumber);
-            }
-            return Ok((PatchPlan { at, orig: bytes.to_vec(), syscall_at }, nr));
-        }
-        // Before the patch: only what leaves rsp and the stack alone.
-        let m = i.mnemonic().unwrap_or("");
-        let ops = i.op_str().unwrap_or("");
-        let plain = matches!(m, "mov" | "test" | "cmp" | "xor" | "endbr64" | "nop")
-            || (m.starts_with('j') && m != "jmp" && !ops.contains('['));
-        if !plain || ops.contains("sp") || m == "syscall" {
-            return Err(Refusal::NoFixedNumber);
-        }
-    }
-    Err(Refusal::NoFixedNumber)
 }
 
 /// `rel32` from the end of an instruction at `from` of `len` bytes to `to`, if reachable.

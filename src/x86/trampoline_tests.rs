@@ -2,6 +2,7 @@
 use super::*;
 use crate::model::maps::Mapping;
 use crate::x86::breakpoints::{decode, disassembler, plan_wrapper};
+use crate::x86::fixed;
 /// How many wanted numbers, each with its match path, fit the code pages.
 const FITS: usize = 103;
 
@@ -202,6 +203,20 @@ const GLIBC_MMAP: &[u8] = &[
     0x41, 0x89, 0xca, 0x41, 0xf7, 0xc1, 0xff, 0x0f, 0, 0, 0x75, 0x14, 0xb8, 0x09, 0, 0, 0, 0x0f, 0x05, 0x48, 0x3d,
     0x00, 0xf0, 0xff, 0xff, 0x77, 0x25, 0xc3,
 ];
+/// glibc 2.43's mmap (Debian sid): two registers pushed, then `syscall` on two paths (the second a retry below
+/// 4 GiB under a tunable, with `or $0x40,%r10d` between its `mov $9,%eax` and its `syscall`).
+const GLIBC_243_MMAP: &[u8] = &[
+    0x41, 0xf7, 0xc1, 0xff, 0x0f, 0x00, 0x00, 0x75, 0x27, 0x55, 0x89, 0xcd, 0x53, 0x48, 0x89, 0xfb, 0x48, 0x85, 0xff,
+    0x74, 0x3b, 0x41, 0x89, 0xea, 0x48, 0x89, 0xdf, 0xb8, 0x09, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48, 0x3d, 0x00, 0xf0,
+    0xff, 0xff, 0x77, 0x76, 0x5b, 0x5d, 0xc3, 0x0f, 0x1f, 0x00, 0x48, 0x8b, 0x05, 0x91, 0x79, 0x0d, 0x00, 0x64, 0xc7,
+    0x00, 0x16, 0x00, 0x00, 0x00, 0x48, 0xc7, 0xc0, 0xff, 0xff, 0xff, 0xff, 0xc3, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x89, 0xd0, 0x81, 0xe1, 0x00, 0x08, 0x00, 0x00, 0x83, 0xe0, 0x04, 0x09, 0xc8, 0x74, 0xb6,
+    0x48, 0x8b, 0x05, 0x32, 0x7a, 0x0d, 0x00, 0xf6, 0x80, 0xc5, 0x01, 0x00, 0x00, 0x04, 0x74, 0xa6, 0x41, 0x89, 0xea,
+    0x31, 0xff, 0xb8, 0x09, 0x00, 0x00, 0x00, 0x41, 0x83, 0xca, 0x40, 0x0f, 0x05, 0x48, 0x89, 0xc7, 0x48, 0x3d, 0x00,
+    0xf0, 0xff, 0xff, 0x76, 0xa0, 0x48, 0x8b, 0x05, 0x37, 0x79, 0x0d, 0x00, 0xf7, 0xdf, 0x64, 0x89, 0x38, 0xe9, 0x7a,
+    0xff, 0xff, 0xff, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x48, 0x8b, 0x15, 0x21, 0x79, 0x0d, 0x00, 0xf7, 0xd8, 0x64, 0x89,
+    0x02, 0x48, 0xc7, 0xc0, 0xff, 0xff, 0xff, 0xff, 0xe9, 0x72, 0xff, 0xff, 0xff,
+];
 const GLIBC_MREMAP: &[u8] = &[
     0x48, 0x83, 0xec, 0x58, 0x4c, 0x89, 0x44, 0x24, 0x40, 0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0, 0x48, 0x89,
     0x44, 0x24, 0x18, 0x31, 0xc0, 0x83, 0xf9, 0x07, 0x77, 0x5a, 0x41, 0x89, 0xca, 0x45, 0x31, 0xc0, 0xf6, 0xc1, 0x06,
@@ -212,23 +227,31 @@ const GLIBC_MREMAP: &[u8] = &[
 fn libc_functions_are_patched_at_their_number_move_and_share_the_page() {
     let cs = disassembler().unwrap();
     let (munmap, mmap, mremap) = (0x7f00_0010_1a00u64, 0x7f00_0010_19a0u64, 0x7f00_0010_99d0u64);
-    let (pu, nu) = plan_fixed(&cs, munmap, GLIBC_MUNMAP, 11).unwrap();
-    assert_eq!((pu.at, pu.orig.as_slice(), pu.syscall_at, nu), (munmap, &GLIBC_MUNMAP[..5], munmap + 5, 11));
-    let (pm, nm) = plan_fixed(&cs, mmap, GLIBC_MMAP, 9).unwrap();
-    // The number must be the one the function's name says, and the function must have one `syscall`.
-    assert_eq!(plan_fixed(&cs, mmap, GLIBC_MMAP, 11), Err(Refusal::NoFixedNumber));
-    let twice = [GLIBC_MUNMAP, &GLIBC_MUNMAP[..7]].concat();
-    assert_eq!(plan_fixed(&cs, munmap, &twice, 11), Err(Refusal::SeveralSyscalls(2)));
-    assert_eq!((pm.at, pm.syscall_at, nm), (mmap + 12, mmap + 17, 9));
-    // mremap moves rsp before its `syscall`: frame 0 would not unwind from its entry.
-    assert_eq!(plan_fixed(&cs, mremap, GLIBC_MREMAP, 25), Err(Refusal::NoFixedNumber));
+    let one = |at: u64, code: &[u8], nr: u64| {
+        let sites = fixed::plan(&cs, at, code, nr)?;
+        assert_eq!(sites.len(), 1);
+        assert_eq!(sites[0].depth, 0);
+        Ok::<_, Refusal>(sites[0].plan.clone())
+    };
+    let pu = one(munmap, GLIBC_MUNMAP, 11).unwrap();
+    assert_eq!((pu.at, pu.orig.as_slice(), pu.syscall_at), (munmap, &GLIBC_MUNMAP[..5], munmap + 5));
+    let pm = one(mmap, GLIBC_MMAP, 9).unwrap();
+    // The number must be the one the function's name says, and every `syscall` must be reached and patched.
+    assert_eq!(one(mmap, GLIBC_MMAP, 11), Err(Refusal::NoFixedNumber));
+    // (A second `syscall` after a `ret`, reached by no branch.)
+    let twice = [GLIBC_MUNMAP, &[0xc3], &GLIBC_MUNMAP[..7]].concat();
+    assert_eq!(one(munmap, &twice, 11), Err(Refusal::SeveralSyscalls(2)));
+    assert_eq!((pm.at, pm.syscall_at), (mmap + 12, mmap + 17));
+    // mremap moves rsp otherwise than by push and pop, and stores into its frame.
+    assert_eq!(one(mremap, GLIBC_MREMAP, 25), Err(Refusal::StackUsed));
     // A branch into the patched bytes, or a flags read after `syscall`, refuses.
     let mut odd = GLIBC_MMAP.to_vec();
     odd[11] = 0x01;
-    assert_eq!(plan_fixed(&cs, mmap, &odd, 9), Err(Refusal::BranchIntoPatch));
-    let mut odd = GLIBC_MUNMAP.to_vec();
-    odd[7..9].copy_from_slice(&[0x73, 0x01]);
-    assert_eq!(plan_fixed(&cs, munmap, &odd, 11), Err(Refusal::FlagsRead));
+    assert_eq!(one(mmap, &odd, 9), Err(Refusal::MidInstruction));
+    odd[11] = 0x05; // to the `syscall` itself, past its number
+    assert_eq!(one(mmap, &odd, 9), Err(Refusal::BranchIntoPatch));
+    let odd = [&GLIBC_MUNMAP[..7], &[0x73, 0x06], &GLIBC_MUNMAP[7..13], &[0xc3]].concat(); // `jae` first
+    assert_eq!(one(munmap, &odd, 11), Err(Refusal::FlagsRead));
     // One page for syscall(), munmap (the ring) and mmap (a stop), each jumping back past its own `syscall`.
     let entry = 0x7f00_0010_1810;
     let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
@@ -404,7 +427,7 @@ fn leaks_and_malloc_with_known_stacks_fit_the_code_pages() {
     let entry = 0x7f00_0010_1810;
     let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
     let pw = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x22]).unwrap();
-    let (pm, _) = plan_fixed(&cs, 0x7f00_0010_19a0, GLIBC_MMAP, 9).unwrap();
+    let pm = fixed::plan(&cs, 0x7f00_0010_19a0, GLIBC_MMAP, 9).map(|v| v[0].plan.clone()).unwrap();
     let mut sites =
         vec![Site { plan: pw, kind: Kind::Wrapper { numbers: vec![9, 10, 11, 12, 25, 28], ring: vec![11, 28] } }];
     for i in 0..4u64 {
@@ -443,4 +466,40 @@ fn leaks_and_malloc_with_known_stacks_fit_the_code_pages() {
     assert_eq!(code[moved + 7], 0xe9);
     let rel = i32::from_le_bytes(code[moved + 8..moved + 12].try_into().unwrap()) as i64;
     assert_eq!((a.starts[5] + moved as u64 + 12) as i64 + rel, 0x7f00_0020_0000 + 7);
+}
+
+/// glibc 2.43's mmap: both paths to the kernel are patched, each at its `mov $9,%eax` (the retry's with the
+/// `or` after it), at the depth its two pushes left; both assemble into one page with the others.
+#[test]
+fn glibc_2_43_mmap_is_patched_on_both_of_its_paths() {
+    let cs = disassembler().unwrap();
+    let mmap = 0x7f00_0010_f420u64;
+    let sites = fixed::plan(&cs, mmap, GLIBC_243_MMAP, 9).unwrap();
+    let got: Vec<(u64, usize, u64, u64)> =
+        sites.iter().map(|s| (s.plan.at - mmap, s.plan.orig.len(), s.plan.syscall_at - mmap, s.depth)).collect();
+    assert_eq!(got, [(27, 5, 32, 16), (116, 9, 125, 16)]);
+    assert_eq!(sites[1].plan.orig, [0xb8, 0x09, 0, 0, 0, 0x41, 0x83, 0xca, 0x40]);
+    // A pop too many, or a push left on a path that returns, refuses.
+    let mut odd = GLIBC_243_MMAP.to_vec();
+    odd[44] = 0x5d; // `ret` after the pops becomes a third `pop`
+    assert_eq!(fixed::plan(&cs, mmap, &odd, 9), Err(Refusal::StackUsed));
+    let mut odd = GLIBC_243_MMAP.to_vec();
+    odd[42] = 0x90; // one `pop` fewer
+    assert_eq!(fixed::plan(&cs, mmap, &odd, 9), Err(Refusal::StackUsed));
+    // A retry path whose `syscall` is reached straight, past its number, refuses.
+    let mut odd = GLIBC_243_MMAP.to_vec();
+    odd[110] = (125 - 111) as u8; // `je mmap+21` at 109 now jumps to the second `syscall`
+    assert_eq!(fixed::plan(&cs, mmap, &odd, 9), Err(Refusal::BranchIntoPatch));
+    let page = mmap - 0x10_0000;
+    let all: Vec<Site> =
+        sites.iter().map(|s| Site { plan: s.plan.clone(), kind: Kind::Fixed { nr: 9, ring: false } }).collect();
+    let a = assemble_sites(&all, page, true, true).unwrap();
+    assert_eq!(a.starts.len(), 2);
+    for (s, &start) in sites.iter().zip(&a.starts) {
+        // Each path starts with its moved instructions and jumps back past its own `syscall`.
+        let at = (start - page) as usize;
+        assert_eq!(a.code[at..at + s.plan.orig.len()], s.plan.orig[..]);
+        let jump = patch_bytes(&s.plan, start).unwrap();
+        assert_eq!(jump.len(), s.plan.orig.len());
+    }
 }

@@ -36,7 +36,10 @@ fn gdb_address_of(pid: i32, func: &str) -> u64 {
 /// Runs syscatch with `extra` on a fresh `libc_mmap` target until "done"; returns the target (waiting in read in
 /// `via_libc`), its ground truth lines, syscatch's JSON values and its stderr.
 fn run(extra: &[&str]) -> (Target, Vec<String>, Vec<Value>, Vec<String>) {
-    let mut t = Target::start(&testprog("libc_mmap"), &[]);
+    run_on(Target::start(&testprog("libc_mmap"), &[]), extra)
+}
+
+fn run_on(mut t: Target, extra: &[&str]) -> (Target, Vec<String>, Vec<Value>, Vec<String>) {
     let pid = t.pid.to_string();
     let mut args = vec!["--pid", pid.as_str(), "--syscall", "mmap,munmap", "--json"];
     args.extend_from_slice(extra);
@@ -118,4 +121,45 @@ fn only_syscall_wrapper_watches_syscall_alone() {
     assert_eq!(t.wait().code(), Some(0));
     let (code, _, err) = run_syscatch(&["--pid", "1", "--leaks", "--only-syscall-wrapper"]);
     assert_eq!(code, 2, "{err}");
+}
+
+/// glibc 2.43's mmap pushes two registers before its `syscall` and has a second path to the kernel (a retry below
+/// 4 GiB, taken for an executable mapping under `glibc.cpu.prefer_map_32bit_exec`): `--fast` patches both, so
+/// every libc mmap goes through the trampoline (no breakpoint stop), with its exact result and its caller.
+#[test]
+fn glibc_2_43_mmap_is_caught_on_both_paths_by_the_trampoline() {
+    require_ptrace();
+    let root = crate::roots::sid();
+    let inside = crate::roots::copy_in(&root, &testprog("libc_mmap"));
+    let mut cmd = std::process::Command::new("chroot");
+    cmd.arg(&root).arg(inside).arg("exec").env("GLIBC_TUNABLES", "glibc.cpu.prefer_map_32bit_exec=1");
+    let (mut t, lines, values, err) = run_on(Target::start_cmd(&mut cmd), &[]);
+    let truth = truth_mmaps(&lines);
+    assert_eq!(truth.len(), 3);
+    assert!(truth[1].0 < 1 << 32, "the executable mapping took the retry below 4 GiB: {truth:x?}");
+    let libc_maps: Vec<(u64, u64)> = at_libc(&values, "mmap").iter().map(|&(r, _, n)| (r, n)).collect();
+    assert_eq!(libc_maps, truth[..2]);
+    assert_eq!(captured_mmaps(&values), truth[2..]);
+    assert!(!err.iter().any(|l| l.contains("to a breakpoint")), "{err:#?}");
+    // Every call stopped at the trampoline or came from its ring: none at a breakpoint.
+    let s = summary_data(&values);
+    let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} in {s}"));
+    assert_eq!(n("hits"), n("fast_stops") + n("from_ring") + n("ring_full_stops"), "{s}");
+    assert!(n("fast_stops") >= 3, "{s}");
+    // Frame 0 is libc's mmap (just past the `syscall` of its path: its CFI unwinds the two pushes), then via_libc.
+    for ev in values.iter().filter(|v| v["type"] == "event" && v["data"]["location"] == "libc.so.6:mmap") {
+        let names: Vec<&str> = ev["data"]["stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["inlined"] != true)
+            .map(|f| f["function"].as_str().unwrap_or("?"))
+            .collect();
+        assert!(names[0].contains("mmap"), "{names:?}");
+        assert_eq!(names[1], "via_libc", "{names:?}");
+        assert!(names.contains(&"main"), "{names:?}");
+    }
+    t.send("bye");
+    assert_eq!(t.out.next(), "bye");
+    assert_eq!(t.wait().code(), Some(0));
 }

@@ -28,7 +28,8 @@ use crate::x86::breakpoints;
 use crate::x86::trampoline::{self, PatchPlan};
 
 /// How a libc function is patched: the system call it makes, or (`--malloc`) an allocation function's entry.
-type Planned = Result<u64, ((AllocFn, Option<(u64, u64)>), Vec<Moved>)>;
+/// (A system call's number and the bytes the function pushed before it.)
+type Planned = Result<(u64, u64), ((AllocFn, Option<(u64, u64)>), Vec<Moved>)>;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -106,8 +107,11 @@ pub(super) struct Patch {
     pub(super) plan: PatchPlan,
     /// The jump written over `plan.at`.
     pub(super) jump: Vec<u8>,
-    /// The entry of the patched function: frame 0 of a captured stack (the stack there is the one at the entry).
+    /// The entry of the patched function.
     pub(super) entry: u64,
+    /// Frame 0 of a captured stack: the entry where the function pushed nothing before its `syscall` (the stack
+    /// is the one at the entry), else the instruction after that `syscall` (its CFI unwinds what was pushed).
+    pub(super) frame0: u64,
     /// A libc function's label (`libc.so.6:munmap`); `None` for `syscall()`.
     pub(super) label: Option<Arc<str>>,
 }
@@ -197,13 +201,14 @@ impl Tracer<'_> {
         let mut fixed = Vec::new();
         for f in functions {
             let mut now = vec![0u8; f.code.len()];
-            let planned = match f.alloc {
-                Some(a) => crate::x86::alloc::plan_entry(&cs, f.addr, &f.code).map(|(p, m)| (p, Err((a, m)))),
-                None => trampoline::plan_fixed(&cs, f.addr, &f.code, f.nr).map(|(p, nr)| (p, Ok(nr))),
+            let planned: Result<Vec<(PatchPlan, Planned)>, _> = match f.alloc {
+                Some(a) => crate::x86::alloc::plan_entry(&cs, f.addr, &f.code).map(|(p, m)| vec![(p, Err((a, m)))]),
+                None => crate::x86::fixed::plan(&cs, f.addr, &f.code, f.nr)
+                    .map(|v| v.into_iter().map(|s| (s.plan, Ok((f.nr, s.depth)))).collect()),
             };
             match planned {
-                Ok((p, nr)) if self.mem.read_exact(f.addr, &mut now).is_ok() && now == f.code => {
-                    fixed.push((f.clone(), p, nr))
+                Ok(plans) if self.mem.read_exact(f.addr, &mut now).is_ok() && now == f.code => {
+                    fixed.extend(plans.into_iter().map(|(p, planned)| (f.clone(), p, planned)))
                 }
                 Ok(_) => {}
                 Err(why) => eprintln!("syscatch: --fast leaves {} to a breakpoint ({why})", f.label),
@@ -484,7 +489,8 @@ impl Tracer<'_> {
         fsgsbase: bool,
     ) -> (Vec<trampoline::Site>, Vec<Patch>) {
         use trampoline::{Kind, Site};
-        let mut patches = vec![Patch { plan: wrapper.plan.clone(), jump: Vec::new(), entry, label: None }];
+        let mut patches =
+            vec![Patch { plan: wrapper.plan.clone(), jump: Vec::new(), entry, frame0: entry, label: None }];
         let mut sites = vec![wrapper];
         let free_site = fixed.iter().position(|(_, _, k)| matches!(k, Err(((AllocFn::Free, _), _)))).map(|i| i + 1);
         let allocs = fixed.iter().any(|(_, _, k)| k.is_err());
@@ -497,15 +503,22 @@ impl Tracer<'_> {
             });
         }
         for (f, p, planned) in fixed {
+            let mut frame0 = f.addr;
             let kind = match planned {
-                Ok(nr) => Kind::Fixed { nr: *nr, ring: f.ring && fsgsbase },
+                // A ring's slot holds the word at rsp as the return address: only where nothing was pushed.
+                Ok((nr, 0)) => Kind::Fixed { nr: *nr, ring: f.ring && fsgsbase },
+                Ok((nr, _)) => {
+                    frame0 = p.syscall_at + 2;
+                    Kind::Fixed { nr: *nr, ring: false }
+                }
                 Err((a, moved)) => match free_site.filter(|_| fsgsbase) {
                     Some(free_site) => Kind::Alloc { f: a.0, moved: moved.clone(), free_site, internal: a.1 },
                     None => continue,
                 },
             };
             sites.push(Site { plan: p.clone(), kind });
-            patches.push(Patch { plan: p.clone(), jump: Vec::new(), entry: f.addr, label: Some(f.label.clone()) });
+            let label = Some(f.label.clone());
+            patches.push(Patch { plan: p.clone(), jump: Vec::new(), entry: f.addr, frame0, label });
         }
         (sites, patches)
     }
@@ -637,11 +650,10 @@ impl Tracer<'_> {
         self.summary.hits += 1;
         self.summary.matching += 1;
         let g = &regs.0;
-        // The patched functions push nothing before `syscall`: the stack is as at their entry, so frame 0 is the
-        // function, at its entry.
+        // Frame 0 is the patched function: at its entry, or just past its `syscall` where it pushed registers.
         let mut at_entry = *regs;
         let patch = self.fast.as_ref().and_then(|f| f.patches.get(site));
-        at_entry.0.rip = patch.map_or(g.rip, |p| p.entry);
+        at_entry.0.rip = patch.map_or(g.rip, |p| p.frame0);
         let label = patch.and_then(|p| p.label.clone());
         let asked = self.cfg.stack_bytes;
         Event {
