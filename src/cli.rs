@@ -226,6 +226,13 @@ pub struct TraceArgs {
     pub cmd: Vec<String>,
 }
 
+impl TraceArgs {
+    /// Whether allocations are sampled: `--malloc`, or `--heap-pprof`, which implies it.
+    pub fn samples_allocations(&self) -> bool {
+        self.malloc || self.heap_pprof.is_some()
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct StackArgs {
     #[command(flatten)]

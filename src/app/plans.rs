@@ -78,42 +78,90 @@ pub fn add_allocators(pid: Tid, plan: &mut Plan, every: u64) -> Result<()> {
     };
     let lib = crate::model::modules::file_name(&module.map.path).to_string();
     let mut names = Vec::new();
-    for (i, name) in AllocFn::NAMES.iter().enumerate() {
-        if internal.is_none() && AllocFn::ALL[i] == AllocFn::Reallocarray {
+    // A dedicated allocator's C++ and own entries too (libc has none of them: libstdc++'s `operator new` calls
+    // malloc, which is sampled).
+    let more = AllocFn::MORE.iter().filter(|_| internal.is_some()).map(|&(n, f)| (n, f));
+    let elf = crate::hooks::elf::ElfInfo::parse(&module.data).ok();
+    let cs = crate::x86::breakpoints::disassembler().ok_or_else(|| anyhow!("capstone could not be set up"))?;
+    for (name, f) in AllocFn::NAMES.iter().copied().zip(AllocFn::ALL).chain(more) {
+        if internal.is_none() && f == AllocFn::Reallocarray {
             continue;
         }
         let Some((addr, size)) = module.find_symbol(name) else { continue };
-        // memalign and aligned_alloc are one function in glibc: patched once.
+        // memalign and aligned_alloc are one function in glibc, free and `operator delete` in tcmalloc and
+        // mimalloc: patched once.
         if plan.fast_functions.iter().any(|f| f.addr == addr) {
             continue;
         }
         // The whole function: no branch of it may land in the moved instructions.
         let Some(code) = module.file_bytes(addr, size.clamp(16, 8192)).map(<[u8]>::to_vec) else { continue };
+        // An entry that leaves its work to another that is patched is caught there: patched too, each call would
+        // count twice. A dedicated allocator's calls of its own entries are skipped by the stubs (the caller is
+        // in its module): only its entries that jump straight to another are left out. libc's own calls are
+        // counted (strdup's malloc is the program's): its entries that call another are left out (musl's calloc
+        // calls malloc, its posix_memalign aligned_alloc; glibc's call none).
+        let leaves = elf.as_ref().and_then(|e| leaves_to_entry(&cs, (&module, e), addr, &code, internal.is_none()));
+        if leaves.is_some_and(|to| to != name) {
+            continue;
+        }
         let mut now = vec![0u8; code.len()];
         if mem.read_exact(addr, &mut now).is_err() || now[..16] != code[..16] {
             plan.watched.skipped.push(format!("{lib}:{name} (its entry was patched in memory: not sampled)"));
             continue;
         }
         let label: std::sync::Arc<str> = format!("{lib}:{name}").into();
-        plan.fast_functions.push(FastFunction {
-            addr,
-            code,
-            label,
-            nr: 0,
-            ring: false,
-            alloc: Some((AllocFn::ALL[i], internal)),
-        });
-        names.push(*name);
+        plan.fast_functions.push(FastFunction { addr, code, label, nr: 0, ring: false, alloc: Some((f, internal)) });
+        names.push(name);
     }
     plan.malloc_every = every;
-    plan.watched.paths.push(format!("{lib}: {} (sampled, one per {every} bytes)", names.join(", ")));
-    plan.what = format!(
-        "{}; sampling {} in {lib} every {} on average",
-        plan.what,
-        names.join(", "),
-        crate::report::leaks::size(every)
-    );
+    // C++'s entries by what they are, not their mangled names.
+    let cxx = names.iter().filter(|n| n.starts_with("_Z")).count();
+    let mut shown: Vec<String> = names.iter().filter(|n| !n.starts_with("_Z")).map(|n| n.to_string()).collect();
+    if cxx > 0 {
+        shown.push(format!("operator new and delete ({cxx} entries)"));
+    }
+    let shown = shown.join(", ");
+    plan.watched.paths.push(format!("{lib}: {shown} (sampled, one per {every} bytes)"));
+    plan.what =
+        format!("{}; sampling {shown} in {lib} every {} on average", plan.what, crate::report::leaks::size(every));
     Ok(())
+}
+
+/// The allocation entry the function at `addr` (its code `code`) leaves its work to: a first instruction that jumps
+/// to an allocation entry of `module` itself (a tail call of an alias), or to one of its PLT stubs whose GOT slot
+/// imports an allocation entry's name (jemalloc's `delete` jumps to `free@plt`); with `anywhere`, also a call or
+/// jump to such a stub further in (musl's `calloc` calls `malloc@plt`).
+fn leaves_to_entry(
+    cs: &capstone::Capstone,
+    (module, elf): (&crate::model::modules::Module, &crate::hooks::elf::ElfInfo),
+    addr: u64,
+    code: &[u8],
+    anywhere: bool,
+) -> Option<String> {
+    let allocation = |name: &str| crate::x86::alloc::AllocFn::of(name).is_some();
+    let entry_at = |first: bool, target: u64| -> Option<String> {
+        let stated = target.wrapping_sub(module.bias);
+        // A direct branch to an entry counts only at the start (glibc's realloc of a null pointer branches to
+        // malloc's alias: the others still need realloc's own patch).
+        if let Some((name, 0)) = elf.name_of(stated, "").filter(|_| first) {
+            return allocation(name).then(|| name.to_string());
+        }
+        if !elf.is_plt(stated) {
+            return None;
+        }
+        // The stub's `jmp *slot(%rip)` (after an endbr64 or a bnd prefix where the stub has one).
+        let stub = module.file_bytes(target, 16)?;
+        let at = stub.windows(2).position(|w| w == [0xff, 0x25])?;
+        let disp = i32::from_le_bytes(stub.get(at + 2..at + 6)?.try_into().ok()?);
+        let slot = stated.wrapping_add(at as u64 + 6).wrapping_add(disp as i64 as u64);
+        elf.slots.iter().find(|s| s.addr == slot && allocation(&s.symbol)).map(|s| s.symbol.clone())
+    };
+    let insns = cs.disasm_all(code, addr).ok()?;
+    insns
+        .iter()
+        .take(if anywhere { usize::MAX } else { 1 })
+        .filter(|i| matches!(i.bytes().first(), Some(0xe8 | 0xe9)))
+        .find_map(|i| entry_at(i.address() == addr, crate::x86::trampoline::branch_target(i.bytes(), i.address())?))
 }
 
 /// The plan of `--syscall LIST` as a user of strace means it: the calls however they are made, through

@@ -245,7 +245,7 @@ fn begin(session: &Session, who: Chosen, joined: f64) -> Result<Traced> {
         true => crate::app::plans::leak_plan(pid, numbers.clone(), asked, site, !args.no_fast)?,
         false => crate::app::plans::trace_plan(pid, numbers.clone(), site, !args.no_fast, args.only_syscall_wrapper)?,
     };
-    if args.malloc {
+    if args.samples_allocations() {
         crate::app::plans::add_allocators(pid, &mut plan, args.malloc_every)?;
     }
     let streamed = crate::app::outputs::render_events(out);

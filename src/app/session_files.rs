@@ -1,4 +1,4 @@
-//! A session's files (`--folded`, `--flamegraph`, `--pprof`, `--record`) and its `--fail-over` gate: every
+//! A session's files (`--folded`, `--flamegraph`, `--pprof`, `--heap-pprof`, `--record`) and its `--fail-over` gate: every
 //! process's stacks in one file, each process's under a root frame naming it (`process 1234:"python3 server.py"`,
 //! as py-spy's `--subprocesses` writes), each pprof sample labelled with its `pid` and `process` so that a fleet
 //! profiler can filter by process. A session's recording is each process's recording (written beside it as the
@@ -9,6 +9,7 @@ use super::session::Done;
 use crate::analysis::leaks::LeakReport;
 use crate::app::trace::{GateFailed, Output};
 use crate::model::stack::Frame;
+use crate::report::pprof::HEAP_TYPES;
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -21,6 +22,8 @@ pub struct Profile {
     pub folded: Vec<String>,
     /// Each stack's frames and values (see [`LeakReport::samples`]).
     pub samples: Vec<(Vec<Frame>, [i64; 6])>,
+    /// Each sampled allocation stack's estimates (see [`LeakReport::heap_samples`]), for `--heap-pprof`.
+    pub heap: Vec<(Vec<Frame>, [i64; 6])>,
     /// The `--fail-over` line, when its traced stacks grew faster.
     pub gate: Option<String>,
     /// Its report's page data (`--html`).
@@ -39,6 +42,10 @@ impl Profile {
                 true => report.samples().into_iter().map(|(f, v)| (f.to_vec(), v)).collect(),
                 false => Vec::new(),
             },
+            heap: match out.heap_pprof.is_some() {
+                true => report.heap_samples().unwrap_or_default(),
+                false => Vec::new(),
+            },
             gate: out.fail_over.and_then(|limit| crate::report::leaks::gate(report, limit)),
             page: out.html.is_some().then(|| crate::report::html::page_data(report, &out.label)),
         }
@@ -50,6 +57,7 @@ pub struct Files {
     folded: Option<(PathBuf, BufWriter<File>)>,
     flame: Option<(PathBuf, BufWriter<File>)>,
     pprof: Option<(PathBuf, BufWriter<File>)>,
+    heap_pprof: Option<(PathBuf, BufWriter<File>)>,
     record: Option<(PathBuf, BufWriter<File>)>,
     html: Option<(PathBuf, BufWriter<File>)>,
 }
@@ -72,6 +80,7 @@ impl Files {
             folded: create(&out.folded)?,
             flame: create(&out.flamegraph)?,
             pprof: create(&out.pprof)?,
+            heap_pprof: create(&out.heap_pprof)?,
             record: create(&out.record)?,
             html: create(&out.html)?,
         })
@@ -99,23 +108,22 @@ impl Files {
                 .and_then(|_| f.flush())
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
-        if let Some((path, f)) = self.pprof.as_mut() {
-            let labels: Vec<[(&str, String); 2]> = profiles
-                .iter()
-                .map(|((who, ..), _)| [("pid", who.pid.to_string()), ("process", who.command.clone())])
-                .collect();
+        let labels: Vec<[(&str, String); 2]> = profiles
+            .iter()
+            .map(|((who, ..), _)| [("pid", who.pid.to_string()), ("process", who.command.clone())])
+            .collect();
+        let types = [(&mut self.pprof, &crate::report::pprof::SAMPLE_TYPES[..]), (&mut self.heap_pprof, &HEAP_TYPES)];
+        for (i, (file, types)) in types.into_iter().enumerate() {
+            let Some((path, f)) = file.as_mut() else { continue };
             let samples: Vec<crate::report::pprof::Sample> = profiles
                 .iter()
                 .zip(&labels)
                 .flat_map(|((_, p), labels)| {
-                    p.samples.iter().map(|(frames, values)| crate::report::pprof::Sample {
-                        frames,
-                        values: *values,
-                        labels,
-                    })
+                    let of = if i == 0 { &p.samples } else { &p.heap };
+                    of.iter().map(|(frames, values)| crate::report::pprof::Sample { frames, values: *values, labels })
                 })
                 .collect();
-            crate::report::pprof::write(f, &samples, duration_ns)
+            crate::report::pprof::write_types(f, &samples, types, duration_ns)
                 .and_then(|_| f.flush())
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }

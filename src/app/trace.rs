@@ -156,8 +156,7 @@ impl Output {
     fn from_trace(args: &TraceArgs) -> Result<Output> {
         let leaks = args.leaks
             || args.faults
-            || args.malloc
-            || args.heap_pprof.is_some()
+            || args.samples_allocations()
             || args.folded.is_some()
             || args.flamegraph.is_some()
             || args.pprof.is_some()
@@ -234,11 +233,6 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
         (false, true) => {
             let chosen = crate::app::choose::choose(&args.select)?;
             let ([one], false) = (chosen.processes.as_slice(), args.select.tree) else {
-                if args.heap_pprof.is_some() {
-                    return Err(usage(
-                        "--heap-pprof writes one process's heap profile for now: give one --pid, without --tree",
-                    ));
-                }
                 return crate::app::session::trace(args, &out, chosen, numbers, &asked);
             };
             let pid = one.pid;
@@ -251,7 +245,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
             } else {
                 trace_plan(pid, numbers, site, !args.no_fast, args.only_syscall_wrapper)?
             };
-            if args.malloc || args.heap_pprof.is_some() {
+            if args.samples_allocations() {
                 crate::app::plans::add_allocators(pid, &mut plan, args.malloc_every)?;
             }
             run_trace(&out, plan, Start::Attach(pid))?;
@@ -274,7 +268,7 @@ pub fn trace(args: &TraceArgs) -> Result<i32> {
                 trace_plan(pid, numbers, site, !args.no_fast, args.only_syscall_wrapper)
             };
             let plan = plan.and_then(|mut plan| {
-                if args.malloc || args.heap_pprof.is_some() {
+                if args.samples_allocations() {
                     crate::app::plans::add_allocators(pid, &mut plan, args.malloc_every)?;
                 }
                 Ok(plan)

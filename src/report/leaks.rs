@@ -450,19 +450,30 @@ impl LeakReport<'_> {
     /// [`crate::report::pprof::HEAP_TYPES`] order; a stack without frames, samples that lost their stack, as
     /// `(no stack)`).
     pub fn heap_pprof(&self, w: &mut dyn Write, duration_ns: u64) -> io::Result<()> {
+        let Some(samples) = self.heap_samples() else {
+            return crate::report::pprof::write_types(w, &[], &[], duration_ns);
+        };
+        let samples: Vec<crate::report::pprof::Sample> = samples
+            .iter()
+            .map(|(frames, values)| crate::report::pprof::Sample { frames, values: *values, labels: &[] })
+            .collect();
+        crate::report::pprof::write_types(w, &samples, &crate::report::pprof::HEAP_TYPES, duration_ns)
+    }
+
+    /// Each sampled stack's frames and its estimates in [`crate::report::pprof::HEAP_TYPES`] order (a stack
+    /// without frames, samples that lost their stack, as `(no stack)`); `None` when nothing was sampled.
+    pub fn heap_samples(&self) -> Option<Vec<(Vec<Frame>, [i64; 6])>> {
         let none = [Frame { function: Some("(no stack)".into()), ..Frame::default() }];
-        let Some(h) = self.samples else { return crate::report::pprof::write_types(w, &[], &[], duration_ns) };
-        let by = h.by_stack();
-        let samples: Vec<crate::report::pprof::Sample> = by
+        let by = self.samples?.by_stack();
+        let samples = by
             .iter()
             .map(|(id, t)| {
                 let frames = self.stack(*id).map(|s| &s.frames[..]).filter(|f| !f.is_empty()).unwrap_or(&none);
                 let v = |x: f64| x.round() as i64;
-                let values = [v(t.in_use), v(t.live_objects), v(t.allocated), v(t.objects), 0, 0];
-                crate::report::pprof::Sample { frames, values, labels: &[] }
+                (frames.to_vec(), [v(t.in_use), v(t.live_objects), v(t.allocated), v(t.objects), 0, 0])
             })
             .collect();
-        crate::report::pprof::write_types(w, &samples, &crate::report::pprof::HEAP_TYPES, duration_ns)
+        Some(samples)
     }
 
     /// Each stack's frames and its values in [`crate::report::pprof::SAMPLE_TYPES`] order.

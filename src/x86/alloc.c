@@ -15,12 +15,12 @@
 typedef unsigned long u64;
 typedef long i64;
 
-#define COUNTER 16384UL
-#define TAIL (16384UL + 8)
-#define RING (5 * 4096UL)
+#define COUNTER 32768UL
+#define TAIL (32768UL + 8)
+#define RING (9 * 4096UL)
 #define RING_SLOTS 512UL
 #define SLOT 128UL
-#define ALLOC 348160UL
+#define ALLOC 364544UL
 #define DRAWS (ALLOC + 4096UL)
 #define NDRAWS 4096UL
 #define THREADS (DRAWS + NDRAWS * 8)

@@ -89,9 +89,43 @@ impl AllocFn {
         "pvalloc",
         "reallocarray",
     ];
+    /// The other entries a dedicated allocator exports with the arguments of one of the standard ones: C++'s
+    /// `operator new` and `new[]` (size first; nothrow and aligned too) as malloc, `operator delete` (pointer first;
+    /// sized, nothrow and aligned too) as free, and jemalloc's own `mallocx(size, flags)`, `rallocx(ptr, size,
+    /// flags)`, `dallocx(ptr, flags)` and `sdallocx(ptr, size, flags)`. (jemalloc's `xallocx` resizes in place and
+    /// returns a size: not sampled.)
+    pub const MORE: [(&'static str, AllocFn); 26] = [
+        ("mallocx", AllocFn::Malloc),
+        ("rallocx", AllocFn::Realloc),
+        ("dallocx", AllocFn::Free),
+        ("sdallocx", AllocFn::Free),
+        ("_Znwm", AllocFn::Malloc),
+        ("_Znam", AllocFn::Malloc),
+        ("_ZnwmRKSt9nothrow_t", AllocFn::Malloc),
+        ("_ZnamRKSt9nothrow_t", AllocFn::Malloc),
+        ("_ZnwmSt11align_val_t", AllocFn::Malloc),
+        ("_ZnamSt11align_val_t", AllocFn::Malloc),
+        ("_ZnwmSt11align_val_tRKSt9nothrow_t", AllocFn::Malloc),
+        ("_ZnamSt11align_val_tRKSt9nothrow_t", AllocFn::Malloc),
+        ("_ZdlPv", AllocFn::Free),
+        ("_ZdaPv", AllocFn::Free),
+        ("_ZdlPvm", AllocFn::Free),
+        ("_ZdaPvm", AllocFn::Free),
+        ("_ZdlPvRKSt9nothrow_t", AllocFn::Free),
+        ("_ZdaPvRKSt9nothrow_t", AllocFn::Free),
+        ("_ZdlPvSt11align_val_t", AllocFn::Free),
+        ("_ZdaPvSt11align_val_t", AllocFn::Free),
+        ("_ZdlPvmSt11align_val_t", AllocFn::Free),
+        ("_ZdaPvmSt11align_val_t", AllocFn::Free),
+        ("_ZdlPvSt11align_val_tRKSt9nothrow_t", AllocFn::Free),
+        ("_ZdaPvSt11align_val_tRKSt9nothrow_t", AllocFn::Free),
+        ("_ZdlPvmSt11align_val_tRKSt9nothrow_t", AllocFn::Free),
+        ("_ZdaPvmSt11align_val_tRKSt9nothrow_t", AllocFn::Free),
+    ];
 
     pub fn of(name: &str) -> Option<AllocFn> {
-        Self::NAMES.iter().position(|n| *n == name).map(|i| Self::ALL[i])
+        let more = Self::MORE.iter().find(|(n, _)| *n == name).map(|&(_, f)| f);
+        Self::NAMES.iter().position(|n| *n == name).map(|i| Self::ALL[i]).or(more)
     }
 
     /// Its number in `alloc.c`.

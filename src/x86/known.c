@@ -14,9 +14,9 @@ typedef unsigned long u64;
 typedef unsigned int u32;
 typedef unsigned char u8;
 
-#define COUNTER 16384UL
-#define TAIL (16384UL + 8)
-#define RING (5 * 4096UL)
+#define COUNTER 32768UL
+#define TAIL (32768UL + 8)
+#define RING (9 * 4096UL)
 #define RING_SLOTS 512UL
 #define SLOT 128UL
 #define KNOWN (RING + RING_SLOTS * SLOT)

@@ -91,8 +91,9 @@ pub const BLOCK: usize = 128;
 /// Slots of the ring (a power of two) and bytes per slot.
 pub const RING_SLOTS: u64 = 512;
 pub const SLOT: u64 = 128;
-/// Bytes of the trampoline's code (four pages: `--malloc`'s entries and their sampler go with the others).
-pub const CODE_BYTES: u64 = 4 * 4096;
+/// Bytes of the trampoline's code (eight pages: `--malloc`'s entries, up to about 40 of a dedicated allocator's
+/// with C++'s `operator new` and `delete`, and their sampler go with the others).
+pub const CODE_BYTES: u64 = 8 * 4096;
 /// Pages mapped for the trampoline: its code, the counter's page (the counter, then the ring's tail), and the
 /// ring's when it has one.
 pub const PAGES: u64 = CODE_BYTES / 4096 + 1;

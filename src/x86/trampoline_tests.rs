@@ -4,7 +4,7 @@ use crate::model::maps::Mapping;
 use crate::x86::breakpoints::{decode, disassembler, plan_wrapper};
 use crate::x86::fixed;
 /// How many wanted numbers, each with its match path, fit the code pages.
-const FITS: usize = 103;
+const FITS: usize = 208;
 
 const GLIBC_SYSCALL: &[u8] = &[
     0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca, 0x4d, 0x89, 0xc2, 0x4d, 0x89, 0xc8, 0x4c,
@@ -328,16 +328,16 @@ fn pages_come_from_the_gaps_nearest_first_within_reach() {
         map(libc - gib, libc - 0x3000, "---p", ""),
         map(libc - 0x2000, libc, "---p", ""),
         map(libc, libc + 0x20_0000, "r-xp", "/usr/lib/libc.so.6"),
-        // Above libc: one gap of 28 KiB, then the stack's own gap (never used), then the stack.
+        // Above libc: one gap of 44 KiB, then the stack's own gap (never used), then the stack.
         map(libc + 0x20_0000, libc + 0x40_0000, "rw-p", ""),
-        map(libc + 0x40_7000, libc + 0x50_0000, "rw-p", ""),
+        map(libc + 0x40_b000, libc + 0x50_0000, "rw-p", ""),
         map(libc + 0x1000_0000, libc + 0x1002_1000, "rw-p", "[stack]"),
         map(0xffff_ffff_ff60_0000, 0xffff_ffff_ff60_1000, "--xp", "[vsyscall]"),
     ];
     let c = page_candidates(&maps, std::slice::from_ref(&p), PAGES);
-    // The 28 KiB gap above libc (room for the five pages and a free page each side), the space above the stack,
+    // The 44 KiB gap above libc (room for the nine pages and a free page each side), the space above the stack,
     // then the 64 KiB hole 1 GiB below (at its top, with a free page above).
-    assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0x6000]);
+    assert_eq!(c, [libc + 0x40_1000, libc + 0x1002_2000, libc - gib - 0xa000]);
     // Never adjacent to a mapping, never below the stack, always within rel32 of every branch.
     for &page in &c {
         assert_eq!(page % 4096, 0);
@@ -348,7 +348,7 @@ fn pages_come_from_the_gaps_nearest_first_within_reach() {
     // Nothing at all within reach: no candidate.
     let full = vec![map(libc - 3 * gib, libc + 3 * gib, "---p", "")];
     assert!(page_candidates(&full, std::slice::from_ref(&p), PAGES).is_empty());
-    // With a ring (21 pages and a free one each side), the 28 KiB gap is too small.
+    // With a ring (25 pages and a free one each side), the 44 KiB gap is too small.
     assert_eq!(page_candidates(&maps, std::slice::from_ref(&p), pages(true))[0], libc + 0x1002_2000);
 }
 
@@ -502,4 +502,38 @@ fn glibc_2_43_mmap_is_patched_on_both_of_its_paths() {
         let jump = patch_bytes(&s.plan, start).unwrap();
         assert_eq!(jump.len(), s.plan.orig.len());
     }
+}
+
+/// A dedicated allocator's every entry (the standard ones, C++'s `operator new` and `delete` in all their forms,
+/// jemalloc's own) fits the code pages beside `--leaks`'s sites, with known stacks.
+#[test]
+fn every_entry_of_a_dedicated_allocator_fits_the_code_pages() {
+    use crate::x86::alloc::{AllocFn, plan_entry};
+    let cs = disassembler().unwrap();
+    let entry = 0x7f00_0010_1810;
+    let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
+    let pw = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x22]).unwrap();
+    let pm = fixed::plan(&cs, 0x7f00_0010_19a0, GLIBC_MMAP, 9).map(|v| v[0].plan.clone()).unwrap();
+    let mut sites =
+        vec![Site { plan: pw, kind: Kind::Wrapper { numbers: vec![9, 10, 11, 12, 25, 28], ring: vec![11, 28] } }];
+    for i in 0..4u64 {
+        let p = PatchPlan { at: pm.at + i * 0x100, ..pm.clone() };
+        sites.push(Site { plan: p, kind: Kind::Fixed { nr: 9, ring: i % 2 == 1 } });
+    }
+    let malloc = [0x41, 0x54, 0x55, 0x53, 0x48, 0x89, 0xfb, 0x48, 0x83, 0xec, 0x10, 0xc3];
+    let kinds: Vec<AllocFn> = AllocFn::ALL.iter().copied().chain(AllocFn::MORE.iter().map(|m| m.1)).collect();
+    assert_eq!(kinds.len(), 36);
+    let free_site = 5 + 3;
+    for (i, &f) in kinds.iter().enumerate() {
+        let at = 0x7f00_0020_0000 + i as u64 * 0x1000;
+        let (p, moved) = plan_entry(&cs, at, &malloc).unwrap();
+        let internal = Some((0x7f00_0020_0000, 0x7f00_0030_0000));
+        sites.push(Site { plan: p, kind: Kind::Alloc { f, moved, free_site, internal } });
+    }
+    let page = entry - 0x10_0000;
+    let a = assemble_sites(&sites, page, true, true).expect("fits with known stacks");
+    assert!(a.code.len() as u64 <= CODE_BYTES, "{} bytes", a.code.len());
+    assert_eq!(AllocFn::of("_ZdlPvm"), Some(AllocFn::Free));
+    assert_eq!(AllocFn::of("mallocx"), Some(AllocFn::Malloc));
+    assert_eq!(AllocFn::of("memalign"), Some(AllocFn::AlignedAlloc));
 }

@@ -73,12 +73,12 @@ fn idle_target_survives(extra: &[&str]) {
 }
 
 /// On glibc 2.43 (Debian sid's root, traced from the host): the guardian puts back that libc's bytes. Its mmap()
-/// makes its system call on two paths (a retry below 4 GiB), which `--fast` does not patch: an int3 stays there.
+/// makes its system call on two paths (a retry below 4 GiB), both patched by `--fast`: three trampoline int3s.
 #[test]
 fn sigkill_of_syscatch_leaves_an_idle_target_on_glibc_2_43_healthy() {
     require_ptrace();
     let root = crate::roots::sid();
-    let fast = "put back 1 original byte(s) in process PID, made 1 trampoline int3(s) nops";
+    let fast = "made 3 trampoline int3(s) nops";
     for (extra, restored) in [(&["--no-fast"][..], "put back 2 original byte(s)"), (&[][..], fast)] {
         idle_survives(crate::roots::start_in(&root, &testprog("target"), &[]), extra, restored);
     }

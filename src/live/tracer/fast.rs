@@ -211,6 +211,7 @@ impl Tracer<'_> {
                     fixed.extend(plans.into_iter().map(|(p, planned)| (f.clone(), p, planned)))
                 }
                 Ok(_) => {}
+                Err(why) if f.alloc.is_some() => eprintln!("syscatch: --malloc does not sample {} ({why})", f.label),
                 Err(why) => eprintln!("syscatch: --fast leaves {} to a breakpoint ({why})", f.label),
             }
         }
