@@ -225,6 +225,11 @@ impl ModuleCfi {
         }
     }
 
+    /// Whether CFI covers stated address `svma`.
+    pub fn covers(&self, svma: u64) -> bool {
+        matches!(self.lookup(svma), Lookup::Row { .. })
+    }
+
     /// Whether the file has any CFI at all.
     pub fn has_cfi(&self) -> bool {
         self.eh_frame.is_some() || self.debug_frame.is_some()

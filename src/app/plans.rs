@@ -69,20 +69,24 @@ pub fn add_allocators(pid: Tid, plan: &mut Plan, every: u64) -> Result<()> {
     // Calls from a dedicated allocator's own code to its entries are its internal ones (tcmalloc's posix_memalign
     // calls its memalign): skipped. libc's own calls are the program's (strdup, fopen), and glibc's entries do not
     // call each other, but for reallocarray, which calls realloc: it is left to realloc.
+    let dedicated = allocator.is_some();
     let (module, internal) = match allocator {
         Some(m) => {
             let range = (m.map.start, m.map.end);
             (m, Some(range))
         }
-        None => (resolve::read_module(pid, &libc, Some(&mem))?, None),
+        None => {
+            let m = resolve::read_module(pid, &libc, Some(&mem))?;
+            let span = entries_without_cfi(&m);
+            (m, span)
+        }
     };
     let lib = crate::model::modules::file_name(&module.map.path).to_string();
     let mut names = Vec::new();
     // A dedicated allocator's C++ and own entries too (libc has none of them: libstdc++'s `operator new` calls
     // malloc, which is sampled).
-    let more = AllocFn::MORE.iter().filter(|_| internal.is_some()).map(|&(n, f)| (n, f));
+    let more = AllocFn::MORE.iter().filter(|_| dedicated).map(|&(n, f)| (n, f));
     let elf = crate::hooks::elf::ElfInfo::parse(&module.data).ok();
-    let cs = crate::x86::breakpoints::disassembler().ok_or_else(|| anyhow!("capstone could not be set up"))?;
     for (name, f) in AllocFn::NAMES.iter().copied().zip(AllocFn::ALL).chain(more) {
         if internal.is_none() && f == AllocFn::Reallocarray {
             continue;
@@ -95,13 +99,9 @@ pub fn add_allocators(pid: Tid, plan: &mut Plan, every: u64) -> Result<()> {
         }
         // The whole function: no branch of it may land in the moved instructions.
         let Some(code) = module.file_bytes(addr, size.clamp(16, 8192)).map(<[u8]>::to_vec) else { continue };
-        // An entry that leaves its work to another that is patched is caught there: patched too, each call would
-        // count twice. A dedicated allocator's calls of its own entries are skipped by the stubs (the caller is
-        // in its module): only its entries that jump straight to another are left out. libc's own calls are
-        // counted (strdup's malloc is the program's): its entries that call another are left out (musl's calloc
-        // calls malloc, its posix_memalign aligned_alloc; glibc's call none).
-        let leaves = elf.as_ref().and_then(|e| leaves_to_entry(&cs, (&module, e), addr, &code, internal.is_none()));
-        if leaves.is_some_and(|to| to != name) {
+        // An entry that only jumps to another that is patched is caught there: patched too, each call would count
+        // twice. (Calls between entries are skipped by the stubs: the caller is in `internal`.)
+        if elf.as_ref().is_some_and(|e| jumps_to_entry((&module, e), addr, &code)) {
             continue;
         }
         let mut now = vec![0u8; code.len()];
@@ -127,41 +127,47 @@ pub fn add_allocators(pid: Tid, plan: &mut Plan, every: u64) -> Result<()> {
     Ok(())
 }
 
-/// The allocation entry the function at `addr` (its code `code`) leaves its work to: a first instruction that jumps
-/// to an allocation entry of `module` itself (a tail call of an alias), or to one of its PLT stubs whose GOT slot
-/// imports an allocation entry's name (jemalloc's `delete` jumps to `free@plt`); with `anywhere`, also a call or
-/// jump to such a stub further in (musl's `calloc` calls `malloc@plt`).
-fn leaves_to_entry(
-    cs: &capstone::Capstone,
+/// Whether the allocation entry at `addr` (its code `code`) starts with a jump to another allocation entry of
+/// `module`: to the entry itself (a tail call of an alias) or to one of its PLT stubs whose GOT slot imports an
+/// allocation entry's name (jemalloc's `delete` jumps to `free@plt`, musl's `memalign` to `aligned_alloc@plt`).
+fn jumps_to_entry(
     (module, elf): (&crate::model::modules::Module, &crate::hooks::elf::ElfInfo),
     addr: u64,
     code: &[u8],
-    anywhere: bool,
-) -> Option<String> {
+) -> bool {
     let allocation = |name: &str| crate::x86::alloc::AllocFn::of(name).is_some();
-    let entry_at = |first: bool, target: u64| -> Option<String> {
-        let stated = target.wrapping_sub(module.bias);
-        // A direct branch to an entry counts only at the start (glibc's realloc of a null pointer branches to
-        // malloc's alias: the others still need realloc's own patch).
-        if let Some((name, 0)) = elf.name_of(stated, "").filter(|_| first) {
-            return allocation(name).then(|| name.to_string());
-        }
-        if !elf.is_plt(stated) {
-            return None;
-        }
+    let Some(target) = crate::x86::trampoline::branch_target(code, addr).filter(|_| code.first() == Some(&0xe9)) else {
+        return false;
+    };
+    let stated = target.wrapping_sub(module.bias);
+    if let Some((name, 0)) = elf.name_of(stated, "") {
+        return allocation(name);
+    }
+    let slot = || {
         // The stub's `jmp *slot(%rip)` (after an endbr64 or a bnd prefix where the stub has one).
         let stub = module.file_bytes(target, 16)?;
         let at = stub.windows(2).position(|w| w == [0xff, 0x25])?;
         let disp = i32::from_le_bytes(stub.get(at + 2..at + 6)?.try_into().ok()?);
-        let slot = stated.wrapping_add(at as u64 + 6).wrapping_add(disp as i64 as u64);
-        elf.slots.iter().find(|s| s.addr == slot && allocation(&s.symbol)).map(|s| s.symbol.clone())
+        Some(stated.wrapping_add(at as u64 + 6).wrapping_add(disp as i64 as u64))
     };
-    let insns = cs.disasm_all(code, addr).ok()?;
-    insns
-        .iter()
-        .take(if anywhere { usize::MAX } else { 1 })
-        .filter(|i| matches!(i.bytes().first(), Some(0xe8 | 0xe9)))
-        .find_map(|i| entry_at(i.address() == addr, crate::x86::trampoline::branch_target(i.bytes(), i.address())?))
+    elf.is_plt(stated) && slot().is_some_and(|slot| elf.slots.iter().any(|s| s.addr == slot && allocation(&s.symbol)))
+}
+
+/// Where libc's allocation entries have no CFI (musl's, in its libc or linked into a static program), the span of
+/// their code: a sample must be taken at the entry the program called (frame 0 at an entry unwinds from the top
+/// of the stack; from inside musl's `calloc` nothing unwinds), so calls between them (musl's `calloc` calls
+/// `malloc`, its `posix_memalign` `aligned_alloc`) are skipped as a dedicated allocator's are. `None` where CFI
+/// covers them (glibc: its entries do not call each other, and libc's other calls, strdup's malloc, are the
+/// program's).
+fn entries_without_cfi(module: &crate::model::modules::Module) -> Option<(u64, u64)> {
+    let (malloc, _) = module.find_symbol("malloc")?;
+    let cfi = crate::analysis::unwind::ModuleCfi::parse(module.data.clone(), None).ok()?;
+    if cfi.covers(malloc.wrapping_sub(module.bias)) {
+        return None;
+    }
+    let found = crate::x86::alloc::AllocFn::NAMES.iter().filter_map(|n| module.find_symbol(n));
+    let (lo, hi) = found.fold((u64::MAX, 0), |(lo, hi), (a, size)| (lo.min(a), hi.max(a + size.max(1))));
+    (lo < hi).then_some((lo, hi))
 }
 
 /// The plan of `--syscall LIST` as a user of strace means it: the calls however they are made, through

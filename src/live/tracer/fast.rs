@@ -152,7 +152,7 @@ impl Tracer<'_> {
         let sites = std::mem::take(&mut self.sites);
         match self.arm_fast(req) {
             Ok(patched) => {
-                let (gone, kept) = sites.into_iter().partition(|(a, _)| *a == req.entry || patched.contains(a));
+                let (gone, kept) = sites.into_iter().partition(|(a, _)| patched.contains(a));
                 self.sites = kept;
                 // A probe script's probes still decide which calls of these sites are events.
                 let gone: HashMap<u64, super::Site> = gone;
@@ -186,12 +186,16 @@ impl Tracer<'_> {
     fn arm_fast(&mut self, req: &FastRequest) -> Result<Vec<u64>, Error> {
         let FastRequest { numbers, ring, entry, code, functions, malloc_every } = *req;
         let cs = breakpoints::disassembler().ok_or(Error::Disassembler)?;
-        let w = breakpoints::plan_wrapper(&cs, code, entry).ok_or(Error::PrefixNotEmulated)?;
-        let targets: Vec<u64> = breakpoints::decode(&cs, code, entry, 32)
-            .iter()
-            .filter_map(|d| trampoline::branch_target(code.get((d.addr - entry) as usize..)?, d.addr))
-            .collect();
-        let plan = trampoline::plan(entry, code, &w.prefix, w.syscall_at, &targets)?;
+        let decoded = breakpoints::decode(&cs, code, entry, breakpoints::WRAPPER_INSNS);
+        // The wrapper's `syscall` instruction, where the set-up's calls are made (whatever comes before it).
+        let syscall_at = decoded.iter().find(|d| d.insn == Some(breakpoints::Insn::Syscall)).map(|d| d.addr);
+        let wrapper = breakpoints::plan_wrapper(&cs, code, entry).ok_or(Error::PrefixNotEmulated).and_then(|w| {
+            let targets: Vec<u64> = decoded
+                .iter()
+                .filter_map(|d| trampoline::branch_target(code.get((d.addr - entry) as usize..)?, d.addr))
+                .collect();
+            Ok(trampoline::plan(entry, code, &w.prefix, w.syscall_at, &targets)?)
+        });
         let mut in_mem = vec![0u8; code.len()];
         self.mem.read_exact(entry, &mut in_mem).map_err(Error::ReadWrapper)?;
         if in_mem != code {
@@ -215,27 +219,38 @@ impl Tracer<'_> {
                 Err(why) => eprintln!("syscatch: --fast leaves {} to a breakpoint ({why})", f.label),
             }
         }
+        // A wrapper the trampoline cannot take (musl's) keeps its int3; libc's functions are patched still.
+        let wrapper = match (wrapper, syscall_at) {
+            (Ok(plan), _) => Some(plan),
+            (Err(why), Some(_)) if !fixed.is_empty() => {
+                eprintln!("syscatch: --fast leaves syscall() to a breakpoint ({why})");
+                None
+            }
+            (Err(why), _) => return Err(why),
+        };
+        let wrapper = (wrapper, entry, syscall_at.unwrap_or(entry));
         self.realtime(|t| {
             if t.adopted_at_entry() {
-                return t.install(numbers, ring, entry, plan, &fixed, malloc_every);
+                return t.install(numbers, ring, wrapper.clone(), &fixed, malloc_every);
             }
             let stuck = t.hold_all(None);
             // Rewriting the wrapper needs every thread stopped: one that cannot stop might return into it.
             let result = match stuck.first() {
                 Some((tid, why)) => Err(Error::CannotStop { tid: *tid, why: why.clone() }),
-                None => t.install(numbers, ring, entry, plan, &fixed, malloc_every),
+                None => t.install(numbers, ring, wrapper.clone(), &fixed, malloc_every),
             };
             t.release_all();
             result
         })
     }
 
+    /// `wrapper`: the wrapper's plan (`None`: it keeps its int3), its entry, and its `syscall` instruction (where
+    /// the set-up's calls are made). Returns the entries patched (the wrapper's too, when it is).
     fn install(
         &mut self,
         numbers: &[u64],
         ring: &[u64],
-        entry: u64,
-        plan: PatchPlan,
+        (plan, entry, syscall_at): (Option<PatchPlan>, u64, u64),
         fixed: &[(FastFunction, PatchPlan, Planned)],
         malloc_every: u64,
     ) -> Result<Vec<u64>, Error> {
@@ -244,9 +259,10 @@ impl Tracer<'_> {
         let fsgsbase = crate::os::user_fsgsbase();
         let mut ring: Vec<u64> =
             if fsgsbase { ring.iter().copied().filter(|n| numbers.contains(n)).collect() } else { vec![] };
-        let wrapper =
-            Site { plan: plan.clone(), kind: Kind::Wrapper { numbers: numbers.to_vec(), ring: ring.clone() } };
-        let (mut sites, mut patches) = self.sites((wrapper, entry), fixed, fsgsbase);
+        let wrapper = plan
+            .map(|plan| (Site { plan, kind: Kind::Wrapper { numbers: numbers.to_vec(), ring: ring.clone() } }, entry));
+        let (mut sites, mut patches) = self.sites(wrapper, fixed, fsgsbase);
+        let near = sites.first().map(|s| s.plan.at).ok_or(Error::TrampolineTooBig)?;
         let mut threads = HashMap::new();
         let mut template = None;
         for (&t, _) in self.threads.iter() {
@@ -271,11 +287,11 @@ impl Tracer<'_> {
         // Known stacks need the ring's pages (their table follows the ring) and a thread in each record.
         // (Mapped with the ring's pages even when no call goes to the ring: known calls are written there.)
         let mut known = self.cfg.known.is_some() && fsgsbase;
-        if known && trampoline::assemble_sites(&sites, plan.at & !0xfff, fsgsbase, true).is_none() {
+        if known && trampoline::assemble_sites(&sites, near & !0xfff, fsgsbase, true).is_none() {
             known = false;
         }
         // Whether it fits, at a page as near as any (the rel32s are checked again at the real one).
-        if trampoline::assemble_sites(&sites, plan.at & !0xfff, fsgsbase, false).is_none() {
+        if trampoline::assemble_sites(&sites, near & !0xfff, fsgsbase, false).is_none() {
             return Err(Error::TrampolineTooBig);
         }
         // All threads are held: the maps cannot change under us but for other processes writing ours (none do).
@@ -318,7 +334,7 @@ impl Tracer<'_> {
         }
         let len = pages_for(&sites, known, sampling) * 4096;
         let munmap = |t: &mut Self, at: u64| {
-            t.inject_syscall(tid, plan.syscall_at, libc::SYS_munmap as u64, [at, len, 0, 0, 0, 0]).map(|_| ())
+            t.inject_syscall(tid, syscall_at, libc::SYS_munmap as u64, [at, len, 0, 0, 0, 0]).map(|_| ())
         };
         let mut page = None;
         let mut tried = 0;
@@ -332,7 +348,7 @@ impl Tracer<'_> {
                 // The code page private, the data pages shared (syscatch maps them too, see `Fast::shared`).
                 let got = self.inject_syscall(
                     tid,
-                    plan.syscall_at,
+                    syscall_at,
                     libc::SYS_mmap as u64,
                     [hint, trampoline::CODE_BYTES, rx, flags, u64::MAX, 0],
                 )?;
@@ -341,7 +357,7 @@ impl Tracer<'_> {
                     let shared = (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u64 | MAP_FIXED_NOREPLACE;
                     let data = self.inject_syscall(
                         tid,
-                        plan.syscall_at,
+                        syscall_at,
                         libc::SYS_mmap as u64,
                         [hint + trampoline::CODE_BYTES, len - trampoline::CODE_BYTES, rw, shared, u64::MAX, 0],
                     );
@@ -363,13 +379,13 @@ impl Tracer<'_> {
                 continue;
             }
             let got =
-                self.inject_syscall(tid, plan.syscall_at, libc::SYS_mmap as u64, [hint, len, rx, flags, u64::MAX, 0])?;
+                self.inject_syscall(tid, syscall_at, libc::SYS_mmap as u64, [hint, len, rx, flags, u64::MAX, 0])?;
             if got == hint {
                 let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
                 let done = self
                     .inject_syscall(
                         tid,
-                        plan.syscall_at,
+                        syscall_at,
                         libc::SYS_mprotect as u64,
                         [got + trampoline::CODE_BYTES, len - trampoline::CODE_BYTES, rw, 0, 0, 0],
                     )
@@ -417,7 +433,7 @@ impl Tracer<'_> {
             let _ = munmap(self, page);
             return Err(Error::WriteTrampoline(e));
         }
-        self.install_pad(Some(plan.syscall_at));
+        self.install_pad(Some(syscall_at));
         for &a in int3s.keys() {
             self.pad_list(crate::x86::trappad::entry(a, true));
             self.tell(Msg::Nop(a));
@@ -439,7 +455,7 @@ impl Tracer<'_> {
         let int3s: HashMap<u64, (u64, usize)> =
             int3s.into_iter().map(|(a, nr)| (a, (nr, int3_sites.get(&a).copied().unwrap_or(0)))).collect();
         let ring = ringed(&sites, known).then(|| Ring { threads, template, ..Ring::new(ring_writes) });
-        let patched = patches[1..].iter().map(|p| p.entry).collect();
+        let patched = patches.iter().map(|p| p.entry).collect();
         let full_int3s = full_int3s.into_iter().collect();
         let shared = match ring
             .is_some()
@@ -485,15 +501,19 @@ impl Tracer<'_> {
     /// rdfsbase (the threads' counts): without either, they are left out and the summary says so.
     fn sites(
         &mut self,
-        (wrapper, entry): (trampoline::Site, u64),
+        wrapper: Option<(trampoline::Site, u64)>,
         fixed: &[(FastFunction, PatchPlan, Planned)],
         fsgsbase: bool,
     ) -> (Vec<trampoline::Site>, Vec<Patch>) {
         use trampoline::{Kind, Site};
-        let mut patches =
-            vec![Patch { plan: wrapper.plan.clone(), jump: Vec::new(), entry, frame0: entry, label: None }];
-        let mut sites = vec![wrapper];
-        let free_site = fixed.iter().position(|(_, _, k)| matches!(k, Err(((AllocFn::Free, _), _)))).map(|i| i + 1);
+        let mut patches = Vec::new();
+        let mut sites = Vec::new();
+        if let Some((wrapper, entry)) = wrapper {
+            patches.push(Patch { plan: wrapper.plan.clone(), jump: Vec::new(), entry, frame0: entry, label: None });
+            sites.push(wrapper);
+        }
+        let first = sites.len();
+        let free_site = fixed.iter().position(|(_, _, k)| matches!(k, Err(((AllocFn::Free, _), _)))).map(|i| i + first);
         let allocs = fixed.iter().any(|(_, _, k)| k.is_err());
         if allocs && (free_site.is_none() || !fsgsbase) {
             self.summary.warnings.push(if fsgsbase {
