@@ -36,6 +36,24 @@ pub struct Stack {
     pub truncated: Option<String>,
 }
 
+impl Stack {
+    /// The allocator whose code made this call, when a frame is in it: jemalloc's, tcmalloc's or mimalloc's library
+    /// (by its file name), or glibc's malloc (one of its functions in libc, named by libc's symbols or debug file).
+    pub fn allocator(&self) -> Option<&'static str> {
+        const GLIBC: &[&str] =
+            &["malloc", "calloc", "realloc", "memalign", "valloc", "new_heap", "new_arena", "arena_get", "tcache_init"];
+        self.frames.iter().find_map(|f| {
+            let module = f.module.as_deref()?;
+            let file = crate::model::modules::file_name(module);
+            let named = ["jemalloc", "tcmalloc", "mimalloc"].into_iter().find(|n| file.contains(n));
+            let glibc = crate::model::modules::is_libc(module)
+                && (file.starts_with("libc.so.6") || file.starts_with("libc-2."))
+                && f.function.as_deref().is_some_and(|n| GLIBC.iter().any(|g| n.contains(g)));
+            named.or(glibc.then_some("glibc malloc"))
+        })
+    }
+}
+
 impl Frame {
     /// A frame of libc, which callers are named past: in libc's module, or one of libc's memory entries and its
     /// `syscall()` linked into a static binary.

@@ -119,6 +119,9 @@ impl LeakReport<'_> {
             if g.created_before_trace() {
                 writeln!(w, "      mapped before the trace started (or by a call that was not traced)")?;
             }
+            if let Some(a) = self.region_allocator(g) {
+                writeln!(w, "      the allocator's ({a}): every traced mapping of it was made inside its code")?;
+            }
             if let Some(n) = charged.as_ref().and_then(|c| c.region_samples.get(i)).filter(|&&n| n > 0) {
                 writeln!(w, "      {n} page faults sampled there, outside traced ranges (see Page faults below)")?;
             }
@@ -293,6 +296,13 @@ impl LeakReport<'_> {
         out
     }
 
+    /// The allocator whose code made every traced mapping of growing region `g`, when one did.
+    fn region_allocator(&self, g: &crate::analysis::correlate::Growing) -> Option<&'static str> {
+        let mut of = g.stacks.iter().map(|s| self.stack(s.stack).and_then(|st| st.allocator()));
+        let first = of.next()??;
+        of.all(|a| a == Some(first)).then_some(first)
+    }
+
     /// `region` and `leak` lines, in the same JSON Lines envelope as events.
     pub fn write_json(&self, w: &mut dyn Write) -> io::Result<()> {
         let frames = |id: StackId| self.stack(id).map(|s| s.frames.iter().map(frame_json).collect::<Vec<_>>());
@@ -316,6 +326,7 @@ impl LeakReport<'_> {
                     "remainder_kb": self.weighed.then_some(rest),
                     "regrown_kb": self.weighed.then(|| self.region_regrown_kb(i)),
                     "fault_samples": charged.as_ref().map(|c| c.region_samples.get(i).copied().unwrap_or(0)),
+                    "allocator": self.region_allocator(g),
                 }),
             )?;
         }

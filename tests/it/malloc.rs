@@ -168,6 +168,16 @@ fn check_heap_samples(t: Target, lib: &str, more: &[&str]) -> Vec<Value> {
     let big = leaks.iter().filter(|l| functions(l).iter().any(|f| f == "keep_big"));
     let mapped: u64 = big.map(|l| l["still_mapped"].as_u64().unwrap()).sum();
     assert!(musl || mapped >= 16 << 20, "keep_big's mappings: {leaks:#?}");
+    // The regions the allocator mapped are said to be its own (musl's malloc has no names to tell by).
+    let allocator = match lib {
+        "libc.so.6" => "glibc malloc",
+        l => ["jemalloc", "tcmalloc", "mimalloc"].into_iter().find(|n| l.contains(n)).unwrap_or("musl"),
+    };
+    let regions: Vec<&Value> = values.iter().filter(|v| v["type"] == "region").map(|v| &v["data"]).collect();
+    let its: u64 =
+        regions.iter().filter(|r| r["allocator"] == allocator).map(|r| r["growth_kb"].as_u64().unwrap()).sum();
+    assert!(musl || its >= 16 << 10, "{allocator}'s regions grew {its} KiB: {regions:#?}");
+    assert!(regions.iter().all(|r| r["allocator"].is_null() || r["allocator"] == allocator), "{regions:#?}");
     let summary = values.iter().find(|v| v["type"] == "summary").unwrap();
     assert!(summary["data"]["malloc_sampled"].as_u64() > Some(100), "{summary}");
     // Every sampled block found room in the table of sampled blocks (so every free of one was seen).
