@@ -631,3 +631,32 @@ fn page_fault_samples_never_reach_the_target_after_a_detach_or_a_sigkill() {
         assert_eq!(t.wait().code(), Some(0), "round {round} ({rounds})");
     }
 }
+
+/// A thread held at a breakpoint when syscatch dies is let go by the kernel where it stopped, its SIGTRAP dropped:
+/// just past the int3, in the middle of the displaced instruction (glibc's mremap: `sub $0x58,%rsp` run from its
+/// second byte is `sub $0x58,%esp`, a stack pointer cut to 32 bits; a SIGKILL of `--syscall mremap` while
+/// testprogs/heap_samples.c grows its buffer by realloc crashed it in most tries). The tracer now puts a thread back
+/// on the int3 as soon as it has its registers; here it stops itself right after that, at the first call of mremap
+/// (`SYSCATCH_TEST_FAULT=held-at-breakpoint`), and is killed. The thread traps again, into the trap pad, which waits
+/// for the guardian's original byte, and the program runs on to its end.
+#[test]
+fn a_thread_held_at_a_breakpoint_when_syscatch_dies_runs_the_whole_instruction() {
+    require_ptrace();
+    let mut t = Target::start(&testprog("heap_samples"), &[]);
+    let pid = t.pid.to_string();
+    let args = ["--syscall", "mremap", "--pid", pid.as_str()];
+    let mut sc = Syscatch::start_cmd(syscatch_cmd().env("SYSCATCH_TEST_FAULT", "held-at-breakpoint").args(args));
+    sc.wait_attached();
+    let scpid = sc.child.id() as i32;
+    let _guard = KillOnPanic(scpid);
+    t.send("go");
+    assert!(poll(|| process_state(scpid) == Some('T')), "syscatch stopped at the fault: {:?}", process_state(scpid));
+    let err = kill(sc);
+    assert!(err.iter().any(|l| l.contains("guardian: syscatch ended without detaching")), "{err:#?}");
+    assert_eq!(tracer_pid(t.pid), Some(0), "not traced any more");
+    let lines = t.out.until(|l| l == "done");
+    assert_eq!(lines.iter().filter(|l| l.starts_with("live grow_buffer ")).count(), 1, "{lines:?}");
+    assert_text_pristine_but_gate(t.pid, "after the guardian");
+    t.send("bye");
+    assert_eq!(t.wait().code(), Some(0), "{err:#?}");
+}

@@ -24,6 +24,7 @@ impl Tracer<'_> {
             None => None,
         };
         let Ok(mut regs) = self.k.get_regs(tid) else { return };
+        self.back_onto_site(tid, &regs);
         if masked && !self.fast_int3(regs.ip().wrapping_sub(1)) {
             self.restore_pad(tid);
         }
@@ -81,6 +82,26 @@ impl Tracer<'_> {
             return;
         }
         self.on_hit(tid, regs, seen);
+    }
+
+    /// A thread stopped just past one of our breakpoints' int3s is put back on the int3 at once, before anything
+    /// else is done with it. Were syscatch to die while the thread is held there, the kernel would drop the
+    /// stop's SIGTRAP and let the thread run on where it stopped: in the middle of the displaced instruction
+    /// (`48 83 ec 58`, sub $0x58,%rsp, run from its second byte is sub $0x58,%esp: a stack pointer cut to 32
+    /// bits). On the int3 it traps again instead, into the trap pad, which waits for the guardian's original
+    /// byte. Not for a site whose rest of instruction does what the whole one would (the thread is resumed
+    /// there), nor for a thread being stepped through a wrapper.
+    fn back_onto_site(&mut self, tid: Tid, regs: &Regs) {
+        let addr = regs.ip().wrapping_sub(1);
+        let Some(site) = self.sites.get(&addr).filter(|_| self.armed) else { return };
+        let stepping = matches!(self.threads.get(&tid), Some(Thread { state: State::Stepping { .. }, .. }));
+        if stepping || (site.cont_past && regs.0.rdi >> 32 == 0) {
+            return;
+        }
+        let mut on = *regs;
+        on.set_ip(addr);
+        let _ = self.k.set_regs(tid, &on);
+        crate::os::faults::stop_here("held-at-breakpoint");
     }
 
     /// Tells the guardian (if any) what is planted: before a byte is planted, after it is taken back.
