@@ -1,6 +1,8 @@
 /* SIGTRAP handler placed in the target (see src/x86/trappad.rs). rdi = signal, rsi = siginfo, rdx = ucontext.
  * Data page at pad+4096: [0] number of table entries, [8] spin counter, [16] a SIG_DFL k_sigaction (32 bytes),
- * [128..] table: site addresses; bit 63 set: a trampoline int3, continue after it instead of rewinding. */
+ * [128..] table: site addresses; bit 63 set: a trampoline int3, continue after it instead of rewinding; bit 62 set:
+ * a guard int3 (a breakpoint's second byte, where a thread lands when its tracer died holding it just past the
+ * breakpoint's int3): rewind onto the breakpoint, the byte before. */
     .text
     .globl pad
 pad:
@@ -26,7 +28,8 @@ pad:
 2:  testq %r10, %r10
     jz notlisted
     movq (%r11), %rax
-    btrq $63, %rax                  /* the flag is not part of the address */
+    btrq $63, %rax                  /* the flags are not part of the address */
+    btrq $62, %rax
     cmpq %rax, %r8
     je listed
     addq $8, %r11
@@ -35,7 +38,10 @@ pad:
 listed:
     cmpq $0, (%r11)
     js 3f                            /* a trampoline int3: go on after it, as its nop would */
-    movq %r8, 168(%rdx)             /* rewind onto the site */
+    btq $62, (%r11)                 /* a guard int3, on a breakpoint's second byte: the site is the byte before */
+    jnc 5f
+    decq %r8
+5:  movq %r8, 168(%rdx)             /* rewind onto the site */
     cmpb $0xcc, (%r8)
     jne 3f                          /* the original byte is back: run it */
     lock incq 8(%r9)

@@ -660,3 +660,46 @@ fn a_thread_held_at_a_breakpoint_when_syscatch_dies_runs_the_whole_instruction()
     t.send("bye");
     assert_eq!(t.wait().code(), Some(0), "{err:#?}");
 }
+
+/// A thread stopped at a breakpoint when syscatch dies, at each moment of that stop, with testprogs/heap_samples.c
+/// growing its buffer (realloc calls mremap: a breakpoint at its entry, `sub $0x58,%rsp`):
+/// - the stop not reported yet (syscatch SIGSTOPped before the program's threads reach mremap, killed once one sits
+///   there): the kernel delivers its SIGTRAP when the tracer dies, to the trap pad, which rewinds the thread onto
+///   the breakpoint until the guardian has put the original bytes back;
+/// - the stop reported by the wait but not looked at yet (`SYSCATCH_TEST_FAULT=reported-trap`: the wait took the
+///   SIGTRAP out of the kernel, which then lets the thread run on just past the int3): the guard int3 on the
+///   instruction's second byte traps it into the pad, which rewinds it onto the breakpoint. Without the guard the
+///   thread ran `sub $0x58,%esp` and the program died.
+///
+/// Either way the program runs on to its end.
+#[test]
+fn a_stop_at_a_breakpoint_not_handled_yet_when_syscatch_dies_is_taken_again() {
+    require_ptrace();
+    for fault in [None, Some("reported-trap")] {
+        let mut t = Target::start(&testprog("heap_samples"), &[]);
+        let pid = t.pid.to_string();
+        let mut cmd = syscatch_cmd();
+        cmd.args(["--syscall", "mremap", "--pid", pid.as_str()]);
+        if let Some(f) = fault {
+            cmd.env("SYSCATCH_TEST_FAULT", f);
+        }
+        let mut sc = Syscatch::start_cmd(&mut cmd);
+        sc.wait_attached();
+        let scpid = sc.child.id() as i32;
+        let _guard = KillOnPanic(scpid);
+        if fault.is_none() {
+            sc.signal(libc::SIGSTOP);
+        }
+        t.send("go");
+        assert!(poll(|| process_state(scpid) == Some('T')), "{fault:?}: syscatch stopped");
+        assert!(poll(|| thread_states_of(t.pid).contains(&'t')), "{fault:?}: a thread sits at mremap's breakpoint");
+        let err = kill(sc);
+        assert!(err.iter().any(|l| l.contains("guardian: syscatch ended without detaching")), "{err:#?}");
+        assert_eq!(tracer_pid(t.pid), Some(0), "{fault:?}: not traced any more");
+        let lines = t.out.until(|l| l == "done");
+        assert_eq!(lines.iter().filter(|l| l.starts_with("live grow_buffer ")).count(), 1, "{lines:?}");
+        assert_text_pristine_but_gate(t.pid, "after the guardian");
+        t.send("bye");
+        assert_eq!(t.wait().code(), Some(0), "{fault:?}: {err:#?}");
+    }
+}

@@ -61,10 +61,16 @@ impl Tracer<'_> {
     /// site retired since the fork copied its int3 (its call returned before the fork event was handled).
     pub(super) fn clean_child(&self, child: &dyn Mem) {
         for site in self.sites.values() {
-            let _ = child.write_all(site.addr, &[site.orig]);
+            let _ = site.unplant(child);
         }
-        for (&addr, &orig) in &self.retired {
+        for (&addr, &(orig, guard)) in &self.retired {
             let mut b = [0u8; 1];
+            if let Some(g) = guard
+                && child.read_exact(addr + 1, &mut b).is_ok()
+                && b[0] == INT3
+            {
+                let _ = child.write_all(addr + 1, &[g]);
+            }
             if child.read_exact(addr, &mut b).is_ok() && b[0] == INT3 {
                 let _ = child.write_all(addr, &[orig]);
             }

@@ -214,7 +214,7 @@ impl Tracer<'_> {
             let mut b = [0u8; 1];
             match self.mem.read_exact(site.addr, &mut b) {
                 Ok(()) if b[0] == INT3 => {
-                    if let Err(e) = self.mem.write_all(site.addr, &[site.orig]) {
+                    if let Err(e) = site.unplant(&*self.mem) {
                         warnings.push(format!("could not restore the byte at {:#x}: {e}", site.addr));
                     }
                 }
@@ -226,7 +226,7 @@ impl Tracer<'_> {
             }
         }
         self.summary.warnings.extend(warnings);
-        self.retired.extend(self.sites.values().map(|s| (s.addr, s.orig)));
+        self.retired.extend(self.sites.values().map(|s| (s.addr, (s.orig, s.guard))));
         self.armed = false;
     }
 

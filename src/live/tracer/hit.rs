@@ -10,6 +10,7 @@ impl Tracer<'_> {
     /// `guess`: the stack pointer of the thread's last trampoline event and the stack read there, if nothing has
     /// stopped the thread since.
     pub(super) fn on_trap(&mut self, tid: Tid, seen: Instant, guess: Option<(u64, usize)>) {
+        crate::os::faults::stop_here("reported-trap");
         if self.on_fault_sample(tid, seen) {
             return;
         }
@@ -62,6 +63,18 @@ impl Tracer<'_> {
             None => {}
         }
         let addr = regs.ip().wrapping_sub(1);
+        let guarded = |a: u64| {
+            self.sites.get(&a).is_some_and(|s| s.guard.is_some()) || self.retired.get(&a).is_some_and(|r| r.1.is_some())
+        };
+        if !self.planted(addr) && guarded(addr.wrapping_sub(1)) {
+            // A breakpoint's guard int3: the thread ran on from just past the breakpoint's int3 without us (never
+            // while we hold it): back onto the breakpoint, which takes it as a hit (or runs the original bytes).
+            regs.set_ip(addr - 1);
+            if self.k.set_regs(tid, &regs).is_ok() {
+                self.resume(tid, 0);
+            }
+            return;
+        }
         if !self.planted(addr) {
             if self.retired.contains_key(&addr) && self.read_byte(addr) != Some(INT3) {
                 // It executed a return breakpoint's int3 just before the byte was put back: run the original.
@@ -133,9 +146,9 @@ impl Tracer<'_> {
             // Nobody waits here any more: put the byte back. A thread that already executed the int3 is
             // recognised by `retired` and rewound.
             let site = self.sites.remove(&addr).expect("site exists");
-            let _ = self.mem.write_all(addr, &[site.orig]);
+            let _ = site.unplant(&*self.mem);
             self.tell(Msg::Retire(addr));
-            self.retired.insert(addr, site.orig);
+            self.retired.insert(addr, (site.orig, site.guard));
         }
         true
     }
@@ -319,30 +332,38 @@ impl Tracer<'_> {
             breakpoints::decode(cs, &code, ret_addr, 1).first().copied()
         });
         let mut ev = ev;
-        let Some(first) = decoded.filter(|_| code[0] != INT3) else {
+        let Some(first) = decoded.filter(|_| code[0] != INT3 && code[1] != INT3) else {
             ev.ret_missing = Some(format!("cannot place a return breakpoint at {ret_addr:#x}"));
             self.emit(ev);
             return;
         };
+        let guard = Site::guard_of(&first, false, Some(code[1]));
+        let site = Site {
+            addr: ret_addr,
+            orig: code[0],
+            guard,
+            first,
+            cont_past: false,
+            wrapper: None,
+            probes: Vec::new(),
+            waiting: vec![(tid, sp_after, Box::new(ev))],
+        };
         self.pad_list(crate::x86::trappad::entry(ret_addr, false));
-        self.tell(Msg::Plant { addr: ret_addr, orig: vec![code[0]], planted: vec![INT3] });
-        if self.mem.write_all(ret_addr, &[INT3]).is_err() {
+        if guard.is_some() {
+            self.pad_list(crate::x86::trappad::guard_entry(ret_addr + 1));
+        }
+        let (orig, planted) = site.bytes();
+        self.tell(Msg::Plant { addr: ret_addr, orig, planted });
+        if site.plant(&*self.mem).is_err() {
+            let _ = site.unplant(&*self.mem);
+            self.tell(Msg::Retire(ret_addr));
+            let mut site = site;
+            let (_, _, mut ev) = site.waiting.pop().expect("the waiting call");
             ev.ret_missing = Some(format!("cannot write a return breakpoint at {ret_addr:#x}"));
-            self.emit(ev);
+            self.emit(*ev);
             return;
         }
         self.retired.remove(&ret_addr);
-        self.sites.insert(
-            ret_addr,
-            Site {
-                addr: ret_addr,
-                orig: code[0],
-                first,
-                cont_past: false,
-                wrapper: None,
-                probes: Vec::new(),
-                waiting: vec![(tid, sp_after, Box::new(ev))],
-            },
-        );
+        self.sites.insert(ret_addr, site);
     }
 }

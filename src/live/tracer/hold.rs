@@ -9,7 +9,6 @@ use crate::model::regs::Regs;
 use crate::model::status;
 use crate::os::Tid;
 use crate::os::ptrace::Stop;
-use crate::x86::breakpoints::INT3;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -364,11 +363,11 @@ impl Tracer<'_> {
         self.summary.slow_path += 1;
         let addr = regs.ip();
         self.hold_all(Some(tid));
-        let orig = self.sites.get(&addr).map(|s| s.orig);
+        let bytes = self.sites.get(&addr).map(|s| s.bytes());
         let mut sig = 0;
         let mut running = false;
-        if let Some(orig) = orig
-            && self.mem.write_all(addr, &[orig]).is_ok()
+        if let Some((orig, planted)) = bytes
+            && self.mem.write_all(addr, &orig).is_ok()
         {
             if self.k.set_regs(tid, &regs).is_ok() && self.k.step(tid, 0).is_ok() {
                 let give_up = self.k.now() + HOLD_LIMIT;
@@ -406,7 +405,9 @@ impl Tracer<'_> {
                     }
                 }
             }
-            let _ = self.mem.write_all(addr, &[INT3]);
+            // (The int3 first: a thread let go meanwhile traps there before it reaches the guard.)
+            let _ = self.mem.write_all(addr, &planted[..1]);
+            let _ = self.mem.write_all(addr + 1, &planted[1..]);
         }
         // The stepping thread first, the int3 being back: a signal it stopped with is out of the kernel until this
         // resume passes it on (a SIGKILL of syscatch in between would lose it), so not after every other resume.

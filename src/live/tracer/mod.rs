@@ -63,6 +63,8 @@ struct Site {
     addr: u64,
     /// The original byte, from the file (probe sites) or from memory before planting (return sites).
     orig: u8,
+    /// The original second byte, where a guard int3 is planted there too (see [`Site::guard_of`]).
+    guard: Option<u8>,
     /// The displaced instruction: emulated when possible, else stepped with every other thread stopped.
     first: Decoded,
     /// The site holds `48 89 f8` (`mov %rdi,%rax`): the two bytes after our int3 are `mov %edi,%eax`, which gives
@@ -72,6 +74,41 @@ struct Site {
     probes: Vec<Probe>,
     /// Calls waiting for their return here: (thread, stack pointer after the return, the event).
     waiting: Vec<(Tid, u64, Box<Event>)>,
+}
+
+impl Site {
+    /// The original byte after the int3 where a guard int3 goes there too: where the displaced instruction is two
+    /// bytes or more and the rest of it does not do what the whole one would (`cont_past`). A thread held just
+    /// past the int3 when syscatch dies is let go there by the kernel, its SIGTRAP dropped: on the guard it traps
+    /// again, into the trap pad, which rewinds it onto the int3 and waits for the guardian's original bytes.
+    fn guard_of(first: &Decoded, cont_past: bool, second: Option<u8>) -> Option<u8> {
+        (first.len >= 2 && !cont_past).then_some(second).flatten()
+    }
+
+    /// Its original bytes and what is planted over them.
+    fn bytes(&self) -> (Vec<u8>, Vec<u8>) {
+        match self.guard {
+            Some(g) => (vec![self.orig, g], vec![INT3, INT3]),
+            None => (vec![self.orig], vec![INT3]),
+        }
+    }
+
+    /// Plants its int3 (then its guard: a thread reaching the site meanwhile traps on the first).
+    fn plant(&self, mem: &dyn Mem) -> std::io::Result<()> {
+        mem.write_all(self.addr, &[INT3])?;
+        if self.guard.is_some() {
+            mem.write_all(self.addr + 1, &[INT3])?;
+        }
+        Ok(())
+    }
+
+    /// Puts its original bytes back in `mem` (the guard's first, so the int3 is the last of ours to go).
+    fn unplant(&self, mem: &dyn Mem) -> std::io::Result<()> {
+        if let Some(g) = self.guard {
+            mem.write_all(self.addr + 1, &[g])?;
+        }
+        mem.write_all(self.addr, &[self.orig])
+    }
 }
 
 enum State {
@@ -122,9 +159,9 @@ pub struct Tracer<'a> {
     /// The named probes (a probe script's) of the sites `--fast` patched, by the patch's label (`None`: the
     /// `syscall()` wrapper): each call from the trampoline is matched against them (see `select`).
     fast_probes: HashMap<Option<std::sync::Arc<str>>, Vec<Probe>>,
-    /// Return sites whose byte was put back while a thread may already have executed their int3 (or a fork
-    /// child may still hold it), with that byte.
-    retired: HashMap<u64, u8>,
+    /// Return sites whose bytes were put back while a thread may already have executed their int3 (or a fork
+    /// child may still hold it), with those bytes (the first, and its guard's).
+    retired: HashMap<u64, (u8, Option<u8>)>,
     threads: HashMap<Tid, Thread>,
     /// Stops of tids not known yet (a new thread's or child's first stop can come before its parent's event).
     early: HashMap<Tid, Stop>,
@@ -280,11 +317,13 @@ impl<'a> Tracer<'a> {
                 Some(Some(w)) => Some(w),
                 None => None,
             };
+            let cont_past = spec.code.starts_with(&[0x48, 0x89, 0xf8]);
             let site = sites.entry(spec.addr).or_insert(Site {
                 addr: spec.addr,
                 orig: spec.code[0],
+                guard: Site::guard_of(&first, cont_past, spec.code.get(1).copied()),
                 first,
-                cont_past: spec.code.starts_with(&[0x48, 0x89, 0xf8]),
+                cont_past,
                 wrapper: None,
                 probes: Vec::new(),
                 waiting: Vec::new(),
@@ -329,23 +368,32 @@ impl<'a> Tracer<'a> {
     /// breakpoint or uprobe, a patched function) is refused rather than overwritten.
     pub fn arm(&mut self) -> Result<(), Error> {
         for site in self.sites.values() {
-            let mut b = [0u8; 1];
-            self.mem.read_exact(site.addr, &mut b).map_err(Error::ReadMemory)?;
-            if b[0] != site.orig {
-                let (addr, now, file) = (site.addr, b[0], site.orig);
+            let mut b = [0u8; 2];
+            let n = site.bytes().0.len();
+            self.mem.read_exact(site.addr, &mut b[..n]).map_err(Error::ReadMemory)?;
+            if b[..n] != site.bytes().0[..] {
+                let (addr, file) = (site.addr, site.orig);
+                let changed = b.iter().zip(&site.bytes().0).position(|(a, b)| a != b).unwrap_or(0);
+                let now = b[changed];
+                let addr = addr + changed as u64;
+                let file = if changed == 0 { file } else { site.guard.unwrap_or(file) };
                 return Err(Error::ByteChanged { what: site_names(site), addr, now, file });
             }
         }
         self.install_pad(None);
-        let addrs: Vec<u64> = self.sites.keys().copied().collect();
-        for addr in addrs {
+        let listed: Vec<(u64, bool)> = self.sites.values().map(|s| (s.addr, s.guard.is_some())).collect();
+        for (addr, guarded) in listed {
             self.pad_list(crate::x86::trappad::entry(addr, false));
+            if guarded {
+                self.pad_list(crate::x86::trappad::guard_entry(addr + 1));
+            }
         }
         for site in self.sites.values() {
+            let (orig, planted) = site.bytes();
             if let Some(g) = self.guard.as_mut() {
-                g.send(&Msg::Plant { addr: site.addr, orig: vec![site.orig], planted: vec![INT3] });
+                g.send(&Msg::Plant { addr: site.addr, orig, planted: planted.clone() });
             }
-            if let Err(e) = self.mem.write_all(site.addr, &[INT3]) {
+            if let Err(e) = site.plant(&*self.mem) {
                 self.armed = true;
                 self.restore_all();
                 return Err(Error::WriteBreakpoint(e));

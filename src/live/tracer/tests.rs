@@ -409,9 +409,11 @@ fn an_instruction_that_cannot_be_emulated_is_stepped_with_every_other_thread_hel
     let calls = s.calls();
     let hit_at = pos(&calls, &Call::Stopped(101, Stop::Signal(libc::SIGTRAP)));
     let held = after(&calls, hit_at, &Call::Stopped(PID, Stop::Interrupted));
-    let back = after(&calls, hit_at, &Call::Write(PID, FUNC2, vec![0x83]));
+    // (Its guard int3 too: the instruction is three bytes long.)
+    let back = after(&calls, hit_at, &Call::Write(PID, FUNC2, vec![0x83, 0xff]));
     let step = after(&calls, hit_at, &Call::Step(101, 0));
     let armed = after(&calls, hit_at, &Call::Write(PID, FUNC2, vec![INT3]));
+    after(&calls, armed, &Call::Write(PID, FUNC2 + 1, vec![INT3]));
     let released = after(&calls, hit_at, &Call::Cont(PID, 0));
     // The original byte is back only while every other thread is held.
     assert!(held < back && back < step && step < armed && armed < released, "{calls:#?}");
