@@ -332,7 +332,7 @@ impl Tracer<'_> {
             breakpoints::decode(cs, &code, ret_addr, 1).first().copied()
         });
         let mut ev = ev;
-        let Some(first) = decoded.filter(|_| code[0] != INT3 && code[1] != INT3) else {
+        let Some(first) = decoded.filter(|_| code[0] != INT3) else {
             ev.ret_missing = Some(format!("cannot place a return breakpoint at {ret_addr:#x}"));
             self.emit(ev);
             return;
