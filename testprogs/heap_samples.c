@@ -16,6 +16,7 @@
 #define CHURN 10000
 #define FREED_BIG 10
 #define KEEP_NEW 100
+#define FROM_NULL 100
 #define CHURN_NEW 5000
 
 static void *kept_small[KEEP_SMALL];
@@ -23,6 +24,7 @@ static void *kept_big[KEEP_BIG];
 static void *kept_aligned[ALIGNED];
 static void *grown;
 static void *kept_new[KEEP_NEW];
+static void *kept_from_null[FROM_NULL];
 static void *(*op_new)(size_t);
 static void (*op_delete)(void *, size_t);
 static size_t grown_len;
@@ -101,6 +103,14 @@ __attribute__((noinline)) static void churn_new(void) {
     }
 }
 
+/* 128 KiB blocks from realloc of a null pointer (glibc's realloc then jumps to malloc), kept: 12.5 MiB. */
+__attribute__((noinline)) static void keep_from_null(void) {
+    for (int i = 0; i < FROM_NULL; i++) {
+        kept_from_null[i] = realloc(NULL, 128 << 10);
+        ((char *)kept_from_null[i])[0] = 1;
+    }
+}
+
 static void *second(void *arg) {
     (void)arg;
     keep_big();
@@ -108,6 +118,7 @@ static void *second(void *arg) {
     keep_aligned();
     freed_big();
     keep_new();
+    keep_from_null();
     return NULL;
 }
 
@@ -134,6 +145,7 @@ int main(void) {
     say("live freed_big 0 %zu 0\n", (size_t)FREED_BIG << 21);
     say("live keep_new %zu %zu %d\n", (size_t)KEEP_NEW << 17, (size_t)KEEP_NEW << 17, KEEP_NEW);
     say("live churn_new 0 %zu 0\n", (size_t)CHURN_NEW * 8192);
+    say("live keep_from_null %zu %zu %d\n", (size_t)FROM_NULL << 17, (size_t)FROM_NULL << 17, FROM_NULL);
     say("operator new %s\n", op_new ? "yes" : "no");
     say("done\n");
     wait_line(line, sizeof line);
@@ -141,6 +153,7 @@ int main(void) {
     for (int i = 0; i < KEEP_BIG; i++) free(kept_big[i]);
     for (int i = 0; i < ALIGNED; i++) free(kept_aligned[i]);
     for (int i = 0; i < KEEP_NEW; i++) delete_block(kept_new[i], 128 << 10);
+    for (int i = 0; i < FROM_NULL; i++) free(kept_from_null[i]);
     free(grown);
     return 0;
 }

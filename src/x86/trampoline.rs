@@ -331,11 +331,13 @@ pub enum Kind {
     /// An allocation function of `--malloc`, patched at its entry (`moved`: its first instructions); `free_site`
     /// names the ring's records of frees (see `trampoline_alloc.rs`).
     /// `internal`: the allocator's own module (not libc), whose calls of its own entries are skipped.
+    /// `null_to_malloc`: a realloc whose null pointer goes (by a jump) to malloc's entry: left to malloc's stub.
     Alloc {
         f: crate::x86::alloc::AllocFn,
         moved: Vec<crate::x86::alloc::Moved>,
         free_site: usize,
         internal: Option<(u64, u64)>,
+        null_to_malloc: bool,
     },
 }
 
@@ -388,7 +390,7 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool, known: bool) ->
                 }
                 path(&mut a, &mut calls, si, page, reloc, back, *nr, (*ring, fsgsbase, known))?;
             }
-            Kind::Alloc { f, moved, free_site, internal } => {
+            Kind::Alloc { f, moved, free_site, internal, null_to_malloc } => {
                 // The sampler names threads by their fs base.
                 if !fsgsbase {
                     return None;
@@ -411,7 +413,7 @@ pub fn assemble_sites(sites: &[Site], page: u64, fsgsbase: bool, known: bool) ->
                     si,
                     page,
                     &site.plan,
-                    (*f, moved, *free_site, *internal),
+                    (*f, moved, *free_site, *internal, *null_to_malloc),
                     (fsgsbase, known),
                 )?;
             }

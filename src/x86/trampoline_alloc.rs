@@ -47,6 +47,10 @@ fn rel(code: &mut Vec<u8>, op: &[u8], label: Label, fix: &mut Fix) {
     code.extend_from_slice(&[0, 0, 0, 0]);
 }
 
+/// What a stub is for: the function, its moved entry instructions, the site of the frees' records, the allocator's
+/// own range (calls from there are skipped) and whether a null pointer's realloc is left to malloc's stub.
+type StubOf<'a> = (AllocFn, &'a [Moved], usize, Option<(u64, u64)>, bool);
+
 /// Emits the stub of one allocation function at the end of `a.code`. `hooks`, `calls`: offsets of the rel32s that
 /// call the sampler and the known-stack matcher (filled once their places are known); `flag`: the offset of the
 /// byte that turns sampling off. `known`: a sampled call asks the matcher before it stops, as a match path does.
@@ -58,7 +62,7 @@ pub(super) fn alloc_stub(
     si: usize,
     page: u64,
     plan: &PatchPlan,
-    (f, moved, free_site, internal): (AllocFn, &[Moved], usize, Option<(u64, u64)>),
+    (f, moved, free_site, internal, null_to_malloc): StubOf<'_>,
     (fsgsbase, known): (bool, bool),
 ) -> Option<()> {
     let mut fix = Fix::new();
@@ -68,7 +72,7 @@ pub(super) fn alloc_stub(
         skip_internal(code, &mut fix, range)?;
     }
     if matches!(f, AllocFn::Free | AllocFn::Realloc | AllocFn::Reallocarray) {
-        bucket_check(code, &mut fix, page, free)?;
+        bucket_check(code, &mut fix, page, free || null_to_malloc)?;
     }
     let count = code.len();
     if free {
@@ -145,12 +149,13 @@ fn skip_internal(code: &mut Vec<u8>, fix: &mut Fix, (lo, hi): (u64, u64)) -> Opt
     Some(())
 }
 
-/// The freed block's bucket (rdi): empty, it is no sampled block. test %rdi,%rdi ; je count (free: miss) ;
+/// The freed block's bucket (rdi): empty, it is no sampled block. test %rdi,%rdi ; je count (free, and a realloc
+/// whose null pointer goes to malloc: miss) ;
 /// mov %rdi,%r10 ; shr $4,%r10 ; movabs $K,%r11 ; imul %r11,%r10 ; shr $50,%r10 ; shl $5,%r10 ;
 /// lea table(%rip),%rax ; mov (%rax,%r10),%r11 ; or 8/16/24(%rax,%r10),%r11 ; jne slow
-fn bucket_check(code: &mut Vec<u8>, fix: &mut Fix, page: u64, free: bool) -> Option<()> {
+fn bucket_check(code: &mut Vec<u8>, fix: &mut Fix, page: u64, null_misses: bool) -> Option<()> {
     code.extend_from_slice(&[0x48, 0x85, 0xff]);
-    rel(code, &[0x0f, 0x84], if free { Label::Miss } else { Label::Count }, fix);
+    rel(code, &[0x0f, 0x84], if null_misses { Label::Miss } else { Label::Count }, fix);
     code.extend_from_slice(&[0x49, 0x89, 0xfa, 0x49, 0xc1, 0xea, 0x04, 0x49, 0xbb]);
     code.extend_from_slice(&crate::x86::alloc::K.to_le_bytes());
     code.extend_from_slice(&[0x4d, 0x0f, 0xaf, 0xd3]);

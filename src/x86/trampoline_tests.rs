@@ -441,7 +441,13 @@ fn leaks_and_malloc_with_known_stacks_fit_the_code_pages() {
         let (p, moved) = plan_entry(&cs, at, &malloc).unwrap();
         sites.push(Site {
             plan: p,
-            kind: Kind::Alloc { f, moved, free_site, internal: Some((0x7f00_0020_0000, 0x7f00_0030_0000)) },
+            kind: Kind::Alloc {
+                f,
+                moved,
+                free_site,
+                internal: Some((0x7f00_0020_0000, 0x7f00_0030_0000)),
+                null_to_malloc: false,
+            },
         });
     }
     let page = entry - 0x10_0000;
@@ -528,7 +534,7 @@ fn every_entry_of_a_dedicated_allocator_fits_the_code_pages() {
         let at = 0x7f00_0020_0000 + i as u64 * 0x1000;
         let (p, moved) = plan_entry(&cs, at, &malloc).unwrap();
         let internal = Some((0x7f00_0020_0000, 0x7f00_0030_0000));
-        sites.push(Site { plan: p, kind: Kind::Alloc { f, moved, free_site, internal } });
+        sites.push(Site { plan: p, kind: Kind::Alloc { f, moved, free_site, internal, null_to_malloc: false } });
     }
     let page = entry - 0x10_0000;
     let a = assemble_sites(&sites, page, true, true).expect("fits with known stacks");

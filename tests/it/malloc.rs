@@ -104,7 +104,7 @@ fn check_heap_samples(t: Target, lib: &str, more: &[&str]) -> Vec<Value> {
             Some((name, (w.next()?.parse().ok()?, w.next()?.parse().ok()?, w.next()?.parse().ok()?)))
         })
         .collect();
-    assert_eq!(truth.len(), 8, "{lines:?}");
+    assert_eq!(truth.len(), 9, "{lines:?}");
     // A preloaded allocator's `operator new` is found (and sampled: keep_new's estimate below); glibc has none.
     let new = lines.iter().any(|l| l == "operator new yes");
     let musl = lib == "libc.so";

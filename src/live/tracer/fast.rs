@@ -513,6 +513,11 @@ impl Tracer<'_> {
             sites.push(wrapper);
         }
         let first = sites.len();
+        // glibc's realloc of a null pointer jumps to malloc's entry, whose stub counts it: not counted twice.
+        let malloc = fixed
+            .iter()
+            .find(|(f, _, k)| matches!(k, Err(((AllocFn::Malloc, _), _))) && f.label.ends_with(":malloc"))
+            .map(|(f, ..)| f.addr);
         let free_site = fixed.iter().position(|(_, _, k)| matches!(k, Err(((AllocFn::Free, _), _)))).map(|i| i + first);
         let allocs = fixed.iter().any(|(_, _, k)| k.is_err());
         if allocs && (free_site.is_none() || !fsgsbase) {
@@ -533,7 +538,10 @@ impl Tracer<'_> {
                     Kind::Fixed { nr: *nr, ring: false }
                 }
                 Err((a, moved)) => match free_site.filter(|_| fsgsbase) {
-                    Some(free_site) => Kind::Alloc { f: a.0, moved: moved.clone(), free_site, internal: a.1 },
+                    Some(free_site) => {
+                        let null_to_malloc = a.0 == AllocFn::Realloc && malloc.is_some_and(|m| jumps_to(f, m));
+                        Kind::Alloc { f: a.0, moved: moved.clone(), free_site, internal: a.1, null_to_malloc }
+                    }
                     None => continue,
                 },
             };
@@ -758,4 +766,14 @@ impl Tracer<'_> {
             }
         }
     }
+}
+
+/// Whether function `f`'s code jumps (not calls) to `to`: a tail call, which keeps its caller's return address.
+fn jumps_to(f: &FastFunction, to: u64) -> bool {
+    let Some(cs) = breakpoints::disassembler() else { return false };
+    let Ok(insns) = cs.disasm_all(&f.code, f.addr) else { return false };
+    insns.iter().any(|i| {
+        let jump = i.mnemonic().is_some_and(|m| m.starts_with('j'));
+        jump && trampoline::branch_target(i.bytes(), i.address()) == Some(to)
+    })
 }
