@@ -273,6 +273,26 @@ fn restore_children(pid: Tid, ledger: &Ledger) -> (usize, usize) {
 }
 
 /// Reads `/proc/PID/mem` the guardian's way.
+/// Waits (at most `bound`) until every thread of `pid` that was ready to run when syscatch died has run. The kernel
+/// lets a thread whose breakpoint stop syscatch had taken but not handled run on just past the int3, onto the
+/// guard int3 of the instruction's second byte, which sends it into the trap pad; once that byte is back it would
+/// run the rest of the instruction instead. A thread sleeping or stopped by a signal is not waited for.
+fn let_threads_run(pid: Tid, bound: std::time::Duration) {
+    let before = crate::os::procfs::read_run_states(pid);
+    let end = std::time::Instant::now() + bound;
+    while std::time::Instant::now() < end {
+        let now = crate::os::procfs::read_run_states(pid);
+        // (Still in a tracing stop: syscatch's pipe closes before the kernel lets its tracees go.)
+        let waiting = now.iter().any(|(tid, &(run, state))| {
+            state == 't' || (state == 'R' && before.get(tid).is_some_and(|&(ran, _)| run == ran))
+        });
+        if !waiting {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 fn read_mem(mem: &ProcMem) -> impl FnMut(u64, &mut [u8]) -> bool + '_ {
     move |a, b| mem.read_exact(a, b).is_ok()
 }
@@ -343,6 +363,9 @@ pub fn main(args: &[String]) -> i32 {
     }
     if ledger.is_empty() {
         return 0;
+    }
+    if ledger.plants.values().any(|(orig, _)| orig.len() > 1) {
+        let_threads_run(pid, std::time::Duration::from_millis(500));
     }
     // Quickly, even behind busy threads of the target: a thread waiting in the trap pad for its byte yields
     // meanwhile, and gives up after a bounded wait.

@@ -159,6 +159,19 @@ pub fn read_run_delays(pid: Tid) -> std::collections::BTreeMap<Tid, u64> {
     list_tasks(pid).unwrap_or_default().into_iter().filter_map(parse).collect()
 }
 
+/// Each thread of `pid` now: its time on a CPU (ns, `schedstat`'s first field) and its state letter (`R`, `S`, ...
+/// from its `stat`). Threads gone meanwhile are left out. Reading them never stops a thread.
+pub fn read_run_states(pid: Tid) -> std::collections::BTreeMap<Tid, (u64, char)> {
+    let read = |tid: Tid| {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+        let run = crate::model::schedstat::parse_schedstat(&text)?.run_ns;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+        let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+        Some((tid, (run, state)))
+    };
+    list_tasks(pid).unwrap_or_default().into_iter().filter_map(read).collect()
+}
+
 /// The calling thread's own run delay in ns, as [`read_run_delays`].
 pub fn read_own_run_delay() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;

@@ -672,14 +672,21 @@ fn a_thread_held_at_a_breakpoint_when_syscatch_dies_runs_the_whole_instruction()
 ///   thread ran `sub $0x58,%esp` and the program died.
 ///
 /// Either way the program runs on to its end.
+///
+/// The same, reported, on musl's munmap, whose first instruction is one byte (`push %rbp`): its guard is on the
+/// next instruction, which syscatch runs with the first at every hit (a thread is never let go between them).
 #[test]
 fn a_stop_at_a_breakpoint_not_handled_yet_when_syscatch_dies_is_taken_again() {
     require_ptrace();
-    for fault in [None, Some("reported-trap")] {
-        let mut t = Target::start(&testprog("heap_samples"), &[]);
+    let glibc = testprog("heap_samples");
+    let musl = testprog_with("heap_samples", &["CC=musl-gcc"]);
+    let cases =
+        [(&glibc, "mremap", None), (&glibc, "mremap", Some("reported-trap")), (&musl, "munmap", Some("reported-trap"))];
+    for (prog, call, fault) in cases {
+        let mut t = Target::start(prog, &[]);
         let pid = t.pid.to_string();
         let mut cmd = syscatch_cmd();
-        cmd.args(["--syscall", "mremap", "--pid", pid.as_str()]);
+        cmd.args(["--syscall", call, "--pid", pid.as_str()]);
         if let Some(f) = fault {
             cmd.env("SYSCATCH_TEST_FAULT", f);
         }
@@ -692,8 +699,9 @@ fn a_stop_at_a_breakpoint_not_handled_yet_when_syscatch_dies_is_taken_again() {
         }
         t.send("go");
         assert!(poll(|| process_state(scpid) == Some('T')), "{fault:?}: syscatch stopped");
-        assert!(poll(|| thread_states_of(t.pid).contains(&'t')), "{fault:?}: a thread sits at mremap's breakpoint");
+        assert!(poll(|| thread_states_of(t.pid).contains(&'t')), "{fault:?}: a thread sits at {call}'s breakpoint");
         let err = kill(sc);
+        eprintln!("CASE {} {call} {fault:?}", prog.display());
         assert!(err.iter().any(|l| l.contains("guardian: syscatch ended without detaching")), "{err:#?}");
         assert_eq!(tracer_pid(t.pid), Some(0), "{fault:?}: not traced any more");
         let lines = t.out.until(|l| l == "done");

@@ -170,10 +170,13 @@ impl Tracer<'_> {
             self.resume(tid, 0);
             return;
         }
-        let first = site.first;
+        let (first, then) = (site.first, site.then);
         let m = CapturedMem { sp: regs.sp(), stack: &[], mem: &*self.mem };
         let mut emulated = regs;
-        if breakpoints::emulate(&first, &mut emulated, &m).is_some() {
+        // (A one-byte first instruction with its next one, unless it went elsewhere: never let go between the two.)
+        let both = breakpoints::emulate(&first, &mut emulated, &m).is_some()
+            && then.is_none_or(|t| emulated.ip() != t.addr || breakpoints::emulate(&t, &mut emulated, &m).is_some());
+        if both {
             self.summary.emulated += 1;
             if self.k.set_regs(tid, &emulated).is_ok() {
                 self.summary.stopped += seen.elapsed();
@@ -337,11 +340,13 @@ impl Tracer<'_> {
             self.emit(ev);
             return;
         };
-        let guard = Site::guard_of(&first, false, Some(code[1]));
+        let then = self.cs.as_ref().and_then(|cs| Site::then_of(cs, &code, ret_addr, &first, false));
+        let guard = Site::guard_of(&first, false, Some(code[1]), then.as_ref());
         let site = Site {
             addr: ret_addr,
             orig: code[0],
             guard,
+            then,
             first,
             cont_past: false,
             wrapper: None,

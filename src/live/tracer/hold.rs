@@ -364,16 +364,41 @@ impl Tracer<'_> {
         let addr = regs.ip();
         self.hold_all(Some(tid));
         let bytes = self.sites.get(&addr).map(|s| s.bytes());
+        // A one-byte instruction with a guard on the next one: both are stepped (see `Site::then`).
+        let then = self.sites.get(&addr).and_then(|s| s.then).map(|t| t.addr);
         let mut sig = 0;
         let mut running = false;
         if let Some((orig, planted)) = bytes
             && self.mem.write_all(addr, &orig).is_ok()
         {
+            // No signal between the two instructions (one would be delivered just past the first, where only the
+            // guard is): every one but SIGTRAP (blocked, a forced one would reset its action) waits until both ran.
+            let mask = then.and_then(|_| self.k.sigmask(tid).ok());
+            if mask.is_some() {
+                let _ = self.k.set_sigmask(tid, !super::pad::SIGTRAP_BIT);
+            }
             if self.k.set_regs(tid, &regs).is_ok() && self.k.step(tid, 0).is_ok() {
                 let give_up = self.k.now() + HOLD_LIMIT;
+                let mut second = false;
                 loop {
                     match self.wait_bounded(tid, give_up.saturating_duration_since(self.k.now())) {
-                        Ok(Stop::Signal(libc::SIGTRAP)) => break,
+                        Ok(Stop::Signal(libc::SIGTRAP)) => {
+                            // The first ran and the thread is at the next one, under the guard: that one too.
+                            let at_then =
+                                !second && then.is_some() && self.k.get_regs(tid).is_ok_and(|r| Some(r.ip()) == then);
+                            if at_then && self.k.step(tid, 0).is_ok() {
+                                second = true;
+                                continue;
+                            }
+                            break;
+                        }
+                        Ok(Stop::Signal(s)) if second => {
+                            // Between the two: the signal waits until the second has run (delivered then).
+                            sig = s;
+                            if self.k.step(tid, 0).is_err() {
+                                break;
+                            }
+                        }
                         Ok(Stop::Signal(s)) => {
                             // A signal came first: the instruction did not run. Deliver the signal now; the
                             // handler returns to the site, which is armed again and hit again.
@@ -404,6 +429,9 @@ impl Tracer<'_> {
                         }
                     }
                 }
+            }
+            if let Some(m) = mask {
+                let _ = self.k.set_sigmask(tid, m);
             }
             // (The int3 first: a thread let go meanwhile traps there before it reaches the guard.)
             let _ = self.mem.write_all(addr, &planted[..1]);

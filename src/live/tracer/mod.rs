@@ -65,6 +65,9 @@ struct Site {
     orig: u8,
     /// The original second byte, where a guard int3 is planted there too (see [`Site::guard_of`]).
     guard: Option<u8>,
+    /// A one-byte displaced instruction's guard sits on the next instruction, this one: run with the first at
+    /// every hit (emulated, or stepped with it), so no thread is ever let go between the two.
+    then: Option<Decoded>,
     /// The displaced instruction: emulated when possible, else stepped with every other thread stopped.
     first: Decoded,
     /// The site holds `48 89 f8` (`mov %rdi,%rax`): the two bytes after our int3 are `mov %edi,%eax`, which gives
@@ -77,12 +80,21 @@ struct Site {
 }
 
 impl Site {
-    /// The original byte after the int3 where a guard int3 goes there too: where the displaced instruction is two
-    /// bytes or more and the rest of it does not do what the whole one would (`cont_past`). A thread held just
-    /// past the int3 when syscatch dies is let go there by the kernel, its SIGTRAP dropped: on the guard it traps
-    /// again, into the trap pad, which rewinds it onto the int3 and waits for the guardian's original bytes.
-    fn guard_of(first: &Decoded, cont_past: bool, second: Option<u8>) -> Option<u8> {
-        (first.len >= 2 && !cont_past).then_some(second).flatten()
+    /// The original byte after the int3 where a guard int3 goes there too: where the rest of the displaced
+    /// instruction does not do what the whole one would (`cont_past`), and for a one-byte instruction where the
+    /// next one (`then`) is known. A thread held just past the int3 when syscatch dies is let go there by the
+    /// kernel, its SIGTRAP dropped: on the guard it traps again, into the trap pad, which rewinds it onto the int3
+    /// and waits for the guardian's original bytes. (Sound because syscatch never lets a thread go just past a
+    /// guarded site's first instruction: a one-byte one is run together with `then`.)
+    fn guard_of(first: &Decoded, cont_past: bool, second: Option<u8>, then: Option<&Decoded>) -> Option<u8> {
+        let guarded = if first.len == 1 { then.is_some() } else { !cont_past };
+        guarded.then_some(second).flatten()
+    }
+
+    /// The instruction after a one-byte first one, decoded from the site's code (not for a wrapper, whose
+    /// prefix is emulated or stepped on its own).
+    fn then_of(cs: &capstone::Capstone, code: &[u8], addr: u64, first: &Decoded, wrapper: bool) -> Option<Decoded> {
+        (first.len == 1 && !wrapper).then(|| breakpoints::decode(cs, code, addr, 2).get(1).copied()).flatten()
     }
 
     /// Its original bytes and what is planted over them.
@@ -104,10 +116,8 @@ impl Site {
 
     /// Puts its original bytes back in `mem` (the guard's first, so the int3 is the last of ours to go).
     fn unplant(&self, mem: &dyn Mem) -> std::io::Result<()> {
-        if let Some(g) = self.guard {
-            mem.write_all(self.addr + 1, &[g])?;
-        }
-        mem.write_all(self.addr, &[self.orig])
+        let guard = self.guard.map_or(Ok(()), |g| mem.write_all(self.addr + 1, &[g]));
+        mem.write_all(self.addr, &[self.orig]).and(guard)
     }
 }
 
@@ -318,10 +328,12 @@ impl<'a> Tracer<'a> {
                 None => None,
             };
             let cont_past = spec.code.starts_with(&[0x48, 0x89, 0xf8]);
+            let then = Site::then_of(cs, &spec.code, spec.addr, &first, spec.wrapper);
             let site = sites.entry(spec.addr).or_insert(Site {
                 addr: spec.addr,
                 orig: spec.code[0],
-                guard: Site::guard_of(&first, cont_past, spec.code.get(1).copied()),
+                guard: Site::guard_of(&first, cont_past, spec.code.get(1).copied(), then.as_ref()),
+                then,
                 first,
                 cont_past,
                 wrapper: None,
