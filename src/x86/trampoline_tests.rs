@@ -416,6 +416,22 @@ fn a_known_stack_path_calls_the_matcher_and_branches_on_its_answer() {
     assert!(a.ring_writes.contains(&(known_at, known_end)));
 }
 
+/// `--leaks`'s sites: the wrapper with six numbers (two to the ring) and four libc mapping functions (two to the
+/// ring); and the wrapper's entry.
+fn leaks_sites(cs: &capstone::Capstone) -> (u64, Vec<Site>) {
+    let entry = 0x7f00_0010_1810;
+    let w = plan_wrapper(cs, GLIBC_SYSCALL, entry).unwrap();
+    let pw = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x22]).unwrap();
+    let pm = fixed::plan(cs, 0x7f00_0010_19a0, GLIBC_MMAP, 9).map(|v| v[0].plan.clone()).unwrap();
+    let mut sites =
+        vec![Site { plan: pw, kind: Kind::Wrapper { numbers: vec![9, 10, 11, 12, 25, 28], ring: vec![11, 28] } }];
+    for i in 0..4u64 {
+        let p = PatchPlan { at: pm.at + i * 0x100, ..pm.clone() };
+        sites.push(Site { plan: p, kind: Kind::Fixed { nr: 9, ring: i % 2 == 1 } });
+    }
+    (entry, sites)
+}
+
 /// `--leaks --malloc` with known stacks fits the code pages: the wrapper's six numbers, libc's four mapping
 /// functions and the nine allocation functions, each stub with its own int3 asking the matcher; the sampler's and
 /// the matcher's code after them. A sampled call's stub moves the entry's instructions, jumps back past them, and
@@ -424,16 +440,7 @@ fn a_known_stack_path_calls_the_matcher_and_branches_on_its_answer() {
 fn leaks_and_malloc_with_known_stacks_fit_the_code_pages() {
     use crate::x86::alloc::{AllocFn, COOKIE, plan_entry};
     let cs = disassembler().unwrap();
-    let entry = 0x7f00_0010_1810;
-    let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
-    let pw = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x22]).unwrap();
-    let pm = fixed::plan(&cs, 0x7f00_0010_19a0, GLIBC_MMAP, 9).map(|v| v[0].plan.clone()).unwrap();
-    let mut sites =
-        vec![Site { plan: pw, kind: Kind::Wrapper { numbers: vec![9, 10, 11, 12, 25, 28], ring: vec![11, 28] } }];
-    for i in 0..4u64 {
-        let p = PatchPlan { at: pm.at + i * 0x100, ..pm.clone() };
-        sites.push(Site { plan: p, kind: Kind::Fixed { nr: 9, ring: i % 2 == 1 } });
-    }
+    let (entry, mut sites) = leaks_sites(&cs);
     let malloc = [0x41, 0x54, 0x55, 0x53, 0x48, 0x89, 0xfb, 0x48, 0x83, 0xec, 0x10, 0xc3];
     let free_site = 5 + AllocFn::ALL.iter().position(|&f| f == AllocFn::Free).unwrap();
     for (i, &f) in AllocFn::ALL.iter().enumerate() {
@@ -516,16 +523,7 @@ fn glibc_2_43_mmap_is_patched_on_both_of_its_paths() {
 fn every_entry_of_a_dedicated_allocator_fits_the_code_pages() {
     use crate::x86::alloc::{AllocFn, plan_entry};
     let cs = disassembler().unwrap();
-    let entry = 0x7f00_0010_1810;
-    let w = plan_wrapper(&cs, GLIBC_SYSCALL, entry).unwrap();
-    let pw = plan(entry, GLIBC_SYSCALL, &w.prefix, w.syscall_at, &[entry + 0x22]).unwrap();
-    let pm = fixed::plan(&cs, 0x7f00_0010_19a0, GLIBC_MMAP, 9).map(|v| v[0].plan.clone()).unwrap();
-    let mut sites =
-        vec![Site { plan: pw, kind: Kind::Wrapper { numbers: vec![9, 10, 11, 12, 25, 28], ring: vec![11, 28] } }];
-    for i in 0..4u64 {
-        let p = PatchPlan { at: pm.at + i * 0x100, ..pm.clone() };
-        sites.push(Site { plan: p, kind: Kind::Fixed { nr: 9, ring: i % 2 == 1 } });
-    }
+    let (entry, mut sites) = leaks_sites(&cs);
     let malloc = [0x41, 0x54, 0x55, 0x53, 0x48, 0x89, 0xfb, 0x48, 0x83, 0xec, 0x10, 0xc3];
     let kinds: Vec<AllocFn> = AllocFn::ALL.iter().copied().chain(AllocFn::MORE.iter().map(|m| m.1)).collect();
     assert_eq!(kinds.len(), 36);
