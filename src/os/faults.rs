@@ -2,7 +2,8 @@
 //! hit, with that thread stopped just past the int3 or in `--fast`'s trampoline), `analysis-panic` (`app::analyze`, at the first event the
 //! analysis thread receives), `held-signal` (syscatch stops itself, SIGSTOP, right after the tracer handled a
 //! signal-delivery-stop while holding the threads: the test SIGKILLs it there), `held-at-breakpoint` (syscatch
-//! stops itself as soon as it has put a thread stopped at one of its breakpoints back on the int3),
+//! stops itself as soon as it has the registers of a thread stopped at one of its breakpoints, and has put it
+//! back on the int3 where the site has no guard),
 //! `reported-trap` (syscatch stops itself as soon as the wait has reported a thread's SIGTRAP stop, before it
 //! looks at the thread) and
 //! `injected-call` (syscatch stops

@@ -635,10 +635,11 @@ fn page_fault_samples_never_reach_the_target_after_a_detach_or_a_sigkill() {
 /// A thread held at a breakpoint when syscatch dies is let go by the kernel where it stopped, its SIGTRAP dropped:
 /// just past the int3, in the middle of the displaced instruction (glibc's mremap: `sub $0x58,%rsp` run from its
 /// second byte is `sub $0x58,%esp`, a stack pointer cut to 32 bits; a SIGKILL of `--syscall mremap` while
-/// testprogs/heap_samples.c grows its buffer by realloc crashed it in most tries). The tracer now puts a thread back
-/// on the int3 as soon as it has its registers; here it stops itself right after that, at the first call of mremap
-/// (`SYSCATCH_TEST_FAULT=held-at-breakpoint`), and is killed. The thread traps again, into the trap pad, which waits
-/// for the guardian's original byte, and the program runs on to its end.
+/// testprogs/heap_samples.c grows its buffer by realloc crashed it in most tries). Here syscatch stops itself as
+/// soon as it has the thread's registers, at the first call of mremap (`SYSCATCH_TEST_FAULT=held-at-breakpoint`),
+/// and is killed. The thread traps again on the guard int3 of the instruction's second byte (a site without one is
+/// put back on its int3 right there), into the trap pad, which waits for the guardian's original bytes, and the
+/// program runs on to its end.
 #[test]
 fn a_thread_held_at_a_breakpoint_when_syscatch_dies_runs_the_whole_instruction() {
     require_ptrace();

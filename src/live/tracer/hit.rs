@@ -98,17 +98,19 @@ impl Tracer<'_> {
     }
 
     /// A thread stopped just past one of our breakpoints' int3s is put back on the int3 at once, before anything
-    /// else is done with it. Were syscatch to die while the thread is held there, the kernel would drop the
-    /// stop's SIGTRAP and let the thread run on where it stopped: in the middle of the displaced instruction
-    /// (`48 83 ec 58`, sub $0x58,%rsp, run from its second byte is sub $0x58,%esp: a stack pointer cut to 32
-    /// bits). On the int3 it traps again instead, into the trap pad, which waits for the guardian's original
-    /// byte. Not for a site whose rest of instruction does what the whole one would (the thread is resumed
-    /// there), nor for a thread being stepped through a wrapper.
+    /// else is done with it, where the site has no guard int3 (see `Site::guard_of`). Were syscatch to die while
+    /// the thread is held there, the kernel would drop the stop's SIGTRAP and let the thread run on where it
+    /// stopped: in the middle of the displaced instruction (`48 83 ec 58`, sub $0x58,%rsp, run from its second
+    /// byte is sub $0x58,%esp: a stack pointer cut to 32 bits). On the int3 it traps again instead, into the trap
+    /// pad, which waits for the guardian's original byte. (A guard does the same with no system call here.) Not
+    /// for a site whose rest of instruction does what the whole one would (the thread is resumed there), nor for a
+    /// thread being stepped through a wrapper.
     fn back_onto_site(&mut self, tid: Tid, regs: &Regs) {
         let addr = regs.ip().wrapping_sub(1);
         let Some(site) = self.sites.get(&addr).filter(|_| self.armed) else { return };
         let stepping = matches!(self.threads.get(&tid), Some(Thread { state: State::Stepping { .. }, .. }));
-        if stepping || (site.cont_past && regs.0.rdi >> 32 == 0) {
+        if stepping || site.guard.is_some() || (site.cont_past && regs.0.rdi >> 32 == 0) {
+            crate::os::faults::stop_here("held-at-breakpoint");
             return;
         }
         let mut on = *regs;

@@ -16,6 +16,10 @@ pub(super) struct Pad {
     /// A `syscall` instruction of libc, where injected calls run.
     syscall_at: u64,
     listed: usize,
+    /// The entries listed (a return site planted again is listed once: the table has room for 496).
+    entries: std::collections::HashSet<u64>,
+    /// Said once: the table is full.
+    full: bool,
     /// The action SIGTRAP had before (what detach puts back).
     old: [u8; 32],
 }
@@ -177,7 +181,7 @@ impl Tracer<'_> {
         if let Err(e) = self.mem.write_all(act, &trappad::action_bytes(page)) {
             return undo(self, Error::WritePad(e));
         }
-        self.pad = Some(Pad { page, syscall_at, listed: 0, old: [0; 32] });
+        self.pad = Some(Pad { page, syscall_at, listed: 0, entries: Default::default(), full: false, old: [0; 32] });
         let r = self.inject_syscall(
             tid,
             syscall_at,
@@ -243,12 +247,23 @@ impl Tracer<'_> {
     /// have a trap of ours on its way.
     pub(super) fn pad_list(&mut self, entry: u64) {
         let Some(p) = self.pad.as_mut() else { return };
+        if p.entries.contains(&entry) {
+            return;
+        }
         if p.listed >= trappad::CAPACITY {
+            if !std::mem::replace(&mut p.full, true) {
+                self.summary.warnings.push(format!(
+                    "the trap pad lists {} sites, all it has room for: a thread caught at a site planted since, when \
+                     syscatch is killed, is not rewound by it",
+                    trappad::CAPACITY
+                ));
+            }
             return;
         }
         let slot = p.page + trappad::TABLE + 8 * p.listed as u64;
         if self.mem.write_all(slot, &entry.to_le_bytes()).is_ok() {
             p.listed += 1;
+            p.entries.insert(entry);
             let _ = self.mem.write_all(p.page + trappad::COUNT, &(p.listed as u64).to_le_bytes());
         }
     }
