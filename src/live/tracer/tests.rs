@@ -544,3 +544,25 @@ fn a_site_that_cannot_be_decoded_or_is_no_wrapper_is_named() {
         assert!(err.to_string().contains(want), "{err}");
     }
 }
+
+/// A function whose first instruction is one byte (`push %rbp` at [`FUNC`]) has its guard int3 on the next one
+/// (`mov %rsp,%rbp`), and a hit runs both: the thread is let go past the second, never between the two (where
+/// the trap pad, after syscatch's death, would rewind it onto the first and run it twice). Detach puts both bytes
+/// back.
+#[test]
+fn a_one_byte_first_instruction_runs_with_the_next_one() {
+    let s = world(&[PID]);
+    let mut events = Vec::new();
+    let mut t = tracer(&s, &mut events);
+    assert_eq!((s.byte(PID, FUNC), s.byte(PID, FUNC + 1)), (Some(INT3), Some(INT3)));
+    // A call that does not match (rdi 0): the two instructions emulated, the thread let go after them.
+    s.stop_with(PID, Stop::Signal(libc::SIGTRAP), None, |r| (r.rip, r.rsp, r.rdi, r.rbp) = (FUNC + 1, STACK, 0, 7));
+    t.run();
+    drop(t);
+    let calls = s.calls();
+    let set: Vec<u64> =
+        calls.iter().filter_map(|c| if let Call::SetRegs(PID, rip, _) = c { Some(*rip) } else { None }).collect();
+    assert_eq!(set, [FUNC + 4], "{calls:#?}");
+    assert_eq!(s.byte(PID, STACK - 8), Some(7), "rbp pushed");
+    assert_eq!((s.byte(PID, FUNC), s.byte(PID, FUNC + 1)), (Some(0x55), Some(0x48)));
+}
