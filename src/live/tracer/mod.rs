@@ -17,6 +17,7 @@ mod children;
 mod detach;
 mod error;
 mod fast;
+mod fast_sites;
 mod faults;
 mod hit;
 mod hold;
@@ -28,6 +29,7 @@ mod ring;
 mod sampler;
 #[cfg(test)]
 mod script;
+mod site;
 mod spec;
 #[cfg(test)]
 mod tests;
@@ -39,10 +41,10 @@ use crate::model::status;
 use crate::model::window::{Window, Windows};
 use crate::os::Tid;
 use crate::os::ptrace::Stop;
-use crate::x86::breakpoints::{self, Decoded, INT3, Insn, Memory};
+use crate::x86::breakpoints::{self, INT3, Insn, Memory};
 use crate::x86::trampoline;
 pub use error::{AttachError, Error};
-pub use fast::{FastFunction, FastRequest};
+pub use fast_sites::{FastFunction, FastRequest};
 use kernel::{Kernel, Live, Mem};
 use nix::errno::Errno;
 pub use spec::{Condition, Config, Numbers, Probe, SiteSpec};
@@ -50,76 +52,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// How a thread gets past a wrapper's entry to just after its `syscall` instruction.
-#[derive(Debug, Clone)]
-struct Wrapper {
-    /// The instructions after the displaced one, if all of them can be emulated.
-    rest: Option<Vec<Decoded>>,
-    syscall_at: u64,
-}
-
-/// A planted breakpoint: a probe site, a return site, or both.
-struct Site {
-    addr: u64,
-    /// The original byte, from the file (probe sites) or from memory before planting (return sites).
-    orig: u8,
-    /// The original second byte, where a guard int3 is planted there too (see [`Site::guard_of`]).
-    guard: Option<u8>,
-    /// A one-byte displaced instruction's guard sits on the next instruction, this one: run with the first at
-    /// every hit (emulated, or stepped with it), so no thread is ever let go between the two.
-    then: Option<Decoded>,
-    /// The displaced instruction: emulated when possible, else stepped with every other thread stopped.
-    first: Decoded,
-    /// The site holds `48 89 f8` (`mov %rdi,%rax`): the two bytes after our int3 are `mov %edi,%eax`, which gives
-    /// the same rax whenever rdi < 2^32, so such a hit resumes from where it stopped with no register write.
-    cont_past: bool,
-    wrapper: Option<Wrapper>,
-    probes: Vec<Probe>,
-    /// Calls waiting for their return here: (thread, stack pointer after the return, the event).
-    waiting: Vec<(Tid, u64, Box<Event>)>,
-}
-
-impl Site {
-    /// The original byte after the int3 where a guard int3 goes there too: where the rest of the displaced
-    /// instruction does not do what the whole one would (`cont_past`), and for a one-byte instruction where the
-    /// next one (`then`) is known. A thread held just past the int3 when syscatch dies is let go there by the
-    /// kernel, its SIGTRAP dropped: on the guard it traps again, into the trap pad, which rewinds it onto the int3
-    /// and waits for the guardian's original bytes. (Sound because syscatch never lets a thread go just past a
-    /// guarded site's first instruction: a one-byte one is run together with `then`.)
-    fn guard_of(first: &Decoded, cont_past: bool, second: Option<u8>, then: Option<&Decoded>) -> Option<u8> {
-        let guarded = if first.len == 1 { then.is_some() } else { !cont_past };
-        guarded.then_some(second).flatten()
-    }
-
-    /// The instruction after a one-byte first one, decoded from the site's code (not for a wrapper, whose
-    /// prefix is emulated or stepped on its own).
-    fn then_of(cs: &capstone::Capstone, code: &[u8], addr: u64, first: &Decoded, wrapper: bool) -> Option<Decoded> {
-        (first.len == 1 && !wrapper).then(|| breakpoints::decode(cs, code, addr, 2).get(1).copied()).flatten()
-    }
-
-    /// Its original bytes and what is planted over them.
-    fn bytes(&self) -> (Vec<u8>, Vec<u8>) {
-        match self.guard {
-            Some(g) => (vec![self.orig, g], vec![INT3, INT3]),
-            None => (vec![self.orig], vec![INT3]),
-        }
-    }
-
-    /// Plants its int3 (then its guard: a thread reaching the site meanwhile traps on the first).
-    fn plant(&self, mem: &dyn Mem) -> std::io::Result<()> {
-        mem.write_all(self.addr, &[INT3])?;
-        if self.guard.is_some() {
-            mem.write_all(self.addr + 1, &[INT3])?;
-        }
-        Ok(())
-    }
-
-    /// Puts its original bytes back in `mem` (the guard's first, so the int3 is the last of ours to go).
-    fn unplant(&self, mem: &dyn Mem) -> std::io::Result<()> {
-        let guard = self.guard.map_or(Ok(()), |g| mem.write_all(self.addr + 1, &[g]));
-        mem.write_all(self.addr, &[self.orig]).and(guard)
-    }
-}
+use site::{Site, Wrapper};
 
 enum State {
     Running,
