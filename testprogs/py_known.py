@@ -1,11 +1,14 @@
 # Known stacks (`--fast`) in CPython: `f` and `g` both call `mapped`, which maps through mmap.mmap (libc's mmap),
 # alternately, from one loop: the native stacks of their calls are the same, word for word, and only the Python
 # frames tell them apart. Prints "pid N", waits for "go N", then for each of N rounds prints "mmap ADDR LEN f" and
-# "mmap ADDR LEN g" (each unmapped right after), then "done"; exits 0 on its next line.
+# "mmap ADDR LEN g" (each unmapped right after), then "done"; exits 0 on its next line. With "threads", the rounds
+# run in 8 threads one after the other (each joined before the next starts: a new thread's state may take the
+# memory of the one before), and each line ends with the thread's tid.
 import ctypes
 import mmap
 import os
 import sys
+import threading
 
 
 def mapped(n):
@@ -25,11 +28,21 @@ def g(n):
     return mapped(n)
 
 
+def rounds(n, tid=""):
+    for i in range(n):
+        size = 4096 * (1 + i % 3)
+        for tag, fn in (("f", f), ("g", g)):
+            print(f"mmap {fn(size):#x} {size} {tag}{tid}", flush=True)
+
+
 print("pid", os.getpid(), flush=True)
-rounds = int(sys.stdin.readline().split()[1])
-for i in range(rounds):
-    n = 4096 * (1 + i % 3)
-    for tag, fn in (("f", f), ("g", g)):
-        print(f"mmap {fn(n):#x} {n} {tag}", flush=True)
+n = int(sys.stdin.readline().split()[1])
+if "threads" in sys.argv[1:]:
+    for _ in range(8):
+        t = threading.Thread(target=lambda: rounds(n, f" {threading.get_native_id()}"))
+        t.start()
+        t.join()
+else:
+    rounds(n)
 print("done", flush=True)
 sys.stdin.readline()

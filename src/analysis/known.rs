@@ -70,7 +70,14 @@ pub fn propose(
         ops.push(Op::stack(i32::try_from(off).ok()?, word(off)?));
     }
     if rbp {
-        ops.push(Op { base: crate::x86::known::BASE_RECORD, dest: 0, width: 8, off: RECORD_RBP, expect: c.regs.0.rbp });
+        ops.push(Op {
+            untag: 0,
+            base: crate::x86::known::BASE_RECORD,
+            dest: 0,
+            width: 8,
+            off: RECORD_RBP,
+            expect: c.regs.0.rbp,
+        });
     }
     ops.extend_from_slice(&hint.python);
     let depth = ops.iter().filter(|o| o.base == crate::x86::known::BASE_RSP).map(|o| o.off as u64 + 8).max()?;

@@ -248,7 +248,8 @@ fn unwinder(
     crate::os::sched::batch();
     // Proposed already (thread, stack pointer, int3 and the frames): a stop of a known stack that came before its
     // entry was installed proposes it again.
-    let mut proposed: HashSet<(u64, u64, u64, Vec<u64>)> = HashSet::new();
+    // By thread id too: a new thread that takes a gone one's fs base (and its withdrawn stacks) proposes its own.
+    let mut proposed: HashSet<(crate::model::Tid, u64, u64, u64, Vec<u64>)> = HashSet::new();
     // The unwind of each known stack proposed, by its number: its calls come with that stack's capture.
     let mut unwinds: Vec<Unwound> = Vec::new();
     let cpu0 = crate::os::sched::thread_cpu();
@@ -291,7 +292,7 @@ fn unwinder(
                 };
                 if let (Some(tx), Some(h)) = (&known, c.known.as_deref()) {
                     let seen = u.frames.iter().map(|f| f.pc).chain(h.python.iter().map(|o| o.expect)).collect();
-                    let key = (h.thread, c.regs.sp(), h.int3, seen);
+                    let key = (h.tid, h.thread, c.regs.sp(), h.int3, seen);
                     if !proposed.contains(&key)
                         && proposed.len() < 4096
                         && let Some(p) = modules.propose(&c, &u, max_depth, unwinds.len() as u32)

@@ -547,6 +547,9 @@ pub fn run_trace(out: &Output, plan: Plan, start: Start) -> Result<End> {
         summary.tracer_run_delay_ns = own_before.zip(procfs::read_own_run_delay()).map(|(a, b)| b.saturating_sub(a));
         if let Some(p) = tracer.python() {
             summary.notes.push(p.describe());
+            if let Some(why) = p.known_problem().filter(|_| summary.fast_stops > 0) {
+                summary.notes.push(format!("{why}: calls made under Python frames stop every time"));
+            }
             summary.warnings.extend(p.warnings.iter().cloned());
             summary.python_us_per_event = p.us_per_walk();
         }

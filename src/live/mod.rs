@@ -13,6 +13,7 @@ pub mod memory;
 pub mod modules;
 pub mod plan;
 pub mod process;
+pub mod pystate;
 pub mod python;
 pub mod resolve;
 pub mod sampling;

@@ -90,14 +90,43 @@ pub struct PythonReader {
     /// Walks done and the time they took (the thread is stopped meanwhile).
     pub walks: u64,
     pub time: std::time::Duration,
+    /// 3.13+: where each thread's bound thread state is (the start of known stacks' frame checks), or why not.
+    bound: Result<super::pystate::BoundSlot, String>,
 }
 
 impl PythonReader {
     /// The checks that a later call's Python frames are the ones the last walk found (see
     /// [`crate::python::known`]), for a stack copied from `rsp` for `stack_len` bytes.
-    pub fn known_ops(&self, rsp: u64, stack_len: usize) -> Option<Vec<crate::model::known::Op>> {
+    /// The thread's thread pointer is `tp`.
+    pub fn known_ops(&self, tp: u64, rsp: u64, stack_len: usize) -> Option<Vec<crate::model::known::Op>> {
+        use crate::python::known::Start;
         let w = &self.walker;
-        crate::python::known::chain_ops(&w.rt.layout, (w.cframe, &w.chain), rsp, stack_len, |c| w.fingerprint(c))
+        let start = if w.rt.layout.ts_cframe.is_some() {
+            Start::CFrame(w.cframe)
+        } else {
+            let b = self.bound.as_ref().ok()?;
+            let read = |a: u64| {
+                let mut v = [0u8; 8];
+                (mem::read_ranges(self.pid, &[(a, 8)], &mut v) == 1).then(|| u64::from_le_bytes(v))
+            };
+            let slot = b.slot(tp, &read)?;
+            // The thread's bound thread state is the one the walk read (not so while it has none, or another).
+            if w.tstate == 0 || read(tp.wrapping_add_signed(slot as i64)) != Some(w.tstate) {
+                return None;
+            }
+            Start::Bound { tstate: w.tstate, slot, finalizing: b.finalizing }
+        };
+        crate::python::known::chain_ops(&w.rt.layout, (start, &w.chain), rsp, stack_len, |c| w.fingerprint(c))
+    }
+
+    /// Why the frames of this interpreter's calls cannot be made known stacks, if they cannot.
+    pub fn known_problem(&self) -> Option<String> {
+        let l = &self.walker.rt.layout;
+        match (&self.bound, l.version) {
+            (_, v) if v < (3, 11) => Some(format!("Python {}.{}: known stacks need 3.11+", v.0, v.1)),
+            (Err(e), v) if l.ts_cframe.is_none() => Some(format!("Python {}.{}: {e}", v.0, v.1)),
+            _ => None,
+        }
     }
 
     /// Forgets what was remembered about thread `tid`'s frames (it exited).
@@ -127,6 +156,18 @@ impl PythonReader {
             let Ok(module) = resolve::read_module(pid, &g, procmem.as_ref()) else { continue };
             let Some((runtime, _)) = module.find_symbol("_PyRuntime") else { continue };
             let layout = read_layout(pid, &module, runtime, name)?;
+            let bound = match layout.runtime_finalizing {
+                Some(fin) => {
+                    let libc = modules::group_modules(&maps)
+                        .into_iter()
+                        .find(|m| modules::file_name(&m.path).starts_with("libc.so"))
+                        .and_then(|m| resolve::read_module(pid, &m, procmem.as_ref()).ok());
+                    let read = |a: u64| procmem.as_ref().and_then(|m| m.read_u64(a).ok());
+                    let size = module.find_symbol("_PyRuntime").map_or(0, |(_, n)| n);
+                    super::pystate::find(&module, libc.as_ref(), (runtime, size, fin), &read)
+                }
+                None => Err("no bound thread state before 3.13".into()),
+            };
             let sym = |n: &str| module.find_symbol(n).map(|(a, _)| a).unwrap_or(0);
             let rt = Runtime {
                 layout,
@@ -147,6 +188,7 @@ impl PythonReader {
                 failed: 0,
                 walks: 0,
                 time: Default::default(),
+                bound,
             }));
         }
         Ok(None)

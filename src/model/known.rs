@@ -3,13 +3,15 @@
 
 use crate::model::Tid;
 
-/// One check: the `width` bytes at `off` from base `base` must be `expect`; `dest` (>= 2) keeps the value as a
-/// base for later checks. Bases: 0 the stack pointer, 1 the record below it, 2.. pointers read by checks.
+/// One check: the `width` bytes at `off` from base `base` must be `expect`; `dest` (2 to 6) keeps the value,
+/// less its `untag` low bits, as a base for later checks. Bases: 0 the stack pointer, 1 the record below it,
+/// 2..6 pointers read by checks, 7 the thread pointer. Width 0 reads nothing: `dest` becomes `expect`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Op {
     pub base: u8,
     pub dest: u8,
     pub width: u8,
+    pub untag: u8,
     pub off: i32,
     pub expect: u64,
 }

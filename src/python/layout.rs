@@ -34,6 +34,8 @@ pub struct Layout {
     pub frames: FrameKind,
     pub lines: LineFormat,
     pub runtime_interpreters_head: u64,
+    /// 3.13+: `_PyRuntime._finalizing` (the thread state that finalizes the runtime, 0 before).
+    pub runtime_finalizing: Option<u64>,
     pub interp_next: u64,
     pub interp_threads_head: u64,
     pub ts_next: u64,
@@ -111,6 +113,7 @@ pub fn layout_for(major: u8, minor: u8) -> Option<Layout> {
         frames: FrameKind::Objects,
         lines: LineFormat::Lnotab,
         runtime_interpreters_head: 32,
+        runtime_finalizing: None,
         interp_next: 0,
         interp_threads_head: 8,
         ts_next: 8,
@@ -394,6 +397,8 @@ pub fn parse_debug_offsets(data: &[u8]) -> Result<Layout, LayoutError> {
         frames: FrameKind::Shim312,
         lines: LineFormat::Locations,
         runtime_interpreters_head: big(w.interpreters_head)?,
+        // `runtime_state.finalizing`, the word before `interpreters_head` in every version.
+        runtime_finalizing: Some(big(w.interpreters_head - 1)?),
         interp_next: big(w.interp_next)?,
         interp_threads_head: big(w.interp_threads_head)?,
         ts_next,
@@ -458,6 +463,7 @@ mod tests {
         let l = parse_debug_offsets(&image[32..]).unwrap();
         // offsetof() against 3.13.0's own headers.
         assert_eq!(l.runtime_interpreters_head, 632);
+        assert_eq!(l.runtime_finalizing, Some(608));
         assert_eq!((l.interp_next, l.interp_threads_head), (7264, 7344));
         assert_eq!((l.ts_next, l.ts_frame, l.ts_native_thread_id), (8, Some(72), Some(160)));
         assert_eq!(l.ts_datastack, Some((232, 240)));

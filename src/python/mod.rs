@@ -9,6 +9,7 @@
 //! stack.
 
 pub mod batch;
+pub mod bound;
 pub mod error;
 pub mod known;
 pub mod layout;

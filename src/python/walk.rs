@@ -119,6 +119,8 @@ pub struct Walker {
     /// [`super::known`]); cleared at each walk.
     pub cframe: u64,
     pub chain: Vec<super::known::Link>,
+    /// The thread state the last walk read (0: none).
+    pub tstate: u64,
 }
 
 fn u64_at(b: &[u8], off: u64) -> u64 {
@@ -200,6 +202,7 @@ impl Walker {
             last: AddrMap::default(),
             cframe: 0,
             chain: Vec::new(),
+            tstate: 0,
         }
     }
 
@@ -208,6 +211,7 @@ impl Walker {
     pub fn read_frames(&mut self, mem: &mut dyn Memory, tid: i32, fs_base: u64) -> Result<Arc<[PyFrame]>, WalkError> {
         let mut ts = std::mem::take(&mut self.ts);
         self.cframe = 0;
+        self.tstate = 0;
         self.chain.clear();
         self.shims.clear();
         let found = self.find_tstate(mem, tid, fs_base, &mut ts);
@@ -300,6 +304,7 @@ impl Walker {
             (self.rt.runtime.wrapping_add(l.runtime_interpreters_head), l.interp_threads_head, l.interp_next);
         if let Some(&addr) = self.tstates.get(&tid) {
             if read_into(mem, addr, ts_size, ts) && self.matches(ts, tid, fs_base) {
+                self.tstate = addr;
                 return Ok(true);
             }
             self.tstates.remove(&tid);
@@ -332,6 +337,7 @@ impl Walker {
                         self.tstates.clear();
                     }
                     self.tstates.insert(tid, at);
+                    self.tstate = at;
                     return Ok(true);
                 }
                 at = u64_at(ts, ts_next);

@@ -6,9 +6,10 @@
  *
  * Built by build.rs into position-independent bytes with no relocations: no globals, no calls, no constants
  * table, no SSE. Reads only: the record (the 128 bytes below rsp), the thread's stack within the depth of the
- * stack it matches, the tracer's tables (written before they are marked valid, never changed after), and
- * memory that a pointer just read and found equal to a pointer of that stack leads to (live frames and their
- * code objects, see known.rs). The layout constants are checked against known.rs by its tests. */
+ * stack it matches, the tracer's tables (written before they are marked valid, never changed after), the
+ * thread's own descriptor and static TLS at fixed offsets from its thread pointer, the interpreter's runtime
+ * state at a constant address, and memory that a pointer just read and found equal to a pointer of that stack
+ * leads to (live frames and their code objects, see known.rs). The layout constants are checked against known.rs by its tests. */
 
 typedef unsigned long u64;
 typedef unsigned int u32;
@@ -26,6 +27,7 @@ typedef unsigned char u8;
 #define OPS_AT (KNOWN + ENTRIES * ENTRY)
 #define OPS 14336UL
 #define BASES 8
+#define TP 7 /* the base that holds the thread pointer (the fs base): the last */
 #define RECORD 128UL
 
 struct entry {
@@ -39,7 +41,7 @@ struct entry {
 };
 
 struct op {
-    u8 base, dest, width, pad; /* base 0: rsp, 1: the record, 2..: a pointer a check read */
+    u8 base, dest, width, untag; /* base 0: rsp, 1: the record, 2..6: a pointer a check read, 7: the thread pointer */
     int off;
     u64 expect;
 };
@@ -47,18 +49,26 @@ struct op {
 #define barrier() __asm__ __volatile__("" ::: "memory")
 
 static inline __attribute__((always_inline)) int checks(const volatile struct op *ops, u32 first, u32 count,
-                                                        u32 depth, u64 rsp) {
+                                                        u32 depth, u64 rsp, u64 thread) {
     u64 base[BASES];
     for (int i = 0; i < BASES; i++) base[i] = 0;
     base[0] = rsp;
     base[1] = rsp - RECORD;
+    base[TP] = thread;
     if (first >= OPS || count > OPS - first) return 0;
     for (u32 i = 0; i < count; i++) {
         const volatile struct op *o = &ops[first + i];
         u32 b = o->base, d = o->dest, w = o->width;
         long off = o->off;
         u64 expect = o->expect, v;
-        if (b >= BASES || d >= BASES || base[b] == 0) return 0;
+        if (d >= TP || d == 1) return 0;
+        /* A constant: an address the tracer vouches for (the interpreter's own data, mapped while it lives). */
+        if (w == 0) {
+            if (d < 2 || expect == 0) return 0;
+            base[d] = expect;
+            continue;
+        }
+        if (b >= BASES || base[b] == 0) return 0;
         if (b == 0 && (off < 0 || (u64)off + 8 > depth)) return 0;
         if (b == 1 && (off < 0 || (u64)off + 8 > RECORD)) return 0;
         u64 at = base[b] + (u64)off;
@@ -71,7 +81,7 @@ static inline __attribute__((always_inline)) int checks(const volatile struct op
         else
             return 0;
         if (v != expect) return 0;
-        if (d >= 2) base[d] = v;
+        if (d >= 2) base[d] = v & ~(u64)o->untag;
     }
     return 1;
 }
@@ -93,7 +103,7 @@ long known_match(u64 rsp, u64 nr, u64 site, u64 page) {
         if (state == 0) return 0;
         barrier();
         if (state != 1 || e->thread != thread || e->rsp != rsp || e->int3 != int3) continue;
-        if (!checks(ops, e->first, e->count, e->depth, rsp)) continue;
+        if (!checks(ops, e->first, e->count, e->depth, rsp, thread)) continue;
         u64 seq = __atomic_add_fetch((u64 *)(page + COUNTER), 1, __ATOMIC_SEQ_CST);
         u64 tail = *(const volatile u64 *)(page + TAIL);
         if (seq - tail >= RING_SLOTS) return (long)(seq | (1UL << 63));

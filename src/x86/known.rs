@@ -37,6 +37,11 @@ pub const PAGES: u64 = (ENTRIES * ENTRY + OPS * OP) / 4096;
 pub const BASES: u8 = 8;
 pub const BASE_RSP: u8 = 0;
 pub const BASE_RECORD: u8 = 1;
+/// The thread pointer (the fs base the record names the thread by): its descriptor and static TLS are at fixed
+/// offsets from it, mapped while the thread lives.
+pub const BASE_TP: u8 = 7;
+/// A check of this width reads nothing: its `dest` is set to `expect`, an address the tracer vouches for.
+pub const CONSTANT: u8 = 0;
 /// The record's bytes below rsp (as `trampoline::BLOCK`).
 pub const RECORD: i32 = 128;
 
@@ -50,7 +55,7 @@ pub use crate::model::known::Op;
 impl Op {
     /// A stack word at `off` from rsp.
     pub fn stack(off: i32, expect: u64) -> Op {
-        Op { base: BASE_RSP, dest: 0, width: 8, off, expect }
+        Op { untag: 0, base: BASE_RSP, dest: 0, width: 8, off, expect }
     }
 
     pub fn bytes(&self) -> [u8; OP as usize] {
@@ -58,6 +63,7 @@ impl Op {
         b[0] = self.base;
         b[1] = self.dest;
         b[2] = self.width;
+        b[3] = self.untag;
         b[4..8].copy_from_slice(&self.off.to_le_bytes());
         b[8..16].copy_from_slice(&self.expect.to_le_bytes());
         b
@@ -65,8 +71,11 @@ impl Op {
 
     /// Whether the matcher accepts it as written (it refuses the others, so the entry would never match).
     pub fn well_formed(&self, depth: u32) -> bool {
+        if self.width == CONSTANT {
+            return (2..BASE_TP).contains(&self.dest) && self.expect != 0;
+        }
         let w = matches!(self.width, 1 | 4 | 8);
-        let bases = self.base < BASES && self.dest < BASES && self.dest != 1;
+        let bases = self.base < BASES && self.dest < BASE_TP && self.dest != 1;
         let bounded = match self.base {
             BASE_RSP => self.off >= 0 && (self.off as u64) + 8 <= depth as u64,
             BASE_RECORD => self.off >= 0 && self.off + 8 <= RECORD,
@@ -172,12 +181,17 @@ mod tests {
         assert!(Op::stack(0, 1).well_formed(8));
         assert!(!Op::stack(8, 1).well_formed(8), "a word past the depth");
         assert!(!Op::stack(-8, 1).well_formed(64), "below rsp");
-        assert!(Op { base: BASE_RECORD, dest: 0, width: 8, off: 120, expect: 0 }.well_formed(0));
-        assert!(!Op { base: BASE_RECORD, dest: 0, width: 8, off: 128, expect: 0 }.well_formed(0));
-        assert!(!Op { base: 2, dest: 0, width: 2, off: 0, expect: 0 }.well_formed(0), "width 2");
-        assert!(!Op { base: BASES, dest: 0, width: 8, off: 0, expect: 0 }.well_formed(0));
-        let b = Op { base: 2, dest: 3, width: 1, off: -4, expect: 0x1122 }.bytes();
-        assert_eq!(&b[..8], &[2, 3, 1, 0, 0xfc, 0xff, 0xff, 0xff]);
+        assert!(Op { untag: 0, base: BASE_RECORD, dest: 0, width: 8, off: 120, expect: 0 }.well_formed(0));
+        assert!(!Op { untag: 0, base: BASE_RECORD, dest: 0, width: 8, off: 128, expect: 0 }.well_formed(0));
+        assert!(!Op { untag: 0, base: 2, dest: 0, width: 2, off: 0, expect: 0 }.well_formed(0), "width 2");
+        assert!(!Op { untag: 0, base: BASES, dest: 0, width: 8, off: 0, expect: 0 }.well_formed(0));
+        assert!(Op { untag: 0, base: BASE_TP, dest: 2, width: 8, off: -24, expect: 0 }.well_formed(0));
+        assert!(!Op { untag: 0, base: 2, dest: BASE_TP, width: 8, off: 0, expect: 0 }.well_formed(0), "TP is kept");
+        assert!(Op { untag: 0, base: 0, dest: 5, width: CONSTANT, off: 0, expect: 0x1000 }.well_formed(0));
+        assert!(!Op { untag: 0, base: 0, dest: 5, width: CONSTANT, off: 0, expect: 0 }.well_formed(0), "null");
+        assert!(!Op { untag: 0, base: 0, dest: 0, width: CONSTANT, off: 0, expect: 0x1000 }.well_formed(0));
+        let b = Op { untag: 3, base: 2, dest: 3, width: 1, off: -4, expect: 0x1122 }.bytes();
+        assert_eq!(&b[..8], &[2, 3, 1, 3, 0xfc, 0xff, 0xff, 0xff]);
         assert_eq!(u64::from_le_bytes(b[8..].try_into().unwrap()), 0x1122);
     }
 }

@@ -20,7 +20,11 @@ fn hex(s: &str) -> u64 {
 /// summary.
 fn known_run(prog: &std::path::Path, args: &[&str], extra: &[&str], rounds: u32) -> (Truth, Mapped, Value) {
     require_ptrace();
-    let mut t = Target::start(prog, args);
+    known_run_target(Target::start(prog, args), extra, rounds)
+}
+
+/// [`known_run`] on a target already started.
+fn known_run_target(mut t: Target, extra: &[&str], rounds: u32) -> (Truth, Mapped, Value) {
     let pid = t.pid.to_string();
     let mut sc = Syscatch::start(&[&["--pid", pid.as_str(), "--json", "--fast", "--syscall", "mmap"], extra].concat());
     sc.wait_attached();
@@ -128,15 +132,18 @@ fn known_stacks_off_stop_at_every_call() {
 }
 
 /// The Python frames are the only difference between the two callers' stacks: checked from the C stack's
-/// `_PyCFrame` along the frame chain (CPython 3.11 and 3.12).
-fn python_round(minor: u32) {
-    let python = crate::python::pyenv(minor);
-    let script = repo().join("testprogs/py_known.py");
+/// `_PyCFrame` along the frame chain (CPython 3.11 and 3.12), or from the thread's bound thread state (3.13+).
+/// `threads`: the rounds run in eight threads one after the other (each thread's state, and the stacks known of
+/// a thread gone).
+fn python_round(t: Target, threads: bool, ctx: &str) {
     // Enough calls that most come after the first stops were made known (a tick of the tracer, 10 ms, at most).
-    let (truth, events, sum) = known_run(&python, &[script.to_str().unwrap()], &[], 2000);
-    assert_eq!(truth.len(), 4000);
-    let ctx = format!("3.{minor}");
-    assert_callers(&truth, &events, &[("f", "f"), ("g", "g")], &ctx);
+    let rounds = if threads { 250 } else { 2000 };
+    let (truth, mut events, sum) = known_run_target(t, &[], rounds);
+    // Less the first thread's stack, which pthread_create maps (the others reuse it).
+    events.retain(|(_, s, _)| s.iter().any(|f| f == "f" || f == "g"));
+    assert_eq!(truth.len(), 4000, "{ctx}");
+    assert_eq!(truth.iter().all(|t| t.2.is_some()), threads, "{ctx}");
+    assert_callers(&truth, &events, &[("f", "f"), ("g", "g")], ctx);
     let known = sum["from_known"].as_u64().unwrap();
     assert!(known * 2 >= 4000, "{ctx}: calls reported with a known stack: {sum:#}");
     assert_eq!(
@@ -146,22 +153,41 @@ fn python_round(minor: u32) {
     );
 }
 
+fn py_known(python: &std::path::Path, args: &[&str]) -> Target {
+    let script = repo().join("testprogs/py_known.py");
+    Target::start(python, &[&[script.to_str().unwrap()], args].concat())
+}
+
+/// `python` (a command in `root`) running py_known.py there.
+fn py_known_in(root: &std::path::Path, python: &str, args: &[&str]) -> Target {
+    let script = crate::roots::copy_in(root, &repo().join("testprogs/py_known.py"));
+    Target::start_cmd(std::process::Command::new("chroot").arg(root).arg(python).arg(script).args(args))
+}
+
 #[test]
 fn known_python_stacks_3_11_are_told_apart_by_their_frames() {
-    python_round(11);
+    python_round(py_known(&crate::python::pyenv(11), &[]), false, "3.11");
 }
 
 #[test]
 fn known_python_stacks_3_12_are_told_apart_by_their_frames() {
-    python_round(12);
+    python_round(py_known(&crate::python::pyenv(12), &[]), false, "3.12");
 }
 
-/// 3.13 starts its chain at the thread state, not on the stack: its calls keep stopping, with their own frames.
+/// 3.13 keeps the bound thread state under a pthread key (a shared libpython here, Debian's an executable).
 #[test]
-fn python_3_13_stacks_are_never_known() {
-    let python = crate::python::pyenv(13);
-    let script = repo().join("testprogs/py_known.py");
-    let (truth, events, sum) = known_run(&python, &[script.to_str().unwrap()], &[], 30);
-    assert_callers(&truth, &events, &[("f", "f"), ("g", "g")], "3.13");
-    assert_eq!(sum["from_known"], 0, "{sum:#}");
+fn known_python_stacks_3_13_are_told_apart_by_their_frames() {
+    python_round(py_known(&crate::python::pyenv(13), &[]), false, "3.13");
+    python_round(py_known(&crate::python::pyenv(13), &["threads"]), true, "3.13 threads");
+    python_round(py_known_in(&crate::roots::trixie(), "python3.13", &[]), false, "3.13 (trixie)");
+}
+
+/// Debian sid's: 3.14 under a pthread key, 3.15 in a thread-local variable of the executable.
+#[test]
+fn known_python_stacks_3_14_and_3_15_are_told_apart_by_their_frames() {
+    let sid = crate::roots::sid();
+    python_round(py_known_in(&sid, "python3.14", &[]), false, "3.14");
+    python_round(py_known_in(&sid, "python3.14", &["threads"]), true, "3.14 threads");
+    python_round(py_known_in(&sid, "python3.15", &[]), false, "3.15");
+    python_round(py_known_in(&sid, "python3.15", &["threads"]), true, "3.15 threads");
 }

@@ -20,12 +20,14 @@ pub(super) struct Known {
     next_op: u64,
     /// The capture of each entry, by its number (given by the unwinding).
     pub(super) stacks: std::collections::HashMap<u32, StackCapture>,
-    /// Each entry's place, thread (fs base) and thread id.
-    entries: Vec<(u64, u64, Tid)>,
-    /// What was installed already (key and checks): the unwinding may propose a stack again before its calls
-    /// stop stopping.
-    installed: HashSet<(u64, u64, u64, Vec<crate::model::known::Op>)>,
+    /// Each entry's place, thread (fs base) and thread id, and what it was installed as.
+    entries: Vec<((u64, u64, Tid), Key)>,
+    /// What is installed (key and checks): the unwinding may propose a stack again before its calls stop
+    /// stopping. A withdrawn entry's is taken out (a new thread at the same fs base may meet the same stack).
+    installed: HashSet<Key>,
 }
+
+type Key = (u64, u64, u64, Vec<crate::model::known::Op>);
 
 impl Known {
     pub(super) fn new(rx: crossbeam_channel::Receiver<Proposal>) -> Known {
@@ -51,9 +53,9 @@ impl Tracer<'_> {
         }
         let python = match self.cfg.python.as_ref() {
             None if self.python_seen.is_some() => Vec::new(),
-            // Frames the walk found, and its checks (3.11/3.12 only); a thread of a CPython process without
+            // Frames the walk found, and its checks (3.11+); a thread of a CPython process without
             // frames (or whose walk failed) keeps stopping.
-            Some(p) => p.known_ops(regs.sp(), stack.len())?,
+            Some(p) => p.known_ops(regs.0.fs_base, regs.sp(), stack.len())?,
             None => return None,
         };
         Some(Hint { tid, thread: regs.0.fs_base, int3, python })
@@ -94,12 +96,13 @@ impl Tracer<'_> {
 }
 
 fn withdraw(k: &mut Known, mem: &dyn Mem, page: u64, which: impl Fn(&(u64, u64, Tid)) -> bool) {
-    for e in k.entries.iter().filter(|e| which(e)) {
+    for (e, key) in k.entries.iter().filter(|(e, _)| which(e)) {
         let i = e.0;
         if k.states[i as usize] == table::VALID
             && mem.write_all(page + table::entry_at(i), &table::WITHDRAWN.to_le_bytes()).is_ok()
         {
             k.states[i as usize] = table::WITHDRAWN;
+            k.installed.remove(key);
         }
     }
 }
@@ -142,6 +145,6 @@ fn install(k: &mut Known, mem: &dyn Mem, page: u64, p: Proposal) {
     k.states[i as usize] = table::VALID;
     k.next_op += p.ops.len() as u64;
     k.stacks.insert(id, p.capture);
-    k.entries.push((i, p.thread, p.tid));
+    k.entries.push(((i, p.thread, p.tid), key.clone()));
     k.installed.insert(key);
 }
