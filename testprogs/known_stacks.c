@@ -4,7 +4,8 @@
  * "go N", then for each of N rounds prints "mmap ADDR LEN a" and "mmap ADDR LEN b" (each unmapped again right
  * after, through libc's munmap), then "done"; exits 0 on its next line. With the argument `threads`, each round
  * runs sixteen rounds in a new thread, joined before the next: glibc gives each the fs base and the cached stack of the one
- * before, so its calls meet the stacks known of a thread gone; each line then ends with the thread's tid. */
+ * before, so its calls meet the stacks known of a thread gone; each line then ends with the thread's tid. Built as
+ * a shared library too, for a CPython process (testprogs/py_known.py's `native`): `known_rounds_in_thread`. */
 #include "common.h"
 #include <sys/mman.h>
 #include <pthread.h>
@@ -48,6 +49,19 @@ static void round_of(int i) {
 static void *in_thread(void *arg) {
     for (int k = 0; k < 16; k++) round_of((int)(long)arg * 16 + k);
     return NULL;
+}
+
+static void *rounds_in_thread(void *arg) {
+    for (int i = 0; i < (int)(long)arg; i++) round_of(i);
+    return NULL;
+}
+
+/* N rounds in one new thread of the library's own (a native thread of the process), joined; tid on each line. */
+int known_rounds_in_thread(int rounds) {
+    pthread_t t;
+    threaded = 1;
+    if (pthread_create(&t, NULL, rounds_in_thread, (void *)(long)rounds) != 0) return 3;
+    return pthread_join(t, NULL) != 0 ? 3 : 0;
 }
 
 int main(int argc, char **argv) {

@@ -33,6 +33,11 @@ pub fn propose(
     if !by_cfi || !matches!(u.end, End::Outermost(_)) || !c.more.is_empty() {
         return None;
     }
+    if let Some((lo, hi)) = hint.interp
+        && u.frames.iter().any(|f| (lo..hi).contains(&f.pc))
+    {
+        return None;
+    }
     let rsp = c.regs.sp();
     let full = UnwindRegs::from_regs(&c.regs);
     let mut bare = UnwindRegs::default();
@@ -104,7 +109,7 @@ pub fn propose(
         rsp,
         int3: hint.int3,
         depth: depth as u32,
-        python: !hint.python.is_empty(),
+        python: !hint.python.is_empty() || hint.interp.is_some(),
         ops,
         capture: cut,
     })

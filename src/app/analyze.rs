@@ -251,7 +251,7 @@ fn unwinder(
     // By thread id too: a new thread that takes a gone one's fs base (and its withdrawn stacks) proposes its own.
     let mut proposed: HashSet<(crate::model::Tid, u64, u64, u64, Vec<u64>)> = HashSet::new();
     // The unwind of each known stack proposed, by its number: its calls come with that stack's capture.
-    let mut unwinds: Vec<Unwound> = Vec::new();
+    let mut unwinds: Vec<(Unwound, Vec<u64>)> = Vec::new();
     let cpu0 = crate::os::sched::thread_cpu();
     let mut lingering = Lingering::default();
     while let Some(q) = lingering.recv(&rx, &mut || {}) {
@@ -287,7 +287,8 @@ fn unwinder(
         let unwound = match ev.capture.take() {
             Some(c) => {
                 let (u, seen, sps) = match c.known_id.and_then(|k| unwinds.get(k as usize)) {
-                    Some(u) => (u.clone(), vec![c.stack.len()], Vec::new()),
+                    // The same thread at the same stack pointer: its frames' stack pointers are the same too.
+                    Some((u, sps)) => (u.clone(), vec![c.stack.len()], sps.clone()),
                     None => modules.unwind(&c, max_depth),
                 };
                 if let (Some(tx), Some(h)) = (&known, c.known.as_deref()) {
@@ -299,7 +300,7 @@ fn unwinder(
                     {
                         proposed.insert(key);
                         if tx.try_send(p).is_ok() {
-                            unwinds.push(u.clone());
+                            unwinds.push((u.clone(), sps.clone()));
                         }
                     }
                 }

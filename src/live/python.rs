@@ -92,6 +92,17 @@ pub struct PythonReader {
     pub time: std::time::Duration,
     /// 3.13+: where each thread's bound thread state is (the start of known stacks' frame checks), or why not.
     bound: Result<super::pystate::BoundSlot, String>,
+    /// The addresses of the module that holds the interpreter (libpython or the python executable).
+    range: (u64, u64),
+    last: Walked,
+}
+
+/// What the last walk found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walked {
+    Frames,
+    NoFrames,
+    Failed,
 }
 
 impl PythonReader {
@@ -117,6 +128,16 @@ impl PythonReader {
             Start::Bound { tstate: w.tstate, slot, finalizing: b.finalizing }
         };
         crate::python::known::chain_ops(&w.rt.layout, (start, &w.chain), rsp, stack_len, |c| w.fingerprint(c))
+    }
+
+    /// What the last walk ([`Self::read_frames`]) found.
+    pub fn last_walk(&self) -> Walked {
+        self.last
+    }
+
+    /// The addresses of the interpreter's module (start, end).
+    pub fn interp_range(&self) -> (u64, u64) {
+        self.range
     }
 
     /// Why the frames of this interpreter's calls cannot be made known stacks, if they cannot.
@@ -189,6 +210,8 @@ impl PythonReader {
                 walks: 0,
                 time: Default::default(),
                 bound,
+                range: (g.start, g.end),
+                last: Walked::Failed,
             }));
         }
         Ok(None)
@@ -224,6 +247,11 @@ impl PythonReader {
         let walked = self.batch.walk(tid, &mut m, |m| walker.read_frames(m, tid, regs.0.fs_base));
         self.walks += 1;
         self.time += t0.elapsed();
+        self.last = match &walked {
+            Ok(f) if f.is_empty() => Walked::NoFrames,
+            Ok(_) => Walked::Frames,
+            Err(_) => Walked::Failed,
+        };
         match walked {
             Ok(f) => f,
             Err(e) => {

@@ -25,6 +25,11 @@ pub struct Hint {
     pub thread: u64,
     pub int3: u64,
     pub python: Vec<Op>,
+    /// A thread of a CPython process whose walk found no frames: the interpreter's addresses (start, end), where
+    /// its unwound stack must have no frame to be made known. Frames exist only under an eval loop of the
+    /// interpreter on the thread's stack, so the same native stack without one has none (a native thread of a
+    /// C extension, a progress thread of a communication library).
+    pub interp: Option<(u64, u64)>,
 }
 
 /// A stack to make known: the matcher's key, the checks, how far above rsp they read, and the capture its later

@@ -47,6 +47,11 @@ fn known_run_target(mut t: Target, extra: &[&str], rounds: u32) -> (Truth, Mappe
     t.send("exit");
     assert_eq!(t.wait().code(), Some(0));
     let values = json_lines(&out);
+    // Python frames are placed above the eval loop that runs them, from a known stack as from a stop.
+    for v in values.iter().filter(|v| v["type"] == "event") {
+        let frames = v["data"]["stack"].as_array().into_iter().flatten();
+        assert!(frames.filter(|f| f["kind"] == "python").all(|f| f["placed"] == true), "{v:#}");
+    }
     let events = values
         .iter()
         .filter(|v| {
@@ -180,6 +185,25 @@ fn known_python_stacks_3_13_are_told_apart_by_their_frames() {
     python_round(py_known(&crate::python::pyenv(13), &[]), false, "3.13");
     python_round(py_known(&crate::python::pyenv(13), &["threads"]), true, "3.13 threads");
     python_round(py_known_in(&crate::roots::trixie(), "python3.13", &[]), false, "3.13 (trixie)");
+}
+
+/// A native thread of a CPython process (one a C extension or a communication library starts) has no Python
+/// frames: its stacks are known when no frame of the interpreter is on them (3.12: from the C stack's cframe
+/// otherwise, 3.13: from the bound thread state).
+#[test]
+fn known_native_stacks_in_a_python_process() {
+    let lib = shared_lib("known_stacks");
+    for minor in [12, 13] {
+        let t = py_known(&crate::python::pyenv(minor), &["native", lib.to_str().unwrap()]);
+        let (truth, mut events, sum) = known_run_target(t, &[], 2000);
+        let ctx = format!("3.{minor} native");
+        events.retain(|(_, s, _)| s.iter().any(|f| f == "via_a" || f == "via_b"));
+        assert_eq!(truth.len(), 4000, "{ctx}");
+        assert_callers(&truth, &events, &[("a", "via_a"), ("b", "via_b")], &ctx);
+        assert!(events.iter().all(|(_, s, _)| !s.iter().any(|f| f.ends_with(".py") || f == "<module>")), "{ctx}");
+        let known = sum["from_known"].as_u64().unwrap();
+        assert!(known * 2 >= 4000, "{ctx}: calls reported with a known stack: {sum:#}");
+    }
 }
 
 /// Debian sid's: 3.14 under a pthread key, 3.15 in a thread-local variable of the executable.

@@ -620,12 +620,8 @@ impl Tracer<'_> {
                 let more =
                     sigstack::read_interrupted(|a, n, b| k.read_into(tid, a, n, b), restorers, sp, &stack, asked);
                 let python = self.cfg.python.as_mut().map(|p| p.read_frames(tid, regs, &stack)).unwrap_or_default();
-                // Not with other stacks copied, nor for a CPython thread whose walk found no frames (or failed).
-                let known = if more.is_empty() && (self.cfg.python.is_none() || !python.is_empty()) {
-                    self.known_hint(tid, regs, &stack).map(Box::new)
-                } else {
-                    None
-                };
+                // Not with other stacks copied (nor, see `known_hint`, where a CPython thread's walk failed).
+                let known = if more.is_empty() { self.known_hint(tid, regs, &stack).map(Box::new) } else { None };
                 Some(StackCapture { regs: at_entry, stack, asked, python, more, known, known_id: None })
             },
             also: Vec::new(),

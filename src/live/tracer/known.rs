@@ -5,6 +5,7 @@
 
 use super::Tracer;
 use super::kernel::Mem;
+use crate::live::python::Walked;
 use crate::model::Tid;
 use crate::model::event::StackCapture;
 use crate::model::known::{Hint, Proposal};
@@ -51,14 +52,18 @@ impl Tracer<'_> {
         if !f.known_int3s.contains(&int3) || stack.is_empty() || regs.0.fs_base == 0 {
             return None;
         }
-        let python = match self.cfg.python.as_ref() {
-            None if self.python_seen.is_some() => Vec::new(),
-            // Frames the walk found, and its checks (3.11+); a thread of a CPython process without
-            // frames (or whose walk failed) keeps stopping.
-            Some(p) => p.known_ops(regs.0.fs_base, regs.sp(), stack.len())?,
+        let (python, interp) = match self.cfg.python.as_ref() {
+            None if self.python_seen.is_some() => (Vec::new(), None),
+            // The checks of the frames the walk found (3.11+), or, where it found none, the interpreter's
+            // addresses (the stack must have no frame there); a thread whose walk failed keeps stopping.
+            Some(p) => match p.last_walk() {
+                Walked::Frames => (p.known_ops(regs.0.fs_base, regs.sp(), stack.len())?, None),
+                Walked::NoFrames => (Vec::new(), Some(p.interp_range())),
+                Walked::Failed => return None,
+            },
             None => return None,
         };
-        Some(Hint { tid, thread: regs.0.fs_base, int3, python })
+        Some(Hint { tid, thread: regs.0.fs_base, int3, python, interp })
     }
 
     /// Installs what the unwinding proposed since the last turn.
