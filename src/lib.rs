@@ -42,7 +42,7 @@ pub mod testing {
         pub use crate::analysis::{correlate, modules, symbolize, unwind};
     }
     pub mod live {
-        pub use crate::live::{modules, resolve, snapshot};
+        pub use crate::live::{modules, pystate, resolve, snapshot};
     }
     pub mod model {
         pub use crate::model::{maps, modules, regs, smaps, status};

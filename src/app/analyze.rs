@@ -246,10 +246,12 @@ fn unwinder(
     windows: Arc<std::sync::atomic::AtomicUsize>,
 ) -> Duration {
     crate::os::sched::batch();
-    // Proposed already (thread, stack pointer, int3 and the frames): a stop of a known stack that came before its
-    // entry was installed proposes it again.
-    // By thread id too: a new thread that takes a gone one's fs base (and its withdrawn stacks) proposes its own.
-    let mut proposed: HashSet<(crate::model::Tid, u64, u64, u64, Vec<u64>)> = HashSet::new();
+    // Proposed already (thread, stack pointer, int3 and the frames), with the thread id it was proposed for: a stop
+    // of a known stack that came before its entry was installed proposes it again. A new thread that takes a gone
+    // one's fs base (and finds its stacks withdrawn) proposes the same stack again at its second stop there: a
+    // thread per request (one call a stack) would make the unwinding propose at every call.
+    let mut proposed: HashMap<(u64, u64, u64, Vec<u64>), crate::model::Tid> = HashMap::new();
+    let mut again: HashSet<(crate::model::Tid, u64, u64, u64)> = HashSet::new();
     // The unwind of each known stack proposed, by its number: its calls come with that stack's capture.
     let mut unwinds: Vec<(Unwound, Vec<u64>)> = Vec::new();
     let cpu0 = crate::os::sched::thread_cpu();
@@ -293,12 +295,20 @@ fn unwinder(
                 };
                 if let (Some(tx), Some(h)) = (&known, c.known.as_deref()) {
                     let seen = u.frames.iter().map(|f| f.pc).chain(h.python.iter().map(|o| o.expect)).collect();
-                    let key = (h.tid, h.thread, c.regs.sp(), h.int3, seen);
-                    if !proposed.contains(&key)
-                        && proposed.len() < 4096
-                        && let Some(p) = modules.propose(&c, &u, max_depth, unwinds.len() as u32)
-                    {
-                        proposed.insert(key);
+                    let key = (h.thread, c.regs.sp(), h.int3, seen);
+                    let fresh = match proposed.get(&key) {
+                        None => proposed.len() < 4096,
+                        Some(&tid) if tid != h.tid => {
+                            let seen_before = !again.insert((h.tid, h.thread, c.regs.sp(), h.int3));
+                            if again.len() > 4096 {
+                                again.clear();
+                            }
+                            seen_before
+                        }
+                        Some(_) => false,
+                    };
+                    if fresh && let Some(p) = modules.propose(&c, &u, max_depth, unwinds.len() as u32) {
+                        proposed.insert(key, h.tid);
                         if tx.try_send(p).is_ok() {
                             unwinds.push((u.clone(), sps.clone()));
                         }

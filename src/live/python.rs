@@ -143,9 +143,8 @@ impl PythonReader {
     /// Why the frames of this interpreter's calls cannot be made known stacks, if they cannot.
     pub fn known_problem(&self) -> Option<String> {
         let l = &self.walker.rt.layout;
-        match (&self.bound, l.version) {
-            (_, v) if v < (3, 11) => Some(format!("Python {}.{}: known stacks need 3.11+", v.0, v.1)),
-            (Err(e), v) if l.ts_cframe.is_none() => Some(format!("Python {}.{}: {e}", v.0, v.1)),
+        match &self.bound {
+            Err(e) if l.ts_cframe.is_none() => Some(format!("Python {}.{}: {e}", l.version.0, l.version.1)),
             _ => None,
         }
     }

@@ -26,6 +26,8 @@ pub struct Link {
     pub back: u64,
     pub owner: u8,
     pub entry: u8,
+    /// 3.9/3.10: the frame object's type (checked by the walk); 0 for an interpreter frame.
+    pub ty: u64,
 }
 
 /// Frames kept per walk for the checks; a deeper chain gets none (its calls keep stopping).
@@ -71,7 +73,7 @@ pub fn chain_ops(
             vec![Op { untag: 0, base: BASE_RSP, dest: 2, width: 8, off: off(at)?, expect: chain[0].addr }]
         }
         Start::Bound { tstate, slot, finalizing } => {
-            let current = l.ts_frame.filter(|_| l.ts_cframe.is_none() && l.version >= (3, 13))?;
+            let current = l.ts_frame.filter(|_| l.ts_cframe.is_none())?;
             vec![
                 Op { untag: 0, base: 0, dest: 5, width: CONSTANT, off: 0, expect: finalizing },
                 Op { untag: 0, base: 5, dest: 0, width: 8, off: 0, expect: 0 },
@@ -90,6 +92,9 @@ pub fn chain_ops(
         let shim = l.frames == FrameKind::Shim312 && link.owner >= FRAME_OWNED_BY_CSTACK;
         if !shim {
             let (untag, code) = (l.frame_code_tags as u8, link.code & !l.frame_code_tags);
+            if link.ty != 0 {
+                ops.push(Op { untag: 0, base: here, dest: 0, width: 8, off: 8, expect: link.ty });
+            }
             ops.push(Op { untag, base: here, dest: 4, width: 8, off: off(l.frame_code)?, expect: link.code });
             if code == 0 {
                 return None;
@@ -111,7 +116,9 @@ pub fn chain_ops(
                 word(l.code_linetable, 8, table)?;
                 word(l.code_firstlineno, 4, first)?;
             }
-            ops.push(Op { untag: 0, base: here, dest: 0, width: 8, off: off(l.frame_instr)?, expect: link.instr });
+            // 3.9/3.10: `f_lasti`, an int.
+            let width = if l.frames == FrameKind::Objects { 4 } else { 8 };
+            ops.push(Op { untag: 0, base: here, dest: 0, width, off: off(l.frame_instr)?, expect: link.instr });
         }
         if let Some(o) = l.frame_is_entry.filter(|_| !shim) {
             ops.push(Op { untag: 0, base: here, dest: 0, width: 1, off: off(o)?, expect: link.entry as u64 });

@@ -113,7 +113,8 @@ pub fn layout_for(major: u8, minor: u8) -> Option<Layout> {
         frames: FrameKind::Objects,
         lines: LineFormat::Lnotab,
         runtime_interpreters_head: 32,
-        runtime_finalizing: None,
+        // 3.9 and 3.10 alike (offsetof against their headers).
+        runtime_finalizing: Some(16),
         interp_next: 0,
         interp_threads_head: 8,
         ts_next: 8,

@@ -352,7 +352,7 @@ impl Walker {
 
     /// 3.9/3.10: frame objects linked by `f_back`, each run by its own eval call.
     fn chain_objects(
-        &self,
+        &mut self,
         mem: &mut dyn Memory,
         ts: &[u8],
         out: &mut Vec<Raw>,
@@ -370,6 +370,17 @@ impl Walker {
             }
             if self.rt.frame_type != 0 && u64_at(f, 8) != self.rt.frame_type {
                 return Err(WalkError::NotAFrame(frame));
+            }
+            if self.chain.len() < super::known::MAX_LINKS {
+                self.chain.push(super::known::Link {
+                    addr: frame,
+                    code: u64_at(f, l.frame_code),
+                    instr: u32_at(f, l.frame_instr) as u64,
+                    back: u64_at(f, l.frame_back),
+                    owner: 0,
+                    entry: 0,
+                    ty: u64_at(f, 8),
+                });
             }
             let lasti = u32_at(f, l.frame_instr) as i32 as i64;
             // Stored as the instruction pointer: the byte offset of the last instruction (3.10 counts units).
@@ -437,6 +448,7 @@ impl Walker {
                     back,
                     owner,
                     entry: l.frame_is_entry.map(|o| u8_at(f, o)).unwrap_or(0),
+                    ty: 0,
                 });
             }
             if l.frames == FrameKind::Shim312 && owner >= FRAME_OWNED_BY_CSTACK {
