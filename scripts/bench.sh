@@ -14,6 +14,7 @@
 #   --only IDS  run only these rows (comma-separated ids, as --json names them; ratios whose inputs ran)
 # Environment: BENCH_RSS_CAP_MIB (default 2048): the RSS row stops sending events once syscatch's RSS reaches it.
 #   BENCH_SYSCATCH: the syscatch binary to measure (default target/release/syscatch), e.g. an older build to compare
+#   BENCH_PYTHON: the interpreter of the worker rows (default python3), e.g. a pyenv 3.13
 #
 # Every target prints its pid and waits on stdin; every tracer is waited for until it says it is armed (a line
 # on its output), never by sleeping. Targets time their own loops with CLOCK_MONOTONIC, so process start-up and

@@ -254,7 +254,8 @@ bench_worker() {
     fi
     say "Python worker throughput: untraced, syscatch --leaks/--syscall mmap (each with --fast and not), bpftrace"
     local py
-    py=$(command -v python3) || {
+    # BENCH_PYTHON: another interpreter for the worker (say a pyenv 3.13, whose known stacks start elsewhere).
+    py=${BENCH_PYTHON:-$(command -v python3)} || {
         for t in "${WORKER_TOOLS[@]}"; do row "worker_$t" "Python worker" x not_installed "no python3"; done
         return
     }

@@ -296,9 +296,11 @@ impl LeakReport<'_> {
         out
     }
 
-    /// The allocator whose code made every traced mapping of growing region `g`, when one did.
+    /// The allocator whose code made every traced mapping of growing region `g`, when one did (of those whose stack
+    /// is known: a stack dropped while the analysis was behind tells nothing).
     fn region_allocator(&self, g: &crate::analysis::correlate::Growing) -> Option<&'static str> {
-        let mut of = g.stacks.iter().map(|s| self.stack(s.stack).and_then(|st| st.allocator()));
+        let known = g.stacks.iter().filter_map(|s| self.stack(s.stack).filter(|st| !st.frames.is_empty()));
+        let mut of = known.map(|st| st.allocator());
         let first = of.next()??;
         of.all(|a| a == Some(first)).then_some(first)
     }

@@ -176,7 +176,9 @@ fn check_heap_samples(t: Target, lib: &str, more: &[&str]) -> Vec<Value> {
     let regions: Vec<&Value> = values.iter().filter(|v| v["type"] == "region").map(|v| &v["data"]).collect();
     let its: u64 =
         regions.iter().filter(|r| r["allocator"] == allocator).map(|r| r["growth_kb"].as_u64().unwrap()).sum();
-    assert!(musl || its >= 16 << 10, "{allocator}'s regions grew {its} KiB: {regions:#?}");
+    let leak_stacks: Vec<(&Value, Vec<String>)> = leaks.iter().map(|l| (&l["stack_id"], functions(l))).collect();
+    let warnings = &values.iter().find(|v| v["type"] == "summary").unwrap()["data"]["warnings"];
+    assert!(musl || its >= 16 << 10, "{allocator}'s regions grew {its} KiB: {regions:#?} {leak_stacks:?} {warnings}");
     assert!(regions.iter().all(|r| r["allocator"].is_null() || r["allocator"] == allocator), "{regions:#?}");
     let summary = values.iter().find(|v| v["type"] == "summary").unwrap();
     assert!(summary["data"]["malloc_sampled"].as_u64() > Some(100), "{summary}");
