@@ -607,13 +607,19 @@ fn alternate_signal_stack_unwinds_back_to_main_as_gdb_and_eu_stack_do() {
     assert_eq!(t.wait().code(), Some(0));
 }
 
-/// On glibc 2.43 (Debian sid's root, traced from the host): the same call inside nested handlers on an alternate
-/// signal stack, unwound through that libc's CFI and signal frames and named from its own debug file (the root's
-/// libc6-dbg, not the host's), and the same return addresses as eu-stack's from the handler outwards.
+/// On glibc 2.41 and 2.43 (Debian trixie's and sid's roots, traced from the host): the same call inside nested
+/// handlers on an alternate signal stack, unwound through that libc's CFI and signal frames and named from its own
+/// debug file (the root's libc6-dbg, not the host's), and the same return addresses as eu-stack's from the handler
+/// outwards.
 #[test]
-fn alternate_signal_stack_on_glibc_2_43_unwinds_as_eu_stack_does() {
+fn alternate_signal_stack_on_glibc_2_41_and_2_43_unwinds_as_eu_stack_does() {
     require_ptrace();
-    let mut t = crate::roots::start_in(&crate::roots::sid(), &testprog("alt_stack"), &[]);
+    alt_stack_in(&crate::roots::trixie());
+    alt_stack_in(&crate::roots::sid());
+}
+
+fn alt_stack_in(root: &std::path::Path) {
+    let mut t = crate::roots::start_in(root, &testprog("alt_stack"), &[]);
     let pid = t.pid.to_string();
     let values = alt_stack_trace(&mut t);
     let ev = &values.iter().find(|v| v["type"] == "event").unwrap()["data"];
@@ -623,7 +629,7 @@ fn alternate_signal_stack_on_glibc_2_43_unwinds_as_eu_stack_does() {
     assert_eq!(restore, 2, "two signal frames: {f:#?}");
     assert_consecutive(&f, &["thrower", "outer", "main"]);
     assert_eq!(f.last().map(String::as_str), Some("_start"), "{f:#?}");
-    // Lines in libc come from the root's debug file: its sources are glibc 2.43's.
+    // Lines in libc come from the root's debug file.
     let syscall = &ev["stack"][0];
     assert!(syscall["file"].as_str().is_some_and(|p| p.contains("syscall")), "{syscall}");
     wait_blocked_in_read(t.pid, t.pid, 0);
