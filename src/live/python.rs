@@ -90,7 +90,8 @@ pub struct PythonReader {
     /// Walks done and the time they took (the thread is stopped meanwhile).
     pub walks: u64,
     pub time: std::time::Duration,
-    /// 3.13+: where each thread's bound thread state is (the start of known stacks' frame checks), or why not.
+    /// 3.9, 3.10 and 3.13+: where each thread's bound thread state is (the start of known stacks' frame checks),
+    /// or why it cannot be known.
     bound: Result<super::pystate::BoundSlot, String>,
     /// The addresses of the module that holds the interpreter (libpython or the python executable).
     range: (u64, u64),
@@ -107,8 +108,8 @@ pub enum Walked {
 
 impl PythonReader {
     /// The checks that a later call's Python frames are the ones the last walk found (see
-    /// [`crate::python::known`]), for a stack copied from `rsp` for `stack_len` bytes.
-    /// The thread's thread pointer is `tp`.
+    /// [`crate::python::known`]), for a thread whose thread pointer is `tp` and whose stack was copied from `rsp`
+    /// for `stack_len` bytes.
     pub fn known_ops(&self, tp: u64, rsp: u64, stack_len: usize) -> Option<Vec<crate::model::known::Op>> {
         use crate::python::known::Start;
         let w = &self.walker;
@@ -186,7 +187,8 @@ impl PythonReader {
                     let size = module.find_symbol("_PyRuntime").map_or(0, |(_, n)| n);
                     super::pystate::find(&module, libc.as_ref(), (runtime, size, fin), &read)
                 }
-                None => Err("no bound thread state before 3.13".into()),
+                // 3.11 and 3.12: the chain starts on the C stack.
+                None => Err("no bound thread state read".into()),
             };
             let sym = |n: &str| module.find_symbol(n).map(|(a, _)| a).unwrap_or(0);
             let rt = Runtime {
