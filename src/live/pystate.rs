@@ -147,7 +147,7 @@ impl BoundSlot {
                     return None;
                 }
                 let at = block.checked_add(off)?;
-                (at < tp).then(|| i32::try_from(at as i64 - tp as i64).ok())?
+                (at < tp).then(|| i32::try_from(at.wrapping_sub(tp) as i64).ok())?
             }
             Place::Key { key, specific, stride, data, size } => {
                 // The first block is inside the descriptor, which starts at the thread pointer.
