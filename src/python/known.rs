@@ -47,8 +47,9 @@ pub enum Start {
 
 /// The checks of the chain a walk found from `start` (`chain`, innermost first), for a call whose stack copy
 /// from `rsp` is `stack_len` bytes; `fingerprint` gives the fields the walk identified each code object by (type,
-/// file name, name, qualified name, line table, first line). `None` when they cannot be made (3.9/3.10, the
-/// cframe is not in the copy, the chain was cut, a code object not named, too many checks).
+/// file name, name, qualified name, line table, first line). `None` when they cannot be made (a start that
+/// does not fit the version, the cframe is not in the copy, the chain was cut or is longer than [`MAX_LINKS`], a
+/// code object not named, too many checks).
 pub fn chain_ops(
     l: &Layout,
     (start, chain): (Start, &[Link]),
